@@ -1,0 +1,86 @@
+//! The capability handle as a type that cannot leak by accident.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use subtle::ConstantTimeEq;
+
+/// A capability handle: the secret that authorises one binding.
+///
+/// `Debug` and `Display` print `<redacted>`; equality is constant-time in the contents (the
+/// length of a handle is not secret: it is fixed by provisioning). The raw value is reachable
+/// only through [`CapabilityHandle::expose`], which a grep can audit.
+#[derive(Clone, Eq)]
+pub struct CapabilityHandle(String);
+
+impl CapabilityHandle {
+    /// Wrap a raw handle string (no validation: see `contract::descriptor` for the rules).
+    pub fn new(raw: impl Into<String>) -> Self {
+        Self(raw.into())
+    }
+
+    /// The raw handle, for the one place that must send it (`bind`) or compare it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Constant-time comparison with raw bytes.
+    pub fn ct_eq_bytes(&self, other: &[u8]) -> bool {
+        let a = self.0.as_bytes();
+        a.len() == other.len() && bool::from(a.ct_eq(other))
+    }
+
+    /// Whether `haystack` contains this handle anywhere.
+    pub fn occurs_in(&self, haystack: &[u8]) -> bool {
+        !self.0.is_empty() && memmem_find(haystack, self.0.as_bytes())
+    }
+}
+
+fn memmem_find(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.len() <= haystack.len() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl PartialEq for CapabilityHandle {
+    fn eq(&self, other: &Self) -> bool {
+        self.ct_eq_bytes(other.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for CapabilityHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapabilityHandle(<redacted>)")
+    }
+}
+
+impl std::fmt::Display for CapabilityHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Serialize for CapabilityHandle {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for CapabilityHandle {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_and_display_redact() {
+        let h = CapabilityHandle::new("aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB");
+        assert_eq!(format!("{h}"), "<redacted>");
+        assert!(!format!("{h:?}").contains("aBcD"));
+        assert!(h.ct_eq_bytes(b"aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB"));
+        assert!(!h.ct_eq_bytes(b"aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AC"));
+        assert!(!h.ct_eq_bytes(b"short"));
+        assert!(h.occurs_in(b"xx aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB yy"));
+        assert!(!h.occurs_in(b"aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-A"));
+    }
+}

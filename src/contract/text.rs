@@ -1,0 +1,152 @@
+//! Small text rules shared by every check: UTF-16 unit counts, control characters and the
+//! protocol's fixed patterns (written out by hand, so each is exact and cheap).
+
+/// Length in UTF-16 code units, as JavaScript's `String.length` counts it.
+pub fn utf16_len(s: &str) -> usize {
+    s.chars().map(char::len_utf16).sum()
+}
+
+/// Whether `s` has 1..=max UTF-16 units.
+pub fn units_in(s: &str, max: usize) -> bool {
+    !s.is_empty() && utf16_len(s) <= max
+}
+
+/// C0 control characters and DEL.
+pub fn has_control(s: &str) -> bool {
+    s.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f)
+}
+
+/// `^[A-Za-z0-9][A-Za-z0-9._:-]*$`: adapter request ids and idempotency keys.
+pub fn is_frame_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[1..].iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+}
+
+/// `^[A-Za-z0-9][A-Za-z0-9._-]*$`: adapter ids.
+pub fn is_adapter_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[1..].iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+/// base64url alphabet `[A-Za-z0-9_-]`.
+pub fn is_base64url(s: &str) -> bool {
+    s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+/// `^[a-z][a-z0-9_]*$`: error codes.
+pub fn is_error_code(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_lowercase()
+        && b[1..].iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+}
+
+/// 64 lowercase hex characters.
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+/// `^[0-9]+\.[0-9]+$` (ASCII digits only).
+pub fn is_major_minor(s: &str) -> bool {
+    match s.split_once('.') {
+        Some((a, b)) => {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// SemVer 2.0.0 `MAJOR.MINOR.PATCH[-pre][+build]`, no leading zeros in numeric identifiers.
+pub fn is_semver(s: &str) -> bool {
+    fn numeric(p: &str) -> bool {
+        !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) && (p == "0" || !p.starts_with('0'))
+    }
+    fn ident_chars(p: &str) -> bool {
+        !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+    }
+    let (rest, build) = match s.split_once('+') {
+        Some((r, b)) => (r, Some(b)),
+        None => (s, None),
+    };
+    if let Some(b) = build {
+        if !b.split('.').all(ident_chars) {
+            return false;
+        }
+    }
+    let (core, pre) = match rest.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (rest, None),
+    };
+    if let Some(p) = pre {
+        let ok = p.split('.').all(|id| {
+            ident_chars(id) && (!id.bytes().all(|c| c.is_ascii_digit()) || numeric(id))
+        });
+        if !ok {
+            return false;
+        }
+    }
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3 && parts.iter().all(|p| numeric(p))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`.
+pub fn is_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
+    if b.len() < 20 || !digits(0..4) || b[4] != b'-' || !digits(5..7) || b[7] != b'-' || !digits(8..10) {
+        return false;
+    }
+    if b[10] != b'T' || !digits(11..13) || b[13] != b':' || !digits(14..16) || b[16] != b':' || !digits(17..19) {
+        return false;
+    }
+    let tail = &b[19..];
+    match tail {
+        [b'Z'] => true,
+        [b'.', frac @ .., b'Z'] => !frac.is_empty() && frac.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_count_astral_twice() {
+        assert_eq!(utf16_len("a€😀"), 1 + 1 + 2);
+    }
+
+    #[test]
+    fn semver_cases() {
+        for ok in ["1.2.0", "0.0.0", "1.2.0-rc.1+build.5", "1.0.0-alpha-1", "1.0.0+001", "10.20.30-0a"] {
+            assert!(is_semver(ok), "{ok}");
+        }
+        for bad in ["01.2.0", "1.2", "1.2.0-01", "v1.2.0", "1.2.0-", "1.2.0+", "1.2.0-a..b", "1.2.3.4", ""] {
+            assert!(!is_semver(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        assert!(is_timestamp("2026-12-02T14:43:25Z"));
+        assert!(is_timestamp("2026-12-02T14:43:25.123456789Z"));
+        assert!(!is_timestamp("2026-12-02T14:43:25.Z"));
+        assert!(!is_timestamp("2026-12-02 14:43:25Z"));
+        assert!(!is_timestamp("2026-12-02T14:43:25+00:00"));
+    }
+
+    #[test]
+    fn ids() {
+        assert!(is_frame_id("tool-1") && is_frame_id("a:b.c_d-e") && !is_frame_id("-a") && !is_frame_id(""));
+        assert!(is_adapter_id("owner-filesystem") && !is_adapter_id("a:b"));
+        assert!(is_error_code("not_found") && !is_error_code("Bad-Code") && !is_error_code("_x"));
+        assert!(is_major_minor("2.0") && !is_major_minor("２.0") && !is_major_minor("2.") && !is_major_minor("2.0.0"));
+    }
+}
