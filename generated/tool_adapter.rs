@@ -73,7 +73,7 @@ pub struct AbortedTrue {
 #[serde(deny_unknown_fields)]
 pub struct AdapterBinding {
     #[serde(rename = "capabilityHandle")]
-    pub capability_handle: CapabilityHandle,
+    pub capability_handle: crate::contract::secret::CapabilityHandle,
     pub generation: Generation,
     #[serde(rename = "hostInstanceId")]
     pub host_instance_id: HostInstanceId,
@@ -560,7 +560,7 @@ pub struct BindFrame {
     #[serde(rename = "adapterVersion")]
     pub adapter_version: AdapterVersion,
     #[serde(rename = "capabilityHandle")]
-    pub capability_handle: CapabilityHandle,
+    pub capability_handle: crate::contract::secret::CapabilityHandle,
     pub generation: Generation,
     #[serde(rename = "hostInstanceId")]
     pub host_instance_id: HostInstanceId,
@@ -632,68 +632,6 @@ impl ::std::convert::TryFrom<String> for ByteCount {
     type Error = <i64 as ::std::str::FromStr>::Err;
     fn try_from(value: String) -> ::std::result::Result<Self, Self::Error> {
         value.parse()
-    }
-}
-///The secret capability handle: 32-512 base64url characters.
-#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
-#[serde(transparent)]
-pub struct CapabilityHandle(::std::string::String);
-impl ::std::ops::Deref for CapabilityHandle {
-    type Target = ::std::string::String;
-    fn deref(&self) -> &::std::string::String {
-        &self.0
-    }
-}
-impl ::std::convert::From<CapabilityHandle> for ::std::string::String {
-    fn from(value: CapabilityHandle) -> Self {
-        value.0
-    }
-}
-impl ::std::str::FromStr for CapabilityHandle {
-    type Err = self::error::ConversionError;
-    fn from_str(
-        value: &str,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        if value.chars().count() > 512usize {
-            return Err("longer than 512 characters".into());
-        }
-        if value.chars().count() < 32usize {
-            return Err("shorter than 32 characters".into());
-        }
-        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^[A-Za-z0-9_-]+$").unwrap() });
-        if PATTERN.find(value).is_none() {
-            return Err("doesn't match pattern \"^[A-Za-z0-9_-]+$\"".into());
-        }
-        Ok(Self(value.to_string()))
-    }
-}
-impl ::std::convert::TryFrom<&str> for CapabilityHandle {
-    type Error = self::error::ConversionError;
-    fn try_from(
-        value: &str,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
-}
-impl ::std::convert::TryFrom<::std::string::String> for CapabilityHandle {
-    type Error = self::error::ConversionError;
-    fn try_from(
-        value: ::std::string::String,
-    ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        value.parse()
-    }
-}
-impl<'de> ::serde::Deserialize<'de> for CapabilityHandle {
-    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
-    where
-        D: ::serde::Deserializer<'de>,
-    {
-        ::std::string::String::deserialize(deserializer)?
-            .parse()
-            .map_err(|e: self::error::ConversionError| {
-                <D::Error as ::serde::de::Error>::custom(e.to_string())
-            })
     }
 }
 ///SHA-256, 64 lowercase hex characters.

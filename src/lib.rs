@@ -1,5 +1,12 @@
 //! pi-conform: a schema-first conformance toolkit for the Pi host tool-adapter protocol.
+//!
+//! - [`wire`]: bounded NDJSON framing and strict JSON;
+//! - [`contract`]: the schemas, the generated types and every protocol rule;
+//! - [`judge`]: one verdict for one document (what `pi-conform validate` prints);
+//! - [`vectors`]: the golden vectors.
 #![forbid(unsafe_code)]
 
 pub mod contract;
+pub mod judge;
+pub mod vectors;
 pub mod wire;

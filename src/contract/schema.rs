@@ -69,6 +69,8 @@ pub struct Violation {
     pub pointer: String,
     /// The failing keyword (`maximum`, `additionalProperties`, …).
     pub keyword: String,
+    /// For `required` and `additionalProperties`: the key concerned, so the field can name it.
+    pub key: Option<String>,
 }
 
 impl Violation {
@@ -81,6 +83,12 @@ impl Violation {
                 out.push('.');
             }
             out.push_str(crate::contract::error::safe_key(&seg));
+        }
+        if let Some(k) = &self.key {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(crate::contract::error::safe_key(k));
         }
         out
     }
@@ -112,9 +120,13 @@ fn compiled() -> &'static Vec<Validator> {
 pub fn violations(entry: Entry, instance: &Value) -> Vec<Violation> {
     compiled()[entry.index()]
         .iter_errors(instance)
-        .map(|e| Violation {
-            pointer: e.instance_path().as_str().to_string(),
-            keyword: e.kind().keyword().to_string(),
+        .map(|e| {
+            let key = match e.kind() {
+                jsonschema::error::ValidationErrorKind::Required { property } => property.as_str().map(str::to_string),
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => unexpected.first().cloned(),
+                _ => None,
+            };
+            Violation { pointer: e.instance_path().as_str().to_string(), keyword: e.kind().keyword().to_string(), key }
         })
         .collect()
 }

@@ -1,0 +1,409 @@
+//! Daemon commands: version routing, the check order of SPEC §2.1, the v1 resource rules and
+//! the v2 `open` parse order of SPEC §3.2.
+
+use serde_json::{json, Map, Value};
+
+use super::descriptor::{admit_descriptor, safe_integer, Descriptor, ExpectedBinding, MAX_SAFE_INTEGER};
+use super::error::{Code, ContractError};
+use super::schema::{self, Entry};
+use super::text::{is_major_minor, units_in};
+use super::types::protocol_v2;
+
+/// The eleven daemon operations.
+pub const OPERATIONS: [&str; 11] =
+    ["handshake", "open", "wake", "steer", "followUp", "status", "abort", "attach", "detach", "close", "drain"];
+
+/// Versions a host speaks (the `supported` detail of `incompatible_protocol`).
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0", "2.0"];
+
+const NON_TOOL_RESOURCES: [&str; 5] = ["extensions", "skills", "promptTemplates", "themes", "contextFiles"];
+
+/// The accepted envelope version: its exact text (echoed verbatim) and major.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The request's `protocolVersion`, echoed on every reply.
+    pub text: String,
+    /// 1 or 2.
+    pub major: u8,
+}
+
+/// A command that passed every rule.
+#[derive(Clone, Debug)]
+pub struct Command {
+    /// The accepted version.
+    pub version: Version,
+    /// `requestId`.
+    pub request_id: String,
+    /// One of [`OPERATIONS`].
+    pub operation: String,
+    /// `sessionId`, when given.
+    pub session_id: Option<String>,
+    /// `generation`, when given.
+    pub generation: Option<u64>,
+    /// `idempotencyKey`, when given.
+    pub idempotency_key: Option<String>,
+    /// The payload object (forward-tolerant: unknown fields kept).
+    pub payload: Map<String, Value>,
+    /// The admitted descriptor of a v2 host-adapter open.
+    pub descriptor: Option<Descriptor>,
+    /// The typed decode (generated from the schema).
+    pub typed: protocol_v2::Command,
+}
+
+/// A refused command, with what the reply needs besides the error (SPEC §2.2).
+#[derive(Clone, Debug)]
+pub struct CommandError {
+    /// The typed error.
+    pub error: ContractError,
+    /// The version the reply carries: the request's if it was a `MAJOR.MINOR` string, else
+    /// `1.0`.
+    pub echo_version: String,
+    /// The request's `requestId` if it was a valid one.
+    pub request_id: Option<String>,
+    /// The request's `sessionId` if it was a valid one (dispatch errors carry it).
+    pub session_id: Option<String>,
+    /// Whether the connection closes after the reply (`incompatible_protocol`).
+    pub close: bool,
+}
+
+/// What the judging host knows.
+#[derive(Clone, Copy, Debug)]
+pub struct HostContext<'a> {
+    /// This host's `hostInstanceId`: descriptors must be bound to it.
+    pub host_instance_id: &'a str,
+}
+
+fn err(code: Code, field: &str, msg: &str) -> ContractError {
+    ContractError::new(code, field, msg.to_string())
+}
+
+/// Parse and check one command value (already strict-decoded), in the order of SPEC §2.1 and
+/// §3.2. Every refusal is typed; none contains the handle.
+pub fn parse_command(value: &Value, host: &HostContext<'_>) -> Result<Command, CommandError> {
+    let echo_version = value
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .filter(|s| is_major_minor(s))
+        .unwrap_or("1.0")
+        .to_string();
+    let request_id = value
+        .get("requestId")
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 128))
+        .map(str::to_string);
+    let fail = |error: ContractError| {
+        let close = error.code == Code::IncompatibleProtocol;
+        CommandError {
+            error,
+            echo_version: echo_version.clone(),
+            request_id: request_id.clone(),
+            session_id: value
+                .get("sessionId")
+                .and_then(Value::as_str)
+                .filter(|s| units_in(s, 256))
+                .map(str::to_string),
+            close,
+        }
+    };
+    check_command(value, host).map_err(fail)
+}
+
+fn check_command(value: &Value, host: &HostContext<'_>) -> Result<Command, ContractError> {
+    let obj = value.as_object().ok_or_else(|| err(Code::InvalidField, "command", "command must be a JSON object"))?;
+    let version = route_version(obj.get("protocolVersion"))?;
+    let mut descriptor = None;
+    if version.major == 2 && obj.get("operation").and_then(Value::as_str) == Some("open") {
+        descriptor = v2_open_prelude(obj, host)?;
+    }
+    check_envelope(obj)?;
+    let operation = obj["operation"].as_str().unwrap_or_default().to_string();
+    let payload = obj["payload"].as_object().cloned().unwrap_or_default();
+    check_payload(&operation, &payload, version.major, descriptor.is_some())?;
+    // The schema must agree with the rules above; then the typed decode.
+    if let Some(v) = schema::violations(Entry::Command, value).into_iter().next() {
+        return Err(err(Code::InvalidField, &v.dotted(""), "command violates the schema"));
+    }
+    let typed: protocol_v2::Command = serde_json::from_value(value.clone())
+        .map_err(|_| err(Code::InvalidField, "command", "command does not decode"))?;
+    Ok(Command {
+        version,
+        request_id: obj["requestId"].as_str().unwrap_or_default().to_string(),
+        operation,
+        session_id: obj.get("sessionId").and_then(Value::as_str).map(str::to_string),
+        generation: obj.get("generation").and_then(Value::as_u64),
+        idempotency_key: obj.get("idempotencyKey").and_then(Value::as_str).map(str::to_string),
+        payload,
+        descriptor,
+        typed,
+    })
+}
+
+/// Version routing exactly as Pi Daemon 0.3.3 (SPEC §2.1): `^2\.[0-9]+$` is v2 at once (no
+/// length check); anything else takes the v1 path.
+pub fn route_version(v: Option<&Value>) -> Result<Version, ContractError> {
+    let field = "protocolVersion";
+    if let Some(Value::String(s)) = v {
+        if let Some(minor) = s.strip_prefix("2.") {
+            if !minor.is_empty() && minor.bytes().all(|c| c.is_ascii_digit()) {
+                return Ok(Version { text: s.clone(), major: 2 });
+            }
+        }
+    }
+    let s = v
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 32))
+        .ok_or_else(|| err(Code::InvalidField, field, "protocolVersion must be a string of 1-32 units"))?;
+    if !is_major_minor(s) {
+        return Err(err(Code::InvalidProtocolVersion, field, "protocolVersion must be MAJOR.MINOR"));
+    }
+    let major = s.split('.').next().unwrap_or_default().trim_start_matches('0');
+    if major == "1" {
+        return Ok(Version { text: s.to_string(), major: 1 });
+    }
+    Err(err(Code::IncompatibleProtocol, field, "protocol major version is not supported")
+        .with_detail("supported", json!(SUPPORTED_VERSIONS))
+        .with_detail("received", Value::String(s.to_string())))
+}
+
+/// The v2 `open` prelude (SPEC §3.2): payload, resources, the tools policy, then the
+/// descriptor against the expected binding. `Ok(None)` when tools is `"none"` or absent.
+fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<Option<Descriptor>, ContractError> {
+    let payload = obj
+        .get("payload")
+        .and_then(Value::as_object)
+        .ok_or_else(|| err(Code::InvalidField, "payload", "payload must be an object"))?;
+    let resources = match payload.get("resources") {
+        None => return Ok(None),
+        Some(Value::Object(r)) => r,
+        Some(_) => return Err(err(Code::InvalidField, "payload.resources", "resources must be an object")),
+    };
+    let tools = match resources.get("tools") {
+        None => return Ok(None),
+        Some(Value::String(s)) if s == "none" => return Ok(None),
+        Some(Value::Object(t)) => t,
+        Some(_) => {
+            return Err(err(Code::InvalidField, "payload.resources.tools", "tools must be \"none\" or a host-adapter policy"))
+        }
+    };
+    if tools.keys().any(|k| k != "mode" && k != "descriptor") {
+        return Err(err(
+            Code::InvalidToolAdapterDescriptor,
+            "payload.resources.tools",
+            "the tools policy has only mode and descriptor",
+        ));
+    }
+    if tools.get("mode").and_then(Value::as_str) != Some("host-adapter") {
+        return Err(err(Code::UnsupportedResourcePolicy, "payload.resources.tools.mode", "tools mode must be host-adapter"));
+    }
+    // The early envelope check fires only on a type error: `sessionId` not a string, or
+    // `generation` not an integral number (its range is judged by check 8, then the envelope).
+    let session_id = obj.get("sessionId").and_then(Value::as_str);
+    let generation = obj.get("generation").and_then(integral_as_i64);
+    let (Some(session_id), Some(generation)) = (session_id, generation) else {
+        check_envelope(obj)?;
+        return Err(err(Code::InvalidField, "sessionId", "sessionId and generation are required"));
+    };
+    let descriptor = tools
+        .get("descriptor")
+        .ok_or_else(|| err(Code::InvalidToolAdapterDescriptor, "descriptor", "the tools policy needs a descriptor"))?;
+    let expected = ExpectedBinding { host_instance_id: host.host_instance_id, session_id, generation };
+    admit_descriptor(descriptor, Some(&expected)).map(Some)
+}
+
+/// An integral JSON number as i64 (saturating: an out-of-range integer can match no binding).
+fn integral_as_i64(v: &Value) -> Option<i64> {
+    if let Some(i) = v.as_i64() {
+        return Some(i);
+    }
+    if v.as_u64().is_some() {
+        return Some(i64::MAX);
+    }
+    v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)
+}
+
+fn needs_session(op: &str) -> bool {
+    !matches!(op, "handshake" | "status" | "drain")
+}
+
+/// The envelope checks of SPEC §2.1 after the version: requestId, operation, payload,
+/// sessionId, generation, idempotencyKey.
+fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
+    if !obj.get("requestId").and_then(Value::as_str).is_some_and(|s| units_in(s, 128)) {
+        return Err(err(Code::InvalidField, "requestId", "requestId must be a string of 1-128 units"));
+    }
+    let op = obj
+        .get("operation")
+        .and_then(Value::as_str)
+        .filter(|o| OPERATIONS.contains(o))
+        .ok_or_else(|| err(Code::UnknownOperation, "operation", "operation is not one of the eleven"))?;
+    if !obj.get("payload").is_some_and(Value::is_object) {
+        return Err(err(Code::InvalidField, "payload", "payload must be an object"));
+    }
+    let session_ok = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| units_in(s, 256));
+    if needs_session(op) || (op == "status" && obj.contains_key("sessionId")) {
+        if !session_ok(obj.get("sessionId")) {
+            return Err(err(Code::InvalidField, "sessionId", "sessionId must be a string of 1-256 units"));
+        }
+    }
+    if needs_session(op) {
+        let g = obj.get("generation").and_then(safe_integer);
+        if !g.is_some_and(|g| g >= 0 && g as u64 <= MAX_SAFE_INTEGER) {
+            return Err(err(Code::InvalidField, "generation", "generation must be an integer 0..2^53-1"));
+        }
+    }
+    if matches!(op, "wake" | "steer" | "followUp")
+        && !obj.get("idempotencyKey").and_then(Value::as_str).is_some_and(|s| units_in(s, 512))
+    {
+        return Err(err(Code::InvalidField, "idempotencyKey", "idempotencyKey must be a string of 1-512 units"));
+    }
+    Ok(())
+}
+
+fn opt_string(p: &Map<String, Value>, key: &str, field: &str, max: usize, absolute: bool) -> Result<(), ContractError> {
+    match p.get(key) {
+        None => Ok(()),
+        Some(Value::String(s)) if units_in(s, max) && (!absolute || s.starts_with('/')) => Ok(()),
+        Some(_) => Err(err(
+            Code::InvalidField,
+            field,
+            if absolute { "must be an absolute path string within bounds" } else { "must be a string within bounds" },
+        )),
+    }
+}
+
+fn opt_bool(p: &Map<String, Value>, key: &str, field: &str) -> Result<(), ContractError> {
+    match p.get(key) {
+        None | Some(Value::Bool(_)) => Ok(()),
+        Some(_) => Err(err(Code::InvalidField, field, "must be a boolean")),
+    }
+}
+
+fn check_payload(op: &str, p: &Map<String, Value>, major: u8, has_descriptor: bool) -> Result<(), ContractError> {
+    match op {
+        "open" => check_open_payload(p, major, has_descriptor),
+        "wake" => {
+            if !p.get("prompt").and_then(Value::as_str).is_some_and(|s| units_in(s, 262_144)) {
+                return Err(err(Code::InvalidField, "payload.prompt", "prompt must be a string of 1-262144 units"));
+            }
+            if p.get("source").is_some_and(|v| !v.is_string()) {
+                return Err(err(Code::InvalidField, "payload.source", "source must be a string"));
+            }
+            opt_bool(p, "waitForTerminal", "payload.waitForTerminal")
+        }
+        "steer" | "followUp" => {
+            if !p.get("message").and_then(Value::as_str).is_some_and(|s| units_in(s, 262_144)) {
+                return Err(err(Code::InvalidField, "payload.message", "message must be a string of 1-262144 units"));
+            }
+            Ok(())
+        }
+        "close" => opt_bool(p, "retainSession", "payload.retainSession"),
+        "drain" => match p.get("timeoutMs") {
+            None => Ok(()),
+            Some(v) if safe_integer(v).is_some_and(|n| (0..=86_400_000).contains(&n)) => Ok(()),
+            Some(_) => Err(err(Code::InvalidField, "payload.timeoutMs", "timeoutMs must be an integer 0-86400000")),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -> Result<(), ContractError> {
+    if !p.get("cwd").and_then(Value::as_str).is_some_and(|s| units_in(s, 4096) && s.starts_with('/')) {
+        return Err(err(Code::InvalidField, "payload.cwd", "cwd must be an absolute path of 1-4096 units"));
+    }
+    opt_string(p, "name", "payload.name", 256, false)?;
+    opt_string(p, "agentDir", "payload.agentDir", 4096, true)?;
+    let session = p
+        .get("session")
+        .and_then(Value::as_object)
+        .ok_or_else(|| err(Code::InvalidField, "payload.session", "session must be an object"))?;
+    let mode = session
+        .get("mode")
+        .and_then(Value::as_str)
+        .filter(|m| matches!(*m, "new" | "open" | "continue" | "memory"))
+        .ok_or_else(|| err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory"))?;
+    if mode == "open" && !session.contains_key("path") {
+        return Err(err(Code::InvalidField, "payload.session.path", "session path is required for mode open"));
+    }
+    opt_string(session, "path", "payload.session.path", 4096, false)?;
+    opt_string(session, "sessionDir", "payload.session.sessionDir", 4096, true)?;
+    if let Some(model) = p.get("model") {
+        let m = model
+            .as_object()
+            .ok_or_else(|| err(Code::InvalidField, "payload.model", "model must be an object"))?;
+        for key in ["provider", "id"] {
+            if !m.get(key).and_then(Value::as_str).is_some_and(|s| units_in(s, 256)) {
+                let field = format!("payload.model.{key}");
+                return Err(err(Code::InvalidField, &field, "must be a string of 1-256 units"));
+            }
+        }
+        if m.get("thinkingLevel").is_some_and(|v| !v.is_string()) {
+            return Err(err(Code::InvalidField, "payload.model.thinkingLevel", "thinkingLevel must be a string"));
+        }
+    }
+    let resources = match p.get("resources") {
+        None => return Ok(()),
+        Some(Value::Object(r)) => r,
+        Some(_) => return Err(err(Code::InvalidField, "payload.resources", "resources must be an object")),
+    };
+    for name in NON_TOOL_RESOURCES.iter().chain(std::iter::once(&"tools")) {
+        let field = format!("payload.resources.{name}");
+        match resources.get(*name) {
+            None => {}
+            Some(Value::String(s)) if s == "none" => {}
+            Some(Value::Object(_)) if *name == "tools" && major == 2 && has_descriptor => {}
+            Some(Value::String(_)) if *name == "tools" && major == 2 => {
+                return Err(err(Code::InvalidField, &field, "tools must be \"none\" or a host-adapter policy"))
+            }
+            Some(Value::String(_)) => {
+                return Err(err(Code::UnsupportedResourcePolicy, &field, "this resource policy must be \"none\""))
+            }
+            Some(_) => return Err(err(Code::InvalidField, &field, "resource policy must be the string \"none\"")),
+        }
+    }
+    if resources.get("systemPrompt").is_some_and(|v| !v.is_string()) {
+        return Err(err(Code::InvalidField, "payload.resources.systemPrompt", "systemPrompt must be a string"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: HostContext<'static> = HostContext { host_instance_id: "host-019f" };
+
+    fn base(name: &str) -> Value {
+        let path = format!("{}/vectors/bases/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn worked_example_open_is_admitted() {
+        let c = parse_command(&base("open-v2"), &HOST).unwrap();
+        let d = c.descriptor.unwrap();
+        assert_eq!((d.bind_bytes, d.bound_bytes), (492, 431));
+        assert_eq!(c.version.text, "2.0");
+    }
+
+    #[test]
+    fn routing() {
+        let r = |s: &str| route_version(Some(&Value::String(s.into())));
+        assert_eq!(r("2.7").unwrap().major, 2);
+        assert_eq!(r(&format!("2.{}", "9".repeat(60))).unwrap().major, 2);
+        assert_eq!(r("01.0").unwrap().major, 1);
+        assert_eq!(r("02.0").unwrap_err().code, Code::IncompatibleProtocol);
+        assert_eq!(r("3.0").unwrap_err().code, Code::IncompatibleProtocol);
+        assert_eq!(r("2").unwrap_err().code, Code::InvalidProtocolVersion);
+        assert_eq!(r(&format!("1.{}", "0".repeat(31))).unwrap_err().code, Code::InvalidField);
+    }
+
+    #[test]
+    fn incompatible_closes_and_echoes() {
+        let mut c = base("handshake");
+        c["protocolVersion"] = "3.0".into();
+        let e = parse_command(&c, &HOST).unwrap_err();
+        assert!(e.close);
+        assert_eq!(e.echo_version, "3.0");
+        assert_eq!(e.error.details["received"], "3.0");
+    }
+}

@@ -1,0 +1,514 @@
+//! Descriptor admission: SPEC §3.2 checks 1–11, in order, with the exact codes and fields,
+//! and the fit check of SPEC §3.3.
+
+use serde_json::{json, Map, Value};
+
+use super::error::{join_field, Code, ContractError};
+use super::schema::{self, Entry};
+use super::secret::CapabilityHandle;
+use super::text::{has_control, is_adapter_id, is_base64url, is_semver, units_in};
+use super::types::tool_adapter::{HostToolAdapterDescriptor, ToolOperation};
+
+/// Largest safe JavaScript integer, 2^53 − 1.
+pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+
+/// The six operations, in their canonical order.
+pub const OPERATIONS: [&str; 6] = ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"];
+
+/// The seven limits in canonical order, with their inclusive ranges (SPEC §3.2).
+pub const LIMITS: [(&str, u64, u64); 7] = [
+    ("maxRequestBytes", 2048, 4_194_304),
+    ("maxResponseBytes", 1024, 4_194_304),
+    ("maxConcurrentRequests", 1, 64),
+    ("maxQueuedRequests", 0, 256),
+    ("requestTimeoutMs", 100, 120_000),
+    ("maxIdempotencyKeys", 1, 4096),
+    ("idempotencyTtlMs", 1000, 86_400_000),
+];
+
+const DESCRIPTOR_KEYS: [&str; 7] =
+    ["protocolVersion", "adapterId", "adapterVersion", "endpoint", "binding", "operations", "limits"];
+const BINDING_KEYS: [&str; 4] = ["hostInstanceId", "sessionId", "generation", "capabilityHandle"];
+
+/// The seven limits of a descriptor or frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest daemon → adapter line, LF included.
+    pub max_request_bytes: u64,
+    /// Largest adapter → daemon line, LF included.
+    pub max_response_bytes: u64,
+    /// Requests executing at once.
+    pub max_concurrent_requests: u64,
+    /// Requests waiting beyond those.
+    pub max_queued_requests: u64,
+    /// Timeout from admission, ms.
+    pub request_timeout_ms: u64,
+    /// Idempotency keys and tombstones retained.
+    pub max_idempotency_keys: u64,
+    /// Retention of those, ms.
+    pub idempotency_ttl_ms: u64,
+}
+
+impl Limits {
+    /// The values in canonical order.
+    pub fn values(&self) -> [u64; 7] {
+        [
+            self.max_request_bytes,
+            self.max_response_bytes,
+            self.max_concurrent_requests,
+            self.max_queued_requests,
+            self.request_timeout_ms,
+            self.max_idempotency_keys,
+            self.idempotency_ttl_ms,
+        ]
+    }
+
+    /// From values in canonical order.
+    pub fn from_values(v: [u64; 7]) -> Self {
+        Self {
+            max_request_bytes: v[0],
+            max_response_bytes: v[1],
+            max_concurrent_requests: v[2],
+            max_queued_requests: v[3],
+            request_timeout_ms: v[4],
+            max_idempotency_keys: v[5],
+            idempotency_ttl_ms: v[6],
+        }
+    }
+
+    /// The limits object as JSON, keys in canonical order.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        for ((k, _, _), v) in LIMITS.iter().zip(self.values()) {
+            m.insert((*k).into(), v.into());
+        }
+        Value::Object(m)
+    }
+}
+
+/// The nonsecret identity every frame of a binding carries (SPEC §4.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Tool-adapter protocol version (`1.0`).
+    pub protocol_version: String,
+    /// Adapter id.
+    pub adapter_id: String,
+    /// Adapter version.
+    pub adapter_version: String,
+    /// Host incarnation.
+    pub host_instance_id: String,
+    /// Logical session.
+    pub session_id: String,
+    /// Session generation.
+    pub generation: u64,
+}
+
+impl Identity {
+    /// A frame of `kind` with this identity and the extra fields appended in order.
+    pub fn frame(&self, kind: &str, extra: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
+        let mut m = Map::new();
+        m.insert("protocolVersion".into(), self.protocol_version.clone().into());
+        m.insert("kind".into(), kind.into());
+        m.insert("adapterId".into(), self.adapter_id.clone().into());
+        m.insert("adapterVersion".into(), self.adapter_version.clone().into());
+        m.insert("hostInstanceId".into(), self.host_instance_id.clone().into());
+        m.insert("sessionId".into(), self.session_id.clone().into());
+        m.insert("generation".into(), self.generation.into());
+        for (k, v) in extra {
+            m.insert(k.into(), v);
+        }
+        Value::Object(m)
+    }
+}
+
+/// An admitted descriptor: the typed document plus the values every consumer needs.
+#[derive(Clone, Debug)]
+pub struct Descriptor {
+    /// The typed decode (generated from the schema).
+    pub typed: HostToolAdapterDescriptor,
+    /// The binding identity.
+    pub identity: Identity,
+    /// The adapter socket path.
+    pub endpoint_path: String,
+    /// The secret handle.
+    pub handle: CapabilityHandle,
+    /// Granted operations, in descriptor order.
+    pub operations: Vec<ToolOperation>,
+    /// The seven limits.
+    pub limits: Limits,
+    /// Serialized size of the normalized `bind` frame, LF included.
+    pub bind_bytes: usize,
+    /// Serialized size of the normalized `bound` frame, LF included.
+    pub bound_bytes: usize,
+}
+
+impl Descriptor {
+    /// Whether `op` is granted.
+    pub fn grants(&self, op: ToolOperation) -> bool {
+        self.operations.contains(&op)
+    }
+
+    /// The operations as JSON strings, in order.
+    pub fn operations_json(&self) -> Value {
+        Value::Array(self.operations.iter().map(|o| Value::String(o.to_string())).collect())
+    }
+
+    /// The normalized `bind` frame (carries the handle: send it, never log it).
+    pub fn bind_frame(&self) -> Value {
+        bind_frame(&self.identity, &self.handle, &self.operations_json(), &self.limits.to_json())
+    }
+
+    /// The normalized `bound` frame the adapter must echo.
+    pub fn bound_frame(&self) -> Value {
+        bound_frame(&self.identity, &self.operations_json(), &self.limits.to_json())
+    }
+
+    /// The nonsecret policy summary retained by a daemon (SPEC §3.4).
+    pub fn policy_summary(&self) -> Value {
+        json!({
+            "protocolVersion": self.identity.protocol_version,
+            "adapterId": self.identity.adapter_id,
+            "adapterVersion": self.identity.adapter_version,
+            "operations": self.operations_json(),
+            "limits": self.limits.to_json(),
+        })
+    }
+}
+
+/// The normalized `bind` frame (SPEC §3.3).
+pub fn bind_frame(identity: &Identity, handle: &CapabilityHandle, operations: &Value, limits: &Value) -> Value {
+    identity.frame(
+        "bind",
+        [
+            ("capabilityHandle", Value::String(handle.expose().to_string())),
+            ("operations", operations.clone()),
+            ("limits", limits.clone()),
+        ],
+    )
+}
+
+/// The normalized `bound` frame (SPEC §3.3).
+pub fn bound_frame(identity: &Identity, operations: &Value, limits: &Value) -> Value {
+    identity.frame("bound", [("operations", operations.clone()), ("limits", limits.clone())])
+}
+
+/// The binding a descriptor must match (check 8): this host, and the command's session and
+/// generation as given (a negative or otherwise impossible generation never matches).
+#[derive(Clone, Copy, Debug)]
+pub struct ExpectedBinding<'a> {
+    /// This host's `hostInstanceId`.
+    pub host_instance_id: &'a str,
+    /// The command's `sessionId`.
+    pub session_id: &'a str,
+    /// The command's `generation`.
+    pub generation: i64,
+}
+
+/// The fit check (SPEC §3.3): compact `bind` must fit `maxRequestBytes` and `bound`
+/// `maxResponseBytes`, LF included; `bind` is compared first; equality passes. Returns
+/// `(bind_bytes, bound_bytes)`.
+pub fn fit_check(
+    identity: &Identity,
+    handle: &CapabilityHandle,
+    operations: &Value,
+    limits: &Limits,
+    field_prefix: &str,
+) -> Result<(usize, usize), ContractError> {
+    let lj = limits.to_json();
+    let bind = crate::wire::encoded_len(&bind_frame(identity, handle, operations, &lj));
+    let bound = crate::wire::encoded_len(&bound_frame(identity, operations, &lj));
+    if bind as u64 > limits.max_request_bytes {
+        return Err(ContractError::new(
+            Code::InvalidToolAdapterLimit,
+            format!("{field_prefix}maxRequestBytes"),
+            format!("maxRequestBytes cannot contain the {bind}-byte bind frame"),
+        )
+        .with_detail("requiredBytes", bind.into()));
+    }
+    if bound as u64 > limits.max_response_bytes {
+        return Err(ContractError::new(
+            Code::InvalidToolAdapterLimit,
+            format!("{field_prefix}maxResponseBytes"),
+            format!("maxResponseBytes cannot contain the {bound}-byte bound frame"),
+        )
+        .with_detail("requiredBytes", bound.into()));
+    }
+    Ok((bind, bound))
+}
+
+/// Read a safe integer (|n| ≤ 2^53 − 1) from a JSON value.
+pub fn safe_integer(v: &Value) -> Option<i64> {
+    let n = v.as_i64().or_else(|| v.as_u64().and_then(|u| i64::try_from(u).ok()))?;
+    (n.unsigned_abs() <= MAX_SAFE_INTEGER).then_some(n)
+}
+
+/// Check an operations array (1–6 unique known operations), returning them in order.
+pub fn parse_operations(v: Option<&Value>) -> Option<Vec<ToolOperation>> {
+    let arr = v?.as_array()?;
+    if arr.is_empty() || arr.len() > 6 {
+        return None;
+    }
+    let mut out: Vec<ToolOperation> = Vec::with_capacity(arr.len());
+    for item in arr {
+        let op: ToolOperation = item.as_str()?.parse().ok()?;
+        if out.contains(&op) {
+            return None;
+        }
+        out.push(op);
+    }
+    Some(out)
+}
+
+/// Check a limits object (exactly the seven keys, each an integer in range). On failure,
+/// the field suffix (`""` for the object, or the offending key).
+pub fn parse_limits(v: Option<&Value>) -> Result<Limits, String> {
+    let obj = v.and_then(Value::as_object).ok_or_else(String::new)?;
+    if let Some(k) = obj.keys().find(|k| !LIMITS.iter().any(|(n, _, _)| n == k)) {
+        return Err(k.clone());
+    }
+    let mut vals = [0u64; 7];
+    for (i, (k, lo, hi)) in LIMITS.iter().enumerate() {
+        match obj.get(*k).and_then(safe_integer) {
+            Some(n) if n >= 0 && (*lo..=*hi).contains(&(n as u64)) => vals[i] = n as u64,
+            _ => return Err((*k).to_string()),
+        }
+    }
+    Ok(Limits::from_values(vals))
+}
+
+fn err(code: Code, field: impl Into<String>, msg: &str) -> ContractError {
+    ContractError::new(code, field, msg.to_string())
+}
+
+/// Admit a descriptor (SPEC §3.2): checks 1–11 in order, then the schema and the typed
+/// decode. `expected` is the binding check 8 compares against; `None` skips check 8 (for
+/// tools that judge a descriptor on its own, such as a grant).
+///
+/// Every error carries `details.field`; none contains the handle or any input value.
+pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -> Result<Descriptor, ContractError> {
+    use Code::*;
+    // 1. closed object
+    let obj = value
+        .as_object()
+        .ok_or_else(|| err(InvalidToolAdapterDescriptor, "descriptor", "descriptor must be an object"))?;
+    if let Some(k) = obj.keys().find(|k| !DESCRIPTOR_KEYS.contains(&k.as_str())) {
+        return Err(err(InvalidToolAdapterDescriptor, join_field("descriptor", k), "descriptor has an unknown key"));
+    }
+    // 2. protocolVersion
+    let pv = obj
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| err(InvalidToolAdapterField, "descriptor.protocolVersion", "protocolVersion must be a string"))?;
+    if pv != "1.0" {
+        return Err(err(
+            UnsupportedToolAdapterVersion,
+            "descriptor.protocolVersion",
+            "tool adapter protocolVersion must be \"1.0\"",
+        ));
+    }
+    // 3. adapterId
+    let aid = obj
+        .get("adapterId")
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 128))
+        .ok_or_else(|| err(InvalidToolAdapterField, "descriptor.adapterId", "adapterId must be a string of 1-128 units"))?;
+    if !is_adapter_id(aid) {
+        return Err(err(InvalidToolAdapterIdentity, "descriptor.adapterId", "adapterId must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"));
+    }
+    // 4. adapterVersion
+    let aver = obj
+        .get("adapterVersion")
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 64))
+        .ok_or_else(|| {
+            err(InvalidToolAdapterField, "descriptor.adapterVersion", "adapterVersion must be a string of 1-64 units")
+        })?;
+    if !is_semver(aver) {
+        return Err(err(InvalidToolAdapterIdentity, "descriptor.adapterVersion", "adapterVersion must be SemVer"));
+    }
+    // 5. endpoint
+    let ep_path = check_endpoint(obj.get("endpoint"))?;
+    // 6. binding shape and ids
+    let b = obj
+        .get("binding")
+        .and_then(Value::as_object)
+        .ok_or_else(|| err(InvalidToolAdapterBinding, "descriptor.binding", "binding must be an object"))?;
+    if let Some(k) = b.keys().find(|k| !BINDING_KEYS.contains(&k.as_str())) {
+        return Err(err(InvalidToolAdapterBinding, join_field("descriptor.binding", k), "binding has an unknown key"));
+    }
+    let host = b
+        .get("hostInstanceId")
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 128) && !has_control(s))
+        .ok_or_else(|| {
+            err(
+                InvalidToolAdapterField,
+                "descriptor.binding.hostInstanceId",
+                "hostInstanceId must be a string of 1-128 units without control characters",
+            )
+        })?;
+    let session = b
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|s| units_in(s, 256) && !has_control(s))
+        .ok_or_else(|| {
+            err(
+                InvalidToolAdapterField,
+                "descriptor.binding.sessionId",
+                "sessionId must be a string of 1-256 units without control characters",
+            )
+        })?;
+    let generation = b
+        .get("generation")
+        .and_then(safe_integer)
+        .filter(|g| *g >= 0)
+        .ok_or_else(|| {
+            err(InvalidToolAdapterField, "descriptor.binding.generation", "generation must be an integer 0..2^53-1")
+        })? as u64;
+    // 7. capabilityHandle
+    let handle = b
+        .get("capabilityHandle")
+        .and_then(Value::as_str)
+        .filter(|s| (32..=512).contains(&s.len()) && is_base64url(s))
+        .ok_or_else(|| {
+            err(
+                InvalidToolAdapterCapability,
+                "descriptor.binding.capabilityHandle",
+                "capabilityHandle must be 32-512 base64url characters",
+            )
+        })?;
+    // 8. binding equals the expected one
+    if let Some(exp) = expected {
+        if host != exp.host_instance_id {
+            return Err(err(ToolAdapterBindingMismatch, "binding.hostInstanceId", "descriptor is bound to another host instance"));
+        }
+        if session != exp.session_id {
+            return Err(err(ToolAdapterBindingMismatch, "binding.sessionId", "descriptor is bound to another session"));
+        }
+        if generation as i64 != exp.generation {
+            return Err(err(ToolAdapterBindingMismatch, "binding.generation", "descriptor is bound to another generation"));
+        }
+    }
+    // 9. operations
+    let operations = parse_operations(obj.get("operations")).ok_or_else(|| {
+        err(UnsupportedToolOperation, "descriptor.operations", "operations must be 1-6 unique operations of the six")
+    })?;
+    // 10. limits
+    let limits = parse_limits(obj.get("limits")).map_err(|k| {
+        let field = if k.is_empty() { "descriptor.limits".to_string() } else { join_field("descriptor.limits", &k) };
+        err(InvalidToolAdapterLimit, field, "limits must be exactly the seven keys, each an integer in range")
+    })?;
+    // The schema must agree with checks 1-10; then the typed decode.
+    if let Some(v) = schema::violations(Entry::Descriptor, value).into_iter().next() {
+        return Err(err(InvalidToolAdapterDescriptor, v.dotted("descriptor"), "descriptor violates the schema"));
+    }
+    let typed: HostToolAdapterDescriptor = serde_json::from_value(value.clone())
+        .map_err(|_| err(InvalidToolAdapterDescriptor, "descriptor", "descriptor does not decode"))?;
+    let identity = Identity {
+        protocol_version: pv.to_string(),
+        adapter_id: aid.to_string(),
+        adapter_version: aver.to_string(),
+        host_instance_id: host.to_string(),
+        session_id: session.to_string(),
+        generation,
+    };
+    let handle = CapabilityHandle::new(handle);
+    let ops_json = Value::Array(operations.iter().map(|o| Value::String(o.to_string())).collect());
+    // 11. fit check
+    let (bind_bytes, bound_bytes) = fit_check(&identity, &handle, &ops_json, &limits, "descriptor.limits.")?;
+    Ok(Descriptor {
+        typed,
+        identity,
+        endpoint_path: ep_path,
+        handle,
+        operations,
+        limits,
+        bind_bytes,
+        bound_bytes,
+    })
+}
+
+fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
+    use Code::InvalidToolAdapterEndpoint as E;
+    let ep = v
+        .and_then(Value::as_object)
+        .ok_or_else(|| err(E, "descriptor.endpoint", "endpoint must be an object"))?;
+    if let Some(k) = ep.keys().find(|k| *k != "transport" && *k != "path") {
+        return Err(err(E, join_field("descriptor.endpoint", k), "endpoint has an unknown key"));
+    }
+    if ep.get("transport").and_then(Value::as_str) != Some("unix") {
+        return Err(err(E, "descriptor.endpoint.transport", "endpoint transport must be \"unix\""));
+    }
+    let path = ep
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| err(E, "descriptor.endpoint.path", "endpoint path must be a string"))?;
+    if !is_endpoint_path(path) {
+        return Err(err(
+            E,
+            "descriptor.endpoint.path",
+            "endpoint path must be absolute, normalized, at most 100 bytes, not /, without control characters",
+        ));
+    }
+    Ok(path.to_string())
+}
+
+/// SPEC §3.2 check 5 on a socket path: absolute, ≤ 100 bytes, not `/`, no `//`, `.` or `..`
+/// segment, no control character. One trailing `/` passes here (it fails at connect).
+pub fn is_endpoint_path(path: &str) -> bool {
+    if !path.starts_with('/') || path == "/" || path.len() > 100 || has_control(path) {
+        return false;
+    }
+    let body = path[1..].strip_suffix('/').unwrap_or(&path[1..]);
+    !body.is_empty() && body.split('/').all(|s| !s.is_empty() && s != "." && s != "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worked() -> Value {
+        serde_json::from_str(include_str!("../../vectors/bases/descriptor.json")).unwrap()
+    }
+
+    const EXP: ExpectedBinding<'static> =
+        ExpectedBinding { host_instance_id: "host-019f", session_id: "agent-a", generation: 2 };
+
+    #[test]
+    fn worked_example_sizes() {
+        let d = admit_descriptor(&worked(), Some(&EXP)).unwrap();
+        assert_eq!((d.bind_bytes, d.bound_bytes), (492, 431));
+        assert_eq!(crate::wire::encode_line(&d.bind_frame()).len(), 492);
+        assert_eq!(crate::wire::encode_line(&d.bound_frame()).len(), 431);
+    }
+
+    #[test]
+    fn endpoint_paths() {
+        for ok in ["/run/x.sock", "/run/x/", "/a"] {
+            assert!(is_endpoint_path(ok), "{ok}");
+        }
+        for bad in ["/", "run/x", "//run", "/run/./x", "/run/../x", "/run/.", "/run//x", "/a\u{7}"] {
+            assert!(!is_endpoint_path(bad), "{bad}");
+        }
+        assert!(is_endpoint_path(&format!("/{}", "a".repeat(99))));
+        assert!(!is_endpoint_path(&format!("/{}", "a".repeat(100))));
+    }
+
+    #[test]
+    fn euro_identities_fail_on_response_then_pass() {
+        let mut d = worked();
+        let host = "€".repeat(128);
+        let session = "€".repeat(256);
+        d["binding"]["hostInstanceId"] = host.clone().into();
+        d["binding"]["sessionId"] = session.clone().into();
+        d["limits"]["maxRequestBytes"] = 2048.into();
+        d["limits"]["maxResponseBytes"] = 1024.into();
+        let exp = ExpectedBinding { host_instance_id: &host, session_id: &session, generation: 2 };
+        let e = admit_descriptor(&d, Some(&exp)).unwrap_err();
+        assert_eq!((e.code, e.field()), (Code::InvalidToolAdapterLimit, "descriptor.limits.maxResponseBytes"));
+        assert_eq!(e.details["requiredBytes"], 1561);
+        d["limits"]["maxResponseBytes"] = 2048.into();
+        let ok = admit_descriptor(&d, Some(&exp)).unwrap();
+        assert_eq!((ok.bind_bytes, ok.bound_bytes), (1622, 1561));
+    }
+}

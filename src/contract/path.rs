@@ -1,0 +1,126 @@
+//! The relative path rule (SPEC §5.1).
+
+use super::error::{Code, ContractError};
+
+/// Which side judges a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathSide {
+    /// What a daemon may send: canonical forms only (`invalid_tool_adapter_path`).
+    Daemon,
+    /// What a conforming adapter accepts: also `./` (the root) and one trailing `/`
+    /// (`invalid_path`).
+    Adapter,
+}
+
+/// Longest path in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Longest path component in bytes.
+pub const MAX_COMPONENT_BYTES: usize = 255;
+
+/// A path that passed the rule: its components beneath the root (empty = the root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolPath {
+    /// The components, none empty, `.` or `..`.
+    pub components: Vec<String>,
+    /// The path ended in one `/` (adapter side only): it must name a directory.
+    pub trailing_slash: bool,
+}
+
+impl ToolPath {
+    /// Whether the path names the root itself.
+    pub fn is_root(&self) -> bool {
+        self.components.is_empty()
+    }
+
+    /// The canonical form (`.` for the root).
+    pub fn canonical(&self) -> String {
+        if self.components.is_empty() {
+            ".".into()
+        } else {
+            self.components.join("/")
+        }
+    }
+}
+
+/// Check a root-relative POSIX path, before any filesystem access.
+///
+/// Refused: empty, over 4096 bytes, absolute, a backslash, C0 or DEL, a `..` segment and
+/// non-canonical forms (`a//b`, `./a`, `a/./b`, `a/.`). `.` is the root. The adapter side
+/// also accepts `./` and a single trailing `/`, and refuses a component over 255 bytes
+/// (SPEC §5.3: a filesystem limit the daemon side does not apply). `field` names the
+/// path in the error; the error never contains the path itself.
+pub fn validate_relative_path(path: &str, side: PathSide, field: &str) -> Result<ToolPath, ContractError> {
+    let code = match side {
+        PathSide::Daemon => Code::InvalidToolAdapterPath,
+        PathSide::Adapter => Code::InvalidPath,
+    };
+    let refuse = |why: &str| Err(ContractError::new(code, field, format!("path {why}")));
+    if path.is_empty() {
+        return refuse("is empty");
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return refuse("exceeds 4096 bytes");
+    }
+    if path.starts_with('/') {
+        return refuse("is absolute");
+    }
+    if path.contains('\\') {
+        return refuse("contains a backslash");
+    }
+    if path.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+        return refuse("contains a control character");
+    }
+    if path == "." {
+        return Ok(ToolPath { components: vec![], trailing_slash: false });
+    }
+    let mut body = path;
+    let mut trailing_slash = false;
+    if side == PathSide::Adapter {
+        if path == "./" {
+            return Ok(ToolPath { components: vec![], trailing_slash: true });
+        }
+        if let Some(stripped) = path.strip_suffix('/') {
+            body = stripped;
+            trailing_slash = true;
+        }
+    }
+    let mut components = Vec::new();
+    for seg in body.split('/') {
+        match seg {
+            "" => return refuse("is not canonical (empty segment)"),
+            "." => return refuse("is not canonical (`.` segment)"),
+            ".." => return refuse("contains a `..` segment"),
+            s if side == PathSide::Adapter && s.len() > MAX_COMPONENT_BYTES => {
+                return refuse("has a component over 255 bytes")
+            }
+            s => components.push(s.to_string()),
+        }
+    }
+    Ok(ToolPath { components, trailing_slash })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sides_differ_only_on_dot_slash_and_trailing_slash() {
+        for p in ["./", "a/", "a/b/"] {
+            assert!(validate_relative_path(p, PathSide::Adapter, "path").is_ok(), "{p}");
+            let e = validate_relative_path(p, PathSide::Daemon, "path").unwrap_err();
+            assert_eq!(e.code, Code::InvalidToolAdapterPath);
+        }
+        let e = validate_relative_path("a//", PathSide::Adapter, "payload.path").unwrap_err();
+        assert_eq!((e.code, e.field()), (Code::InvalidPath, "payload.path"));
+    }
+
+    #[test]
+    fn root_and_components() {
+        let p = validate_relative_path(".", PathSide::Daemon, "path").unwrap();
+        assert!(p.is_root());
+        let p = validate_relative_path("a/b/", PathSide::Adapter, "path").unwrap();
+        assert_eq!(p.components, vec!["a", "b"]);
+        assert!(p.trailing_slash);
+        assert_eq!(p.canonical(), "a/b");
+    }
+}

@@ -1,0 +1,202 @@
+//! One verdict for one document: the entry point `pi-conform validate` and the golden vectors
+//! share. It only routes to the contract; it holds no protocol rule of its own.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition};
+use crate::contract::{admit_descriptor, parse_command, validate_event, validate_relative_path, validate_response};
+use crate::contract::{Code, ContractError, ExpectedBinding, HostContext, PathSide};
+use crate::wire::{decode_strict, LineError};
+
+/// What a document is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A daemon command (SPEC §2.1).
+    Command,
+    /// A daemon response (SPEC §2.2).
+    Response,
+    /// A daemon event (SPEC §2.3).
+    Event,
+    /// A host tool-adapter descriptor (SPEC §3.2).
+    Descriptor,
+    /// An adapter frame (SPEC §4).
+    Frame,
+    /// A tool path (SPEC §5.1); the document is a JSON string.
+    Path,
+}
+
+/// Everything a verdict may depend on besides the document.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The judging host's instance id (commands, descriptors).
+    pub host_instance_id: String,
+    /// The expected session of a descriptor.
+    pub session_id: String,
+    /// The expected generation of a descriptor.
+    pub generation: i64,
+    /// The binding a frame is judged against.
+    pub binding: Option<Binding>,
+    /// The direction of a frame.
+    pub direction: Direction,
+    /// The side judging a path.
+    pub side: PathSide,
+    /// Line limit for commands (daemon `maxLineBytes`, LF excluded).
+    pub max_line_bytes: usize,
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Self {
+            host_instance_id: "host-019f".into(),
+            session_id: "agent-a".into(),
+            generation: 2,
+            binding: None,
+            direction: Direction::ToAdapter,
+            side: PathSide::Daemon,
+            max_line_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The verdict on one document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "lowercase")]
+pub enum Verdict {
+    /// Accepted.
+    Valid,
+    /// Refused, with the typed error.
+    Invalid {
+        /// The protocol code.
+        code: String,
+        /// `details.field`.
+        field: String,
+        /// The message (content-free).
+        message: String,
+        /// For frames: `reply` or `close`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disposition: Option<String>,
+    },
+}
+
+impl Verdict {
+    fn from_error(e: &ContractError, disposition: Option<Disposition>) -> Self {
+        Verdict::Invalid {
+            code: e.code.as_str().to_string(),
+            field: e.field().to_string(),
+            message: e.message.clone(),
+            disposition: disposition.map(|d| match d {
+                Disposition::Reply => "reply".to_string(),
+                Disposition::Close => "close".to_string(),
+            }),
+        }
+    }
+
+    /// Whether the verdict is `valid`.
+    pub fn is_valid(&self) -> bool {
+        matches!(self, Verdict::Valid)
+    }
+}
+
+fn line_error(e: LineError) -> Verdict {
+    let (code, msg) = match e {
+        LineError::TooLarge { .. } => (Code::LineTooLarge, "line exceeds maxLineBytes"),
+        LineError::InvalidUtf8 => (Code::InvalidUtf8, "line is not valid UTF-8"),
+        LineError::InvalidJson => (Code::InvalidJson, "line is not one strict JSON text"),
+    };
+    Verdict::from_error(&ContractError::new(code, "line", msg), None)
+}
+
+/// Guess the kind of a decoded document (`--kind auto`).
+pub fn detect_kind(v: &Value) -> Kind {
+    match v.get("kind").and_then(Value::as_str) {
+        Some("response") => return Kind::Response,
+        Some("event") => return Kind::Event,
+        Some(_) => return Kind::Frame,
+        None => {}
+    }
+    if v.is_string() {
+        Kind::Path
+    } else if v.get("operation").is_some() || v.get("requestId").is_some() {
+        Kind::Command
+    } else if v.get("binding").is_some() || v.get("endpoint").is_some() {
+        Kind::Descriptor
+    } else {
+        Kind::Command
+    }
+}
+
+/// Judge one line (LF excluded) as `kind` (`None` = detect).
+pub fn judge_line(line: &[u8], kind: Option<Kind>, ctx: &Context) -> (Kind, Verdict) {
+    let limit = match (kind, &ctx.binding) {
+        (Some(Kind::Frame), Some(b)) => b.line_limit(ctx.direction) as usize - 1,
+        _ => ctx.max_line_bytes,
+    };
+    let kind_hint = kind.unwrap_or(Kind::Command);
+    if line.len() > limit && kind_hint != Kind::Frame {
+        return (kind_hint, line_error(LineError::TooLarge { limit }));
+    }
+    if kind == Some(Kind::Frame) {
+        return (Kind::Frame, judge_frame_bytes(line, ctx));
+    }
+    let value = match decode_strict(line) {
+        Ok(v) => v,
+        Err(e) => return (kind_hint, line_error(e)),
+    };
+    let kind = kind.unwrap_or_else(|| detect_kind(&value));
+    if kind == Kind::Frame {
+        return (kind, judge_frame_bytes(line, ctx));
+    }
+    (kind, judge_value(&value, kind, ctx))
+}
+
+fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
+    let Some(binding) = &ctx.binding else {
+        let e = ContractError::new(Code::AdapterProtocolInvalid, "frame", "a frame needs a descriptor to be judged against");
+        return Verdict::from_error(&e, None);
+    };
+    match parse_adapter_frame(line, binding, ctx.direction) {
+        Ok(_) => Verdict::Valid,
+        Err(e) => Verdict::from_error(&e.error, Some(e.disposition)),
+    }
+}
+
+/// Judge one decoded document as `kind`.
+pub fn judge_value(value: &Value, kind: Kind, ctx: &Context) -> Verdict {
+    let host = HostContext { host_instance_id: &ctx.host_instance_id };
+    match kind {
+        Kind::Command => match parse_command(value, &host) {
+            Ok(_) => Verdict::Valid,
+            Err(e) => Verdict::from_error(&e.error, None),
+        },
+        Kind::Descriptor => {
+            let exp = ExpectedBinding {
+                host_instance_id: &ctx.host_instance_id,
+                session_id: &ctx.session_id,
+                generation: ctx.generation,
+            };
+            match admit_descriptor(value, Some(&exp)) {
+                Ok(_) => Verdict::Valid,
+                Err(e) => Verdict::from_error(&e, None),
+            }
+        }
+        Kind::Response => verdict(validate_response(value)),
+        Kind::Event => verdict(validate_event(value)),
+        Kind::Path => match value.as_str() {
+            Some(p) => verdict(validate_relative_path(p, ctx.side, "path").map(|_| ())),
+            None => {
+                let code = if ctx.side == PathSide::Daemon { Code::InvalidToolAdapterPath } else { Code::InvalidPath };
+                Verdict::from_error(&ContractError::new(code, "path", "path must be a string"), None)
+            }
+        },
+        Kind::Frame => judge_frame_bytes(&serde_json::to_vec(value).unwrap_or_default(), ctx),
+    }
+}
+
+fn verdict(r: Result<(), ContractError>) -> Verdict {
+    match r {
+        Ok(()) => Verdict::Valid,
+        Err(e) => Verdict::from_error(&e, None),
+    }
+}
