@@ -6,6 +6,7 @@
 //! - [`vectors`]: the golden vectors.
 #![forbid(unsafe_code)]
 
+pub mod adapter;
 pub mod contract;
 pub mod judge;
 pub mod vectors;

@@ -22,3 +22,5 @@ pub mod frame;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
 pub mod record;
 pub use record::{validate_event, validate_handshake_data, validate_response};
+pub mod adapter_error;
+pub use adapter_error::{AdapterCode, AdapterError};

@@ -1,0 +1,3 @@
+//! The reference tool adapter (SPEC §1.2, §4.5, §5, §7).
+
+pub mod fs;
