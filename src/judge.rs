@@ -153,7 +153,11 @@ pub fn judge_line(line: &[u8], kind: Option<Kind>, ctx: &Context) -> (Kind, Verd
 
 fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
     let Some(binding) = &ctx.binding else {
-        let e = ContractError::new(Code::AdapterProtocolInvalid, "frame", "a frame needs a descriptor to be judged against");
+        let e = ContractError::new(
+            Code::AdapterProtocolInvalid,
+            "frame",
+            "a frame needs a descriptor to be judged against",
+        );
         return Verdict::from_error(&e, None);
     };
     match parse_adapter_frame(line, binding, ctx.direction) {

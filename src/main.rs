@@ -169,10 +169,12 @@ fn validate(
         ..Context::default()
     };
     if let Some(path) = &descriptor {
-        let text = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read descriptor {}: {e}", path.display()))?;
+        let text =
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read descriptor {}: {e}", path.display()))?;
         let value = pi_conform::wire::decode_strict(&text)
             .map_err(|e| anyhow::anyhow!("descriptor {}: {e}", path.display()))?;
-        let d = admit_descriptor(&value, None).map_err(|e| anyhow::anyhow!("descriptor {} refused: {e}", path.display()))?;
+        let d = admit_descriptor(&value, None)
+            .map_err(|e| anyhow::anyhow!("descriptor {} refused: {e}", path.display()))?;
         ctx.binding = Some(Binding::from(&d));
     } else if kind == Some(Kind::Frame) {
         anyhow::bail!("--kind frame needs --descriptor FILE");
@@ -269,4 +271,3 @@ fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format
 fn kind_name(k: Kind) -> String {
     serde_json::to_value(k).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
-

@@ -80,28 +80,16 @@ fn err(code: Code, field: &str, msg: &str) -> ContractError {
 /// Parse and check one command value (already strict-decoded), in the order of SPEC §2.1 and
 /// §3.2. Every refusal is typed; none contains the handle.
 pub fn parse_command(value: &Value, host: &HostContext<'_>) -> Result<Command, CommandError> {
-    let echo_version = value
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .filter(|s| is_major_minor(s))
-        .unwrap_or("1.0")
-        .to_string();
-    let request_id = value
-        .get("requestId")
-        .and_then(Value::as_str)
-        .filter(|s| units_in(s, 128))
-        .map(str::to_string);
+    let echo_version =
+        value.get("protocolVersion").and_then(Value::as_str).filter(|s| is_major_minor(s)).unwrap_or("1.0").to_string();
+    let request_id = value.get("requestId").and_then(Value::as_str).filter(|s| units_in(s, 128)).map(str::to_string);
     let fail = |error: ContractError| {
         let close = error.code == Code::IncompatibleProtocol;
         CommandError {
             error,
             echo_version: echo_version.clone(),
             request_id: request_id.clone(),
-            session_id: value
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .filter(|s| units_in(s, 256))
-                .map(str::to_string),
+            session_id: value.get("sessionId").and_then(Value::as_str).filter(|s| units_in(s, 256)).map(str::to_string),
             close,
         }
     };
@@ -182,7 +170,11 @@ fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<O
         Some(Value::String(s)) if s == "none" => return Ok(None),
         Some(Value::Object(t)) => t,
         Some(_) => {
-            return Err(err(Code::InvalidField, "payload.resources.tools", "tools must be \"none\" or a host-adapter policy"))
+            return Err(err(
+                Code::InvalidField,
+                "payload.resources.tools",
+                "tools must be \"none\" or a host-adapter policy",
+            ))
         }
     };
     if tools.keys().any(|k| k != "mode" && k != "descriptor") {
@@ -193,7 +185,11 @@ fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<O
         ));
     }
     if tools.get("mode").and_then(Value::as_str) != Some("host-adapter") {
-        return Err(err(Code::UnsupportedResourcePolicy, "payload.resources.tools.mode", "tools mode must be host-adapter"));
+        return Err(err(
+            Code::UnsupportedResourcePolicy,
+            "payload.resources.tools.mode",
+            "tools mode must be host-adapter",
+        ));
     }
     // The early envelope check fires only on a type error: `sessionId` not a string, or
     // `generation` not an integral number (its range is judged by check 8, then the envelope).
@@ -240,10 +236,8 @@ fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
         return Err(err(Code::InvalidField, "payload", "payload must be an object"));
     }
     let session_ok = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| units_in(s, 256));
-    if needs_session(op) || (op == "status" && obj.contains_key("sessionId")) {
-        if !session_ok(obj.get("sessionId")) {
-            return Err(err(Code::InvalidField, "sessionId", "sessionId must be a string of 1-256 units"));
-        }
+    if (needs_session(op) || (op == "status" && obj.contains_key("sessionId"))) && !session_ok(obj.get("sessionId")) {
+        return Err(err(Code::InvalidField, "sessionId", "sessionId must be a string of 1-256 units"));
     }
     if needs_session(op) {
         let g = obj.get("generation").and_then(safe_integer);
@@ -320,16 +314,16 @@ fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -
         .get("mode")
         .and_then(Value::as_str)
         .filter(|m| matches!(*m, "new" | "open" | "continue" | "memory"))
-        .ok_or_else(|| err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory"))?;
+        .ok_or_else(|| {
+            err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory")
+        })?;
     if mode == "open" && !session.contains_key("path") {
         return Err(err(Code::InvalidField, "payload.session.path", "session path is required for mode open"));
     }
     opt_string(session, "path", "payload.session.path", 4096, false)?;
     opt_string(session, "sessionDir", "payload.session.sessionDir", 4096, true)?;
     if let Some(model) = p.get("model") {
-        let m = model
-            .as_object()
-            .ok_or_else(|| err(Code::InvalidField, "payload.model", "model must be an object"))?;
+        let m = model.as_object().ok_or_else(|| err(Code::InvalidField, "payload.model", "model must be an object"))?;
         for key in ["provider", "id"] {
             if !m.get(key).and_then(Value::as_str).is_some_and(|s| units_in(s, 256)) {
                 let field = format!("payload.model.{key}");

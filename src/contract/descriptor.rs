@@ -295,10 +295,9 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
         return Err(err(InvalidToolAdapterDescriptor, join_field("descriptor", k), "descriptor has an unknown key"));
     }
     // 2. protocolVersion
-    let pv = obj
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .ok_or_else(|| err(InvalidToolAdapterField, "descriptor.protocolVersion", "protocolVersion must be a string"))?;
+    let pv = obj.get("protocolVersion").and_then(Value::as_str).ok_or_else(|| {
+        err(InvalidToolAdapterField, "descriptor.protocolVersion", "protocolVersion must be a string")
+    })?;
     if pv != "1.0" {
         return Err(err(
             UnsupportedToolAdapterVersion,
@@ -307,22 +306,20 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
         ));
     }
     // 3. adapterId
-    let aid = obj
-        .get("adapterId")
-        .and_then(Value::as_str)
-        .filter(|s| units_in(s, 128))
-        .ok_or_else(|| err(InvalidToolAdapterField, "descriptor.adapterId", "adapterId must be a string of 1-128 units"))?;
+    let aid = obj.get("adapterId").and_then(Value::as_str).filter(|s| units_in(s, 128)).ok_or_else(|| {
+        err(InvalidToolAdapterField, "descriptor.adapterId", "adapterId must be a string of 1-128 units")
+    })?;
     if !is_adapter_id(aid) {
-        return Err(err(InvalidToolAdapterIdentity, "descriptor.adapterId", "adapterId must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"));
+        return Err(err(
+            InvalidToolAdapterIdentity,
+            "descriptor.adapterId",
+            "adapterId must match ^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        ));
     }
     // 4. adapterVersion
-    let aver = obj
-        .get("adapterVersion")
-        .and_then(Value::as_str)
-        .filter(|s| units_in(s, 64))
-        .ok_or_else(|| {
-            err(InvalidToolAdapterField, "descriptor.adapterVersion", "adapterVersion must be a string of 1-64 units")
-        })?;
+    let aver = obj.get("adapterVersion").and_then(Value::as_str).filter(|s| units_in(s, 64)).ok_or_else(|| {
+        err(InvalidToolAdapterField, "descriptor.adapterVersion", "adapterVersion must be a string of 1-64 units")
+    })?;
     if !is_semver(aver) {
         return Err(err(InvalidToolAdapterIdentity, "descriptor.adapterVersion", "adapterVersion must be SemVer"));
     }
@@ -336,35 +333,29 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
     if let Some(k) = b.keys().find(|k| !BINDING_KEYS.contains(&k.as_str())) {
         return Err(err(InvalidToolAdapterBinding, join_field("descriptor.binding", k), "binding has an unknown key"));
     }
-    let host = b
-        .get("hostInstanceId")
-        .and_then(Value::as_str)
-        .filter(|s| units_in(s, 128) && !has_control(s))
-        .ok_or_else(|| {
-            err(
-                InvalidToolAdapterField,
-                "descriptor.binding.hostInstanceId",
-                "hostInstanceId must be a string of 1-128 units without control characters",
-            )
-        })?;
-    let session = b
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .filter(|s| units_in(s, 256) && !has_control(s))
-        .ok_or_else(|| {
-            err(
-                InvalidToolAdapterField,
-                "descriptor.binding.sessionId",
-                "sessionId must be a string of 1-256 units without control characters",
-            )
-        })?;
-    let generation = b
-        .get("generation")
-        .and_then(safe_integer)
-        .filter(|g| *g >= 0)
-        .ok_or_else(|| {
-            err(InvalidToolAdapterField, "descriptor.binding.generation", "generation must be an integer 0..2^53-1")
-        })? as u64;
+    let host =
+        b.get("hostInstanceId").and_then(Value::as_str).filter(|s| units_in(s, 128) && !has_control(s)).ok_or_else(
+            || {
+                err(
+                    InvalidToolAdapterField,
+                    "descriptor.binding.hostInstanceId",
+                    "hostInstanceId must be a string of 1-128 units without control characters",
+                )
+            },
+        )?;
+    let session =
+        b.get("sessionId").and_then(Value::as_str).filter(|s| units_in(s, 256) && !has_control(s)).ok_or_else(
+            || {
+                err(
+                    InvalidToolAdapterField,
+                    "descriptor.binding.sessionId",
+                    "sessionId must be a string of 1-256 units without control characters",
+                )
+            },
+        )?;
+    let generation = b.get("generation").and_then(safe_integer).filter(|g| *g >= 0).ok_or_else(|| {
+        err(InvalidToolAdapterField, "descriptor.binding.generation", "generation must be an integer 0..2^53-1")
+    })? as u64;
     // 7. capabilityHandle
     let handle = b
         .get("capabilityHandle")
@@ -377,16 +368,35 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
                 "capabilityHandle must be 32-512 base64url characters",
             )
         })?;
+    // 7 (DECISION): the handle must not occur in any nonsecret field. Every frame echoes the
+    // identity and a daemon retains the summary, so such a descriptor would leak the handle
+    // into `bound`, logs and status; the daemon side would fail it closed at bind anyway.
+    let nonsecret = [aid, aver, ep_path.as_str(), host, session];
+    if nonsecret.iter().any(|s| s.contains(handle)) {
+        return Err(err(
+            InvalidToolAdapterCapability,
+            "descriptor.binding.capabilityHandle",
+            "capabilityHandle must not occur in a nonsecret descriptor field",
+        ));
+    }
     // 8. binding equals the expected one
     if let Some(exp) = expected {
         if host != exp.host_instance_id {
-            return Err(err(ToolAdapterBindingMismatch, "binding.hostInstanceId", "descriptor is bound to another host instance"));
+            return Err(err(
+                ToolAdapterBindingMismatch,
+                "binding.hostInstanceId",
+                "descriptor is bound to another host instance",
+            ));
         }
         if session != exp.session_id {
             return Err(err(ToolAdapterBindingMismatch, "binding.sessionId", "descriptor is bound to another session"));
         }
         if generation as i64 != exp.generation {
-            return Err(err(ToolAdapterBindingMismatch, "binding.generation", "descriptor is bound to another generation"));
+            return Err(err(
+                ToolAdapterBindingMismatch,
+                "binding.generation",
+                "descriptor is bound to another generation",
+            ));
         }
     }
     // 9. operations
@@ -416,23 +426,12 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
     let ops_json = Value::Array(operations.iter().map(|o| Value::String(o.to_string())).collect());
     // 11. fit check
     let (bind_bytes, bound_bytes) = fit_check(&identity, &handle, &ops_json, &limits, "descriptor.limits.")?;
-    Ok(Descriptor {
-        typed,
-        identity,
-        endpoint_path: ep_path,
-        handle,
-        operations,
-        limits,
-        bind_bytes,
-        bound_bytes,
-    })
+    Ok(Descriptor { typed, identity, endpoint_path: ep_path, handle, operations, limits, bind_bytes, bound_bytes })
 }
 
 fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
     use Code::InvalidToolAdapterEndpoint as E;
-    let ep = v
-        .and_then(Value::as_object)
-        .ok_or_else(|| err(E, "descriptor.endpoint", "endpoint must be an object"))?;
+    let ep = v.and_then(Value::as_object).ok_or_else(|| err(E, "descriptor.endpoint", "endpoint must be an object"))?;
     if let Some(k) = ep.keys().find(|k| *k != "transport" && *k != "path") {
         return Err(err(E, join_field("descriptor.endpoint", k), "endpoint has an unknown key"));
     }

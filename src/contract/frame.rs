@@ -69,7 +69,11 @@ pub struct FrameError {
 
 impl FrameError {
     fn close(code: Code, field: impl Into<String>, msg: &str) -> Self {
-        Self { error: ContractError::new(code, field, msg.to_string()), disposition: Disposition::Close, attribution: None }
+        Self {
+            error: ContractError::new(code, field, msg.to_string()),
+            disposition: Disposition::Close,
+            attribution: None,
+        }
     }
 }
 
@@ -88,7 +92,12 @@ pub struct Binding {
 
 impl From<&Descriptor> for Binding {
     fn from(d: &Descriptor) -> Self {
-        Self { identity: d.identity.clone(), handle: d.handle.clone(), operations: d.operations.clone(), limits: d.limits }
+        Self {
+            identity: d.identity.clone(),
+            handle: d.handle.clone(),
+            operations: d.operations.clone(),
+            limits: d.limits,
+        }
     }
 }
 
@@ -120,7 +129,8 @@ pub struct BindRequest {
     pub limits: Limits,
 }
 
-const IDENTITY_KEYS: [&str; 6] = ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
+const IDENTITY_KEYS: [&str; 6] =
+    ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
 
 fn allowed_keys(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -159,7 +169,11 @@ pub fn parse_adapter_frame(line: &[u8], binding: &Binding, dir: Direction) -> Re
     })?;
     let is_bind = value.get("kind").and_then(Value::as_str) == Some("bind");
     if !(dir == Direction::ToAdapter && is_bind) && binding.handle.occurs_in(line) {
-        return Err(FrameError::close(Code::AdapterSecretReflected, "frame", "the capability handle appears in the frame"));
+        return Err(FrameError::close(
+            Code::AdapterSecretReflected,
+            "frame",
+            "the capability handle appears in the frame",
+        ));
     }
     check_adapter_frame(&value, binding, dir)
 }
@@ -169,7 +183,11 @@ pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> 
     let code = Code::AdapterProtocolInvalid;
     let is_bind = value.get("kind").and_then(Value::as_str) == Some("bind");
     if !(dir == Direction::ToAdapter && is_bind) && value_contains_handle(value, &binding.handle) {
-        return Err(FrameError::close(Code::AdapterSecretReflected, "frame", "the capability handle appears in the frame"));
+        return Err(FrameError::close(
+            Code::AdapterSecretReflected,
+            "frame",
+            "the capability handle appears in the frame",
+        ));
     }
     let obj = value.as_object().ok_or_else(|| FrameError::close(code, "frame", "frame must be a JSON object"))?;
     let kind = check_kind_and_keys(obj, dir)?;
@@ -203,7 +221,8 @@ pub fn parse_bind_request(line: &[u8], max_line_bytes: usize) -> Result<BindRequ
     if line.len() + 1 > max_line_bytes {
         return Err(FrameError::close(code, "line", "frame exceeds the byte limit"));
     }
-    let value = decode_strict(line).map_err(|_| FrameError::close(code, "line", "frame is not one strict JSON object"))?;
+    let value =
+        decode_strict(line).map_err(|_| FrameError::close(code, "line", "frame is not one strict JSON object"))?;
     let obj = value.as_object().ok_or_else(|| FrameError::close(code, "frame", "frame must be a JSON object"))?;
     let kind = check_kind_and_keys(obj, Direction::ToAdapter)?;
     if kind != "bind" {
@@ -218,15 +237,17 @@ pub fn parse_bind_request(line: &[u8], max_line_bytes: usize) -> Result<BindRequ
     Ok(req)
 }
 
-fn check_kind_and_keys<'a>(obj: &'a Map<String, Value>, dir: Direction) -> Result<&'a str, FrameError> {
+fn check_kind_and_keys(obj: &Map<String, Value>, dir: Direction) -> Result<&str, FrameError> {
     let code = Code::AdapterProtocolInvalid;
-    let kind = obj
-        .get("kind")
-        .and_then(Value::as_str)
-        .filter(|k| dir.kinds().contains(k))
-        .ok_or_else(|| FrameError::close(code, "kind", "kind is missing, unknown or not allowed in this direction"))?;
+    let kind =
+        obj.get("kind").and_then(Value::as_str).filter(|k| dir.kinds().contains(k)).ok_or_else(|| {
+            FrameError::close(code, "kind", "kind is missing, unknown or not allowed in this direction")
+        })?;
     let extra = allowed_keys(kind);
-    if let Some(k) = obj.keys().find(|k| k.as_str() != "kind" && !IDENTITY_KEYS.contains(&k.as_str()) && !extra.contains(&k.as_str())) {
+    if let Some(k) = obj
+        .keys()
+        .find(|k| k.as_str() != "kind" && !IDENTITY_KEYS.contains(&k.as_str()) && !extra.contains(&k.as_str()))
+    {
         return Err(FrameError::close(code, safe_key(k), "frame has a key its kind does not allow"));
     }
     Ok(kind)
@@ -250,7 +271,8 @@ fn read_identity(obj: &Map<String, Value>) -> Result<Identity, FrameError> {
         .get("generation")
         .and_then(safe_integer)
         .filter(|g| *g >= 0)
-        .ok_or_else(|| FrameError::close(code, "generation", "identity field is missing or malformed"))? as u64;
+        .ok_or_else(|| FrameError::close(code, "generation", "identity field is missing or malformed"))?
+        as u64;
     Ok(Identity { protocol_version, adapter_id, adapter_version, host_instance_id, session_id, generation })
 }
 
@@ -292,7 +314,9 @@ fn check_bind_body(obj: &Map<String, Value>) -> Result<BindRequest, FrameError> 
         .and_then(Value::as_str)
         .filter(|s| (32..=512).contains(&s.len()) && is_base64url(s))
         .map(CapabilityHandle::new)
-        .ok_or_else(|| FrameError::close(code, "capabilityHandle", "capabilityHandle must be 32-512 base64url characters"))?;
+        .ok_or_else(|| {
+            FrameError::close(code, "capabilityHandle", "capabilityHandle must be 32-512 base64url characters")
+        })?;
     let (operations, limits) = check_ops_and_limits(obj)?;
     let identity = Identity {
         protocol_version: String::new(),
@@ -310,9 +334,15 @@ fn check_echo(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError> {
     let code = Code::AdapterProtocolInvalid;
     let (ops, limits) = check_ops_and_limits(obj)?;
     if ops != b.operations {
-        return Err(FrameError::close(code, "operations", "operations differ from the binding's (order is significant)"));
+        return Err(FrameError::close(
+            code,
+            "operations",
+            "operations differ from the binding's (order is significant)",
+        ));
     }
-    for ((k, _, _), (got, want)) in super::descriptor::LIMITS.iter().zip(limits.values().into_iter().zip(b.limits.values())) {
+    for ((k, _, _), (got, want)) in
+        super::descriptor::LIMITS.iter().zip(limits.values().into_iter().zip(b.limits.values()))
+    {
         if got != want {
             return Err(FrameError::close(code, format!("limits.{k}"), "limit differs from the binding's"));
         }
@@ -324,7 +354,11 @@ fn check_ids(obj: &Map<String, Value>, keys: &[&str]) -> Result<(), FrameError> 
     for k in keys {
         let max = if *k == "idempotencyKey" { 512 } else { 128 };
         if !obj.get(*k).and_then(Value::as_str).is_some_and(|s| s.len() <= max && is_frame_id(s)) {
-            return Err(FrameError::close(Code::AdapterProtocolInvalid, *k, "id is missing or does not match the id pattern"));
+            return Err(FrameError::close(
+                Code::AdapterProtocolInvalid,
+                *k,
+                "id is missing or does not match the id pattern",
+            ));
         }
     }
     Ok(())
@@ -344,9 +378,17 @@ fn check_invoke(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError>
         idempotency_key: obj["idempotencyKey"].as_str().unwrap_or_default().to_string(),
         operation: op,
     };
-    let reply = |error: ContractError| FrameError { error, disposition: Disposition::Reply, attribution: Some(attribution.clone()) };
+    let reply = |error: ContractError| FrameError {
+        error,
+        disposition: Disposition::Reply,
+        attribution: Some(attribution.clone()),
+    };
     if !b.operations.contains(&op) {
-        return Err(reply(ContractError::new(Code::OperationNotGranted, "operation", "operation is not granted by the binding")));
+        return Err(reply(ContractError::new(
+            Code::OperationNotGranted,
+            "operation",
+            "operation is not granted by the binding",
+        )));
     }
     check_invoke_payload(op, obj.get("payload")).map_err(reply)
 }
@@ -365,10 +407,7 @@ pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Resul
         ToolOperation::FsEdit => &["path", "edits", "expectedDigest"],
     };
     c.closed(p, keys, "payload")?;
-    let path = p
-        .get("path")
-        .and_then(Value::as_str)
-        .ok_or_else(|| c.fail("payload.path", "path must be a string"))?;
+    let path = p.get("path").and_then(Value::as_str).ok_or_else(|| c.fail("payload.path", "path must be a string"))?;
     validate_relative_path(path, PathSide::Adapter, "payload.path")?;
     match op {
         ToolOperation::FsList => c.opt_int(p, "maxEntries", "payload", 1, 10_000),
@@ -386,7 +425,7 @@ pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Resul
             c.opt_int(p, "maxResults", "payload", 1, 10_000)
         }
         ToolOperation::FsWrite => {
-            if !p.get("content").and_then(Value::as_str).is_some_and(|s| s.len() <= MAX_CONTENT_BYTES) {
+            if p.get("content").and_then(Value::as_str).is_none_or(|s| s.len() > MAX_CONTENT_BYTES) {
                 return Err(c.fail("payload.content", "content must be a string of at most 4 MiB"));
             }
             c.opt_bool(p, "create", "payload")?;
@@ -403,7 +442,7 @@ pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Resul
                 let prefix = format!("payload.edits.{i}");
                 let m = c.object(Some(e), &prefix)?;
                 c.closed(m, &["oldText", "newText"], &prefix)?;
-                if !m.get("oldText").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+                if m.get("oldText").and_then(Value::as_str).is_none_or(str::is_empty) {
                     return Err(c.fail(&format!("{prefix}.oldText"), "oldText must be a non-empty string"));
                 }
                 if !m.get("newText").is_some_and(Value::is_string) {
@@ -421,10 +460,8 @@ fn check_result(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError>
     let op = operation_of(obj)
         .filter(|op| b.operations.contains(op))
         .ok_or_else(|| FrameError::close(code, "operation", "result for an operation the binding does not grant"))?;
-    let ok = obj
-        .get("ok")
-        .and_then(Value::as_bool)
-        .ok_or_else(|| FrameError::close(code, "ok", "ok must be a boolean"))?;
+    let ok =
+        obj.get("ok").and_then(Value::as_bool).ok_or_else(|| FrameError::close(code, "ok", "ok must be a boolean"))?;
     let as_close = |e: ContractError| FrameError { error: e, disposition: Disposition::Close, attribution: None };
     if ok {
         if !obj.contains_key("data") {
@@ -455,8 +492,11 @@ fn check_aborted(obj: &Map<String, Value>) -> Result<(), FrameError> {
     match obj.get("error") {
         None => Ok(()),
         Some(_) if aborted => Err(FrameError::close(code, "error", "aborted:true carries no error")),
-        Some(e) => check_error_body(Some(e), "error")
-            .map_err(|e| FrameError { error: e, disposition: Disposition::Close, attribution: None }),
+        Some(e) => check_error_body(Some(e), "error").map_err(|e| FrameError {
+            error: e,
+            disposition: Disposition::Close,
+            attribution: None,
+        }),
     }
 }
 
@@ -466,7 +506,9 @@ pub fn check_error_body(v: Option<&Value>, prefix: &str) -> Result<(), ContractE
     let m = c.object(v, prefix)?;
     c.closed(m, &["code", "message", "retryable"], prefix)?;
     if !m.get("code").and_then(Value::as_str).is_some_and(|s| s.len() <= 128 && is_error_code(s)) {
-        return Err(c.fail(&format!("{prefix}.code"), "error code must match ^[a-z][a-z0-9_]*$ and be at most 128 characters"));
+        return Err(
+            c.fail(&format!("{prefix}.code"), "error code must match ^[a-z][a-z0-9_]*$ and be at most 128 characters")
+        );
     }
     if !m.get("message").and_then(Value::as_str).is_some_and(|s| units_in(s, 1024)) {
         return Err(c.fail(&format!("{prefix}.message"), "error message must be 1-1024 units"));
@@ -494,7 +536,10 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
                 let m = c.object(Some(e), &prefix)?;
                 c.closed(m, &["name", "type", "size", "modifiedAt"], &prefix)?;
                 if !m.get("name").and_then(Value::as_str).is_some_and(is_entry_name) {
-                    return Err(c.fail(&format!("{prefix}.name"), "entry name must be 1-255 bytes, not . or .., without / or control characters"));
+                    return Err(c.fail(
+                        &format!("{prefix}.name"),
+                        "entry name must be 1-255 bytes, not . or .., without / or control characters",
+                    ));
                 }
                 c.entry_type(m, &prefix)?;
                 c.opt_int(m, "size", &prefix, 0, super::descriptor::MAX_SAFE_INTEGER)?;
@@ -510,7 +555,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
         }
         ToolOperation::FsRead => {
             c.closed(d, &["content", "bytesRead", "eof"], "data")?;
-            if !d.get("content").and_then(Value::as_str).is_some_and(|s| s.len() <= MAX_CONTENT_BYTES) {
+            if d.get("content").and_then(Value::as_str).is_none_or(|s| s.len() > MAX_CONTENT_BYTES) {
                 return Err(c.fail("data.content", "content must be a string of at most 4 MiB"));
             }
             c.req_int(d, "bytesRead", "data", 0, super::descriptor::MAX_SAFE_INTEGER)?;
@@ -532,7 +577,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
                     .map_err(|_| c.fail(&format!("{prefix}.path"), "match path must be a root-relative path"))?;
                 c.req_int(m, "line", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
                 c.req_int(m, "column", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
-                if !m.get("text").and_then(Value::as_str).is_some_and(|t| t.chars().count() <= 4096) {
+                if m.get("text").and_then(Value::as_str).is_none_or(|t| t.chars().count() > 4096) {
                     return Err(c.fail(&format!("{prefix}.text"), "match text must be at most 4096 characters"));
                 }
             }
@@ -574,14 +619,28 @@ impl Checker {
             None => Ok(()),
         }
     }
-    fn opt_int(&mut self, m: &Map<String, Value>, key: &str, prefix: &str, lo: u64, hi: u64) -> Result<(), ContractError> {
+    fn opt_int(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(), ContractError> {
         if m.contains_key(key) {
             self.req_int(m, key, prefix, lo, hi)
         } else {
             Ok(())
         }
     }
-    fn req_int(&mut self, m: &Map<String, Value>, key: &str, prefix: &str, lo: u64, hi: u64) -> Result<(), ContractError> {
+    fn req_int(
+        &mut self,
+        m: &Map<String, Value>,
+        key: &str,
+        prefix: &str,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(), ContractError> {
         match m.get(key).and_then(safe_integer) {
             Some(n) if n >= 0 && (lo..=hi).contains(&(n as u64)) => Ok(()),
             _ => Err(self.fail(&format!("{prefix}.{key}"), "must be an integer in range")),
@@ -723,7 +782,10 @@ mod tests {
         let mut v = base("invoke");
         v["payload"]["path"] = "../x".into();
         let e = parse_adapter_frame(&line(&v), &b, Direction::ToAdapter).unwrap_err();
-        assert_eq!((e.error.code, e.error.field(), e.disposition), (Code::InvalidPath, "payload.path", Disposition::Reply));
+        assert_eq!(
+            (e.error.code, e.error.field(), e.disposition),
+            (Code::InvalidPath, "payload.path", Disposition::Reply)
+        );
         assert_eq!(e.attribution.unwrap().request_id, "tool-1");
     }
 }

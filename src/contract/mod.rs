@@ -11,8 +11,8 @@ pub mod types;
 
 pub use error::{Code, ContractError};
 pub use secret::CapabilityHandle;
-pub mod schema;
 pub mod path;
+pub mod schema;
 pub use path::{validate_relative_path, PathSide, ToolPath};
 pub mod descriptor;
 pub use descriptor::{admit_descriptor, fit_check, Descriptor, ExpectedBinding, Identity, Limits};

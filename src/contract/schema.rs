@@ -101,8 +101,7 @@ fn compiled() -> &'static Vec<Validator> {
             .iter()
             .map(|e| {
                 let (text, def) = e.source();
-                let mut root: Value =
-                    serde_json::from_str(text).expect("embedded schema is valid JSON");
+                let mut root: Value = serde_json::from_str(text).expect("embedded schema is valid JSON");
                 if let Value::Object(m) = &mut root {
                     m.remove("oneOf");
                     m.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
@@ -123,7 +122,9 @@ pub fn violations(entry: Entry, instance: &Value) -> Vec<Violation> {
         .map(|e| {
             let key = match e.kind() {
                 jsonschema::error::ValidationErrorKind::Required { property } => property.as_str().map(str::to_string),
-                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => unexpected.first().cloned(),
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    unexpected.first().cloned()
+                }
                 _ => None,
             };
             Violation { pointer: e.instance_path().as_str().to_string(), keyword: e.kind().keyword().to_string(), key }

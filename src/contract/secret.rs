@@ -5,6 +5,8 @@ use subtle::ConstantTimeEq;
 
 /// A capability handle: the secret that authorises one binding.
 ///
+/// Decoding enforces the schema's shape (32–512 characters of `[A-Za-z0-9_-]`), so the typed
+/// layer agrees with the schema.
 /// `Debug` and `Display` print `<redacted>`; equality is constant-time in the contents (the
 /// length of a handle is not secret: it is fixed by provisioning). The raw value is reachable
 /// only through [`CapabilityHandle::expose`], which a grep can audit.
@@ -64,7 +66,13 @@ impl Serialize for CapabilityHandle {
 
 impl<'de> Deserialize<'de> for CapabilityHandle {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d).map(Self)
+        let s = String::deserialize(d)?;
+        if (32..=512).contains(&s.len()) && crate::contract::text::is_base64url(&s) {
+            Ok(Self(s))
+        } else {
+            // The message never carries the value.
+            Err(serde::de::Error::custom("capabilityHandle must be 32-512 base64url characters"))
+        }
     }
 }
 

@@ -85,9 +85,7 @@ pub fn is_semver(s: &str) -> bool {
         None => (rest, None),
     };
     if let Some(p) = pre {
-        let ok = p.split('.').all(|id| {
-            ident_chars(id) && (!id.bytes().all(|c| c.is_ascii_digit()) || numeric(id))
-        });
+        let ok = p.split('.').all(|id| ident_chars(id) && (!id.bytes().all(|c| c.is_ascii_digit()) || numeric(id)));
         if !ok {
             return false;
         }
