@@ -34,6 +34,12 @@ enum Format {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum KindArg {
     Auto,
     Command,
@@ -90,6 +96,87 @@ enum Cmd {
         #[arg(default_value = "-")]
         file: String,
     },
+    /// Run the reference tool adapter on an owner-private Unix socket.
+    ///
+    /// Binds are checked against the grants file (reloaded on SIGHUP); SIGTERM/SIGINT revoke
+    /// every binding and remove the socket.
+    ServeAdapter {
+        /// Socket path (its directory must be ours with no group/other bits).
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// Grants file (mode 0600, ours), written by `pi-conform grant`.
+        #[arg(long, value_name = "FILE")]
+        grants: PathBuf,
+        /// Log format on standard error.
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
+        /// adapterId this adapter answers to.
+        #[arg(long, default_value = "pi-conform-reference")]
+        adapter_id: String,
+        /// adapterVersion this adapter answers to.
+        #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+        adapter_version: String,
+        /// Test aid: delay every operation by this many ms (cancellable).
+        #[arg(long, hide = true, default_value_t = 0)]
+        op_delay_ms: u64,
+    },
+    /// Mint a capability handle, add its grant to the grants file, print the descriptor.
+    ///
+    /// The descriptor (the only place the handle is written) goes to standard output, or to
+    /// --output (created 0600); hand it to the daemon in a v2 open.
+    Grant {
+        /// Grants file (created 0600 if absent).
+        #[arg(long, value_name = "FILE")]
+        grants: PathBuf,
+        /// The adapter's socket path (the descriptor's endpoint).
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// Root directory the binding is confined to (the session cwd).
+        #[arg(long, value_name = "DIR")]
+        root: PathBuf,
+        /// The daemon's hostInstanceId (from its handshake).
+        #[arg(long, value_name = "ID")]
+        host_instance: String,
+        /// The session id.
+        #[arg(long, value_name = "ID")]
+        session: String,
+        /// The session generation.
+        #[arg(long)]
+        generation: u64,
+        /// Operations to grant, in order (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "fs.list,fs.stat,fs.read,fs.search,fs.write,fs.edit")]
+        operations: Vec<String>,
+        /// Limit: largest daemon → adapter line in bytes.
+        #[arg(long, default_value_t = 1_048_576)]
+        max_request_bytes: u64,
+        /// Limit: largest adapter → daemon line in bytes.
+        #[arg(long, default_value_t = 1_048_576)]
+        max_response_bytes: u64,
+        /// Limit: requests executing at once.
+        #[arg(long, default_value_t = 4)]
+        max_concurrent_requests: u64,
+        /// Limit: requests waiting beyond those.
+        #[arg(long, default_value_t = 16)]
+        max_queued_requests: u64,
+        /// Limit: per-request timeout in ms.
+        #[arg(long, default_value_t = 30_000)]
+        request_timeout_ms: u64,
+        /// Limit: idempotency keys retained.
+        #[arg(long, default_value_t = 256)]
+        max_idempotency_keys: u64,
+        /// Limit: idempotency retention in ms.
+        #[arg(long, default_value_t = 3_600_000)]
+        idempotency_ttl_ms: u64,
+        /// adapterId of the adapter.
+        #[arg(long, default_value = "pi-conform-reference")]
+        adapter_id: String,
+        /// adapterVersion of the adapter.
+        #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+        adapter_version: String,
+        /// Write the descriptor here (mode 0600) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// List the golden vectors; with --check, verify every verdict.
     ///
     /// Exit 0 when every vector matches, 1 on any mismatch, 2 when the vectors cannot be read.
@@ -123,6 +210,51 @@ fn main() -> ExitCode {
             validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file)
         }
         Cmd::Vectors { check, dir, id, format } => vectors(check, dir, id, format),
+        Cmd::ServeAdapter { socket, grants, log_format, adapter_id, adapter_version, op_delay_ms } => {
+            serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms)
+        }
+        Cmd::Grant {
+            grants,
+            socket,
+            root,
+            host_instance,
+            session,
+            generation,
+            operations,
+            max_request_bytes,
+            max_response_bytes,
+            max_concurrent_requests,
+            max_queued_requests,
+            request_timeout_ms,
+            max_idempotency_keys,
+            idempotency_ttl_ms,
+            adapter_id,
+            adapter_version,
+            output,
+        } => {
+            let limits = pi_conform::contract::Limits::from_values([
+                max_request_bytes,
+                max_response_bytes,
+                max_concurrent_requests,
+                max_queued_requests,
+                request_timeout_ms,
+                max_idempotency_keys,
+                idempotency_ttl_ms,
+            ]);
+            grant(
+                grants,
+                socket,
+                root,
+                host_instance,
+                session,
+                generation,
+                operations,
+                limits,
+                adapter_id,
+                adapter_version,
+                output,
+            )
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -266,6 +398,80 @@ fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format
         writeln!(out, "vectors: {passed} passed, {failed} failed")?;
     }
     Ok(if failed == 0 { EXIT_OK } else { EXIT_INVALID })
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PI_CONFORM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+}
+
+fn serve_adapter(
+    socket: PathBuf,
+    grants: PathBuf,
+    log_format: LogFormat,
+    adapter_id: String,
+    adapter_version: String,
+    op_delay_ms: u64,
+) -> anyhow::Result<u8> {
+    init_logs(log_format);
+    let cfg = pi_conform::adapter::server::ServeConfig {
+        socket,
+        grants,
+        identity: pi_conform::adapter::session::AdapterIdentity { adapter_id, adapter_version },
+        op_delay: std::time::Duration::from_millis(op_delay_ms),
+        handle_signals: true,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(pi_conform::adapter::server::serve(cfg, None))?;
+    Ok(EXIT_OK)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn grant(
+    grants: PathBuf,
+    socket: PathBuf,
+    root: PathBuf,
+    host_instance_id: String,
+    session_id: String,
+    generation: u64,
+    operations: Vec<String>,
+    limits: pi_conform::contract::Limits,
+    adapter_id: String,
+    adapter_version: String,
+    output: Option<PathBuf>,
+) -> anyhow::Result<u8> {
+    let operations = operations
+        .iter()
+        .map(|o| o.trim().parse().map_err(|_| anyhow::anyhow!("unknown operation {o:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let req = pi_conform::adapter::grants::GrantRequest {
+        socket,
+        root,
+        host_instance_id,
+        session_id,
+        generation,
+        operations,
+        limits,
+        adapter_id,
+        adapter_version,
+    };
+    let descriptor = pi_conform::adapter::grants::grant(&grants, &req)?;
+    let text = serde_json::to_vec_pretty(&descriptor)?;
+    match output {
+        Some(path) => pi_conform::adapter::grants::write_atomic(&path, &text)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    Ok(EXIT_OK)
 }
 
 fn kind_name(k: Kind) -> String {

@@ -1,3 +1,8 @@
 //! The reference tool adapter (SPEC §1.2, §4.5, §5, §7).
 
 pub mod fs;
+pub mod grants;
+pub mod idempotency;
+pub mod ops;
+pub mod server;
+pub mod session;

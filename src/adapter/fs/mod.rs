@@ -1,1 +1,243 @@
-//! Confined filesystem operations (SPEC §5.3). Placeholder until the module lands.
+//! Confined filesystem operations of the reference adapter (SPEC §5, §7.2).
+//!
+//! A [`Root`] holds one directory file descriptor, opened once from the operator's canonical
+//! root. Every operation resolves its [`ToolPath`] beneath that descriptor and never by a path
+//! string: the parent directory is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
+//! | RESOLVE_NO_MAGICLINKS)` (or, where `openat2` is unavailable, by a component-wise
+//! `openat(O_NOFOLLOW | O_DIRECTORY)` walk), and the last component is looked up with
+//! `fstatat(AT_SYMLINK_NOFOLLOW)` and opened with `openat(O_NOFOLLOW | O_NONBLOCK)` relative
+//! to that parent. A symlink anywhere is refused; FIFOs, sockets and devices are never read
+//! (and, barring a race, never even opened), and never listed.
+//!
+//! The operations are synchronous and blocking; the server runs them on a blocking thread.
+//! Each returns the `data` object of a successful result, whose compact JSON serialization
+//! never exceeds the caller's `budget`, or a typed [`AdapterError`] whose message is a short
+//! fixed string (no content, query, user path or absolute path).
+//!
+//! Mutations (`fs.write`, `fs.edit`) hold a process-wide lock keyed by (root, path) from the
+//! first look at the target to the rename, write a temp file with an unpredictable name in
+//! the same directory, fsync it, pass the [`Cancel`] commit point, `renameat` it over the
+//! target and fsync the directory.
+
+mod budget;
+mod cancel;
+mod list;
+mod lock;
+mod read;
+mod resolve;
+mod search;
+mod time;
+mod write;
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use serde_json::Value;
+
+use crate::contract::{AdapterCode, AdapterError, ToolPath};
+
+pub use cancel::Cancel;
+
+/// Default `maxEntries` of `fs.list` (SPEC §5.3).
+pub const DEFAULT_MAX_ENTRIES: u64 = 1000;
+/// Default `maxResults` of `fs.search` (SPEC §5.3).
+pub const DEFAULT_MAX_RESULTS: u64 = 1000;
+/// Largest `maxEntries` / `maxResults` (SPEC §5.2).
+pub const MAX_ITEMS: u64 = 10_000;
+/// Largest `maxBytes` of `fs.read`, also its default (SPEC §5.2).
+pub const MAX_READ_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest line, in characters, returned whole as a search match `text` (SPEC §5.3).
+pub const MAX_MATCH_TEXT_CHARS: usize = 4096;
+/// Largest file `fs.edit` loads into memory; a larger one is refused with
+/// `invalid_request` (the result of an edit is rewritten whole).
+pub const MAX_EDIT_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How paths are resolved beneath the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveMode {
+    /// `openat2` when the kernel offers it, else the component-wise walk.
+    Auto,
+    /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`; opening a
+    /// root in this mode fails where `openat2` is unavailable.
+    Openat2,
+    /// A component-wise `openat(O_NOFOLLOW | O_DIRECTORY)` walk from the root descriptor
+    /// (the fallback for kernels before 5.6 or seccomp filters that refuse `openat2`).
+    Walk,
+}
+
+/// The session root: one directory descriptor every operation resolves beneath.
+pub struct Root {
+    /// `O_RDONLY | O_DIRECTORY` descriptor of the canonical root.
+    fd: OwnedFd,
+    /// The effective resolution mode (never [`ResolveMode::Auto`]).
+    mode: ResolveMode,
+    /// Device and inode of the root, identifying it in the process-wide write locks.
+    id: (u64, u64),
+}
+
+impl std::fmt::Debug for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The root's location is operator configuration, not something to print by accident.
+        f.debug_struct("Root").field("mode", &self.mode).finish_non_exhaustive()
+    }
+}
+
+impl Root {
+    /// Open the operator-given root directory: canonicalize it once (resolving any symlink
+    /// in the operator's own path), open it as a directory and keep the descriptor. Every
+    /// later operation resolves beneath this descriptor only.
+    pub fn open(dir: &Path) -> io::Result<Root> {
+        Self::open_with(dir, ResolveMode::Auto)
+    }
+
+    /// [`Root::open`] with an explicit resolution mode (tests force [`ResolveMode::Walk`] to
+    /// exercise the fallback; an operator may too, e.g. under a seccomp filter).
+    pub fn open_with(dir: &Path, mode: ResolveMode) -> io::Result<Root> {
+        let canonical = std::fs::canonicalize(dir)?;
+        let fd = rustix::fs::open(
+            &canonical,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let id = resolve::identity(&rustix::fs::fstat(&fd)?);
+        let mode = match mode {
+            ResolveMode::Walk => ResolveMode::Walk,
+            ResolveMode::Auto | ResolveMode::Openat2 => match probe_openat2(&fd) {
+                Ok(()) => ResolveMode::Openat2,
+                Err(_) if mode == ResolveMode::Auto => ResolveMode::Walk,
+                Err(e) => return Err(io::Error::new(io::ErrorKind::Unsupported, e)),
+            },
+        };
+        Ok(Root { fd, mode, id })
+    }
+
+    /// The effective resolution mode: [`ResolveMode::Openat2`] or [`ResolveMode::Walk`].
+    pub fn resolve_mode(&self) -> ResolveMode {
+        self.mode
+    }
+
+    /// `fs.list`: the regular files and directories directly inside `path`, sorted bytewise
+    /// by name, at most `max_entries` (default 1000) and at most `budget` bytes of data.
+    pub fn list(
+        &self,
+        path: &ToolPath,
+        max_entries: Option<u64>,
+        budget: usize,
+        cancel: &Cancel,
+    ) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        list::list(self, path, max_entries, budget, cancel)
+    }
+
+    /// `fs.stat`: `type`, `size` (0 for a directory) and `modifiedAt` of a regular file or
+    /// directory.
+    pub fn stat(&self, path: &ToolPath, budget: usize, cancel: &Cancel) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        let (_, st) = self.lookup(path)?;
+        let kind = resolve::classify(&st, path.trailing_slash, resolve::Want::Any)?;
+        let mut data = serde_json::Map::new();
+        data.insert("type".into(), kind.as_str().into());
+        let size = if kind == resolve::Kind::File { resolve::size_of(&st) } else { 0 };
+        data.insert("size".into(), size.into());
+        if let Some(t) = time::modified_at(&st) {
+            data.insert("modifiedAt".into(), t.into());
+        }
+        let data = Value::Object(data);
+        budget::ensure_fits(&data, budget)?;
+        Ok(data)
+    }
+
+    /// `fs.read`: the UTF-8 text of the byte window `[offset, offset + maxBytes)` (defaults
+    /// 0 and 4 MiB), shortened to end on a character boundary and to fit `budget`.
+    pub fn read(
+        &self,
+        path: &ToolPath,
+        offset: Option<u64>,
+        max_bytes: Option<u64>,
+        budget: usize,
+        cancel: &Cancel,
+    ) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        read::read(self, path, offset, max_bytes, budget)
+    }
+
+    /// `fs.search`: every non-overlapping occurrence of the literal `query` in the file at
+    /// `path`, or in the files beneath the directory at `path` in bytewise path order, at
+    /// most `max_results` (default 1000) and at most `budget` bytes of data.
+    pub fn search(
+        &self,
+        path: &ToolPath,
+        query: &str,
+        max_results: Option<u64>,
+        budget: usize,
+        cancel: &Cancel,
+    ) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        search::search(self, path, query, max_results, budget, cancel)
+    }
+
+    /// `fs.write`: atomically replace or create the file at `path` with `content`
+    /// (`create` and `overwrite` default to true; `expected_digest` guards the version).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &self,
+        path: &ToolPath,
+        content: &str,
+        create: Option<bool>,
+        overwrite: Option<bool>,
+        expected_digest: Option<&str>,
+        budget: usize,
+        cancel: &Cancel,
+    ) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        let opts = write::WriteOptions {
+            create: create.unwrap_or(true),
+            overwrite: overwrite.unwrap_or(true),
+            expected_digest,
+        };
+        write::write(self, path, content, opts, budget, cancel)
+    }
+
+    /// `fs.edit`: apply `(oldText, newText)` replacements in order, each `oldText` occurring
+    /// exactly once in the result of the previous edit, then atomically replace the file.
+    pub fn edit(
+        &self,
+        path: &ToolPath,
+        edits: &[(String, String)],
+        expected_digest: Option<&str>,
+        budget: usize,
+        cancel: &Cancel,
+    ) -> Result<Value, AdapterError> {
+        check_running(cancel)?;
+        write::edit(self, path, edits, expected_digest, budget, cancel)
+    }
+}
+
+/// Whether `openat2` with the confinement flags works on this kernel and under this
+/// process's seccomp policy.
+fn probe_openat2(root: &OwnedFd) -> rustix::io::Result<()> {
+    rustix::fs::openat2(
+        root,
+        ".",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map(drop)
+}
+
+/// The error an operation returns once it has been cancelled (the caller discards it).
+fn cancelled() -> AdapterError {
+    AdapterError::new(AdapterCode::IoError, "operation cancelled")
+}
+
+/// Refuse to start an operation that was cancelled before it ran.
+fn check_running(cancel: &Cancel) -> Result<(), AdapterError> {
+    if cancel.is_cancelled() {
+        Err(cancelled())
+    } else {
+        Ok(())
+    }
+}

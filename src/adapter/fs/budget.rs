@@ -1,0 +1,165 @@
+//! The response budget: the compact JSON serialization of a result's `data` must not exceed
+//! the caller's byte budget (SPEC §4.5 "never send a line over `maxResponseBytes`").
+
+use serde_json::{Map, Value};
+
+use crate::contract::{AdapterCode, AdapterError};
+
+/// The refusal when not even one entry, match or character fits.
+pub(super) fn too_large() -> AdapterError {
+    AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response size limit")
+}
+
+/// Compact JSON length of `v`.
+pub(super) fn json_len(v: &Value) -> usize {
+    // Serializing a `Value` cannot fail (its keys are strings).
+    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
+}
+
+/// Refuse `data` unless it fits `budget`.
+pub(super) fn ensure_fits(data: &Value, budget: usize) -> Result<(), AdapterError> {
+    if json_len(data) <= budget {
+        Ok(())
+    } else {
+        Err(too_large())
+    }
+}
+
+/// Length of `c` once escaped inside a JSON string by `serde_json` (compact form).
+pub(super) fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{08}' | '\t' | '\n' | '\u{0c}' | '\r' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// A bounded array result (`fs.list` entries, `fs.search` matches): at most `limit` items,
+/// and `{"<key>": [...], "truncated": b}` at most `budget` bytes.
+pub(super) struct Bounded {
+    key: &'static str,
+    items: Vec<Value>,
+    /// Sum of the items' lengths plus the commas between them.
+    items_len: usize,
+    limit: usize,
+    budget: usize,
+    truncated: bool,
+}
+
+impl Bounded {
+    /// An empty collection.
+    pub(super) fn new(key: &'static str, limit: usize, budget: usize) -> Self {
+        Self { key, items: Vec::new(), items_len: 0, limit, budget, truncated: false }
+    }
+
+    fn base_len(&self, truncated: bool) -> usize {
+        let mut m = Map::new();
+        m.insert(self.key.into(), Value::Array(Vec::new()));
+        m.insert("truncated".into(), truncated.into());
+        json_len(&Value::Object(m))
+    }
+
+    /// Whether more items are still wanted.
+    pub(super) fn wants_more(&self) -> bool {
+        !self.truncated
+    }
+
+    /// How many more items can still be accepted under `limit`.
+    pub(super) fn remaining(&self) -> usize {
+        self.limit - self.items.len()
+    }
+
+    /// Offer the next item in order. Returns `false` (and marks the result truncated) when it
+    /// is cut by the limit or the budget; no later item is accepted after that.
+    pub(super) fn push(&mut self, item: Value) -> bool {
+        if self.truncated {
+            return false;
+        }
+        if self.items.len() >= self.limit {
+            self.truncated = true;
+            return false;
+        }
+        let len = json_len(&item) + usize::from(!self.items.is_empty());
+        // `truncated:true` is the shorter form; the final check in `finish` settles the rest.
+        if self.base_len(true).saturating_add(self.items_len).saturating_add(len) > self.budget {
+            self.truncated = true;
+            return false;
+        }
+        self.items_len += len;
+        self.items.push(item);
+        true
+    }
+
+    /// The `data` object, or `response_too_large` when not even one item (or, with no item
+    /// at all, not even the empty result) fits.
+    pub(super) fn finish(mut self) -> Result<Value, AdapterError> {
+        while self.base_len(self.truncated) + self.items_len > self.budget {
+            let Some(last) = self.items.pop() else { break };
+            self.items_len -= json_len(&last) + usize::from(!self.items.is_empty());
+            self.truncated = true;
+        }
+        let total = self.base_len(self.truncated) + self.items_len;
+        if total > self.budget || (self.items.is_empty() && self.truncated) {
+            return Err(too_large());
+        }
+        let mut m = Map::new();
+        m.insert(self.key.into(), Value::Array(self.items));
+        m.insert("truncated".into(), self.truncated.into());
+        let data = Value::Object(m);
+        debug_assert_eq!(json_len(&data), total);
+        Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn escaped_lengths_match_serde_json() {
+        let mut all: Vec<char> = (0u32..0x300).filter_map(char::from_u32).collect();
+        all.extend(['\u{2028}', '\u{2029}', '\u{fffd}', '\u{1f600}', '\u{10ffff}', '\u{7f}']);
+        for c in all {
+            let s = c.to_string();
+            let got = serde_json::to_string(&s).unwrap().len() - 2;
+            assert_eq!(escaped_char_len(c), got, "{:?}", c);
+        }
+    }
+
+    #[test]
+    fn bounded_never_exceeds_the_budget() {
+        let items: Vec<Value> = (0..20).map(|i| json!({"name": "x".repeat(i), "n": i})).collect();
+        let full = json_len(&json!({"entries": items, "truncated": false}));
+        let mut prev = 0;
+        for budget in 0..full + 3 {
+            let mut b = Bounded::new("entries", 100, budget);
+            for it in &items {
+                if !b.push(it.clone()) {
+                    break;
+                }
+            }
+            match b.finish() {
+                Ok(v) => {
+                    assert!(json_len(&v) <= budget);
+                    let n = v["entries"].as_array().unwrap().len();
+                    assert!(n >= prev);
+                    prev = n;
+                    assert_eq!(v["truncated"], n < items.len());
+                }
+                Err(e) => {
+                    assert_eq!(e.code, AdapterCode::ResponseTooLarge);
+                    assert!(budget < json_len(&json!({"entries": [items[0]], "truncated": true})));
+                }
+            }
+        }
+        assert_eq!(prev, items.len());
+    }
+
+    #[test]
+    fn empty_result_fits_or_refuses() {
+        assert!(Bounded::new("matches", 10, 5).finish().is_err());
+        let v = Bounded::new("matches", 10, 100).finish().unwrap();
+        assert_eq!(v, json!({"matches": [], "truncated": false}));
+    }
+}

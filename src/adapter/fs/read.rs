@@ -1,0 +1,164 @@
+//! `fs.read` (SPEC §5.3): a UTF-8 window read with `pread`, never the whole file.
+
+use std::os::fd::OwnedFd;
+
+use rustix::buffer::spare_capacity;
+use serde_json::{json, Value};
+
+use super::budget::{self, escaped_char_len};
+use super::resolve::{self, err, io_error, Want};
+use super::{Root, MAX_READ_BYTES};
+use crate::contract::{AdapterCode, AdapterError, ToolPath};
+
+/// `pread` until `len` bytes or end of file (a shorter result means end of file). The
+/// buffer is filled in place, never zeroed first.
+pub(super) fn pread_at(fd: &OwnedFd, offset: u64, len: usize) -> Result<Vec<u8>, AdapterError> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(fd, spare_capacity(&mut buf), at) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(resolve::map_errno(e)),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+fn not_utf8() -> AdapterError {
+    err(AdapterCode::NotUtf8, "the file is not valid UTF-8 in the requested window")
+}
+
+/// Whether `b` continues a multi-byte UTF-8 sequence.
+pub(super) fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// Length of the UTF-8 sequence a lead byte announces, `None` for a byte that cannot lead.
+fn sequence_len(b: u8) -> Option<usize> {
+    match b {
+        0x00..=0x7F => Some(1),
+        0xC2..=0xDF => Some(2),
+        0xE0..=0xEF => Some(3),
+        0xF0..=0xF4 => Some(4),
+        _ => None,
+    }
+}
+
+/// Compact JSON length of `{"content":"<escaped>","bytesRead":n,"eof":b}`.
+fn data_len(escaped: usize, bytes_read: usize, eof: bool) -> usize {
+    let digits = bytes_read.checked_ilog10().map_or(1, |d| d as usize + 1);
+    r#"{"content":"","bytesRead":,"eof":}"#.len() + escaped + digits + if eof { 4 } else { 5 }
+}
+
+pub(super) fn read(
+    root: &Root,
+    path: &ToolPath,
+    offset: Option<u64>,
+    max_bytes: Option<u64>,
+    budget: usize,
+) -> Result<Value, AdapterError> {
+    let max = max_bytes.unwrap_or(MAX_READ_BYTES);
+    if !(1..=MAX_READ_BYTES).contains(&max) {
+        return Err(err(AdapterCode::InvalidRequest, "maxBytes must be 1-4194304"));
+    }
+    let offset = offset.unwrap_or(0);
+    let (fd, st, _) = root.open_existing(path, Want::File)?;
+    let size = resolve::size_of(&st);
+    if offset >= size {
+        return finish(String::new(), 0, true, budget);
+    }
+    let window = max.min(size - offset) as usize;
+    // Up to three bytes past the window tell a character cut by the window from a broken one.
+    let lookahead = (size - offset).min(window as u64 + 3) as usize;
+    let buf = pread_at(&fd, offset, lookahead)?;
+    if buf.is_empty() {
+        // The file shrank under us: the offset is now at or past its end.
+        return finish(String::new(), 0, true, budget);
+    }
+    // The end of file as this read observed it.
+    let end_of_file = if buf.len() < lookahead { offset + buf.len() as u64 } else { size };
+    let window = window.min(buf.len());
+    if is_continuation(buf[0]) {
+        return Err(offset_error(&fd, offset, &buf)?);
+    }
+    let valid = match std::str::from_utf8(&buf) {
+        Ok(_) => buf.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    if valid < window {
+        // Invalid bytes inside the window, or a character truncated by the end of file.
+        return Err(not_utf8());
+    }
+    let mut end = window;
+    if end < valid {
+        while end > 0 && is_continuation(buf[end]) {
+            end -= 1;
+        }
+    }
+    let text = std::str::from_utf8(&buf[..end]).map_err(|_| not_utf8())?;
+    // Shorten further to the longest prefix whose escaped form fits the budget. The total
+    // only grows with each character (`eof` turning true saves one byte but only on the
+    // last character, which adds at least one), so stop at the first that does not fit.
+    let mut escaped = 0;
+    let mut fits = 0;
+    for (i, c) in text.char_indices() {
+        let bytes = i + c.len_utf8();
+        escaped += escaped_char_len(c);
+        let eof = offset + bytes as u64 == end_of_file;
+        if data_len(escaped, bytes, eof) > budget {
+            break;
+        }
+        fits = bytes;
+    }
+    if fits == 0 && !text.is_empty() {
+        return Err(budget::too_large());
+    }
+    finish(text[..fits].to_string(), fits, offset + fits as u64 == end_of_file, budget)
+}
+
+fn finish(content: String, bytes_read: usize, eof: bool, budget: usize) -> Result<Value, AdapterError> {
+    let data = json!({"content": content, "bytesRead": bytes_read, "eof": eof});
+    budget::ensure_fits(&data, budget)?;
+    Ok(data)
+}
+
+/// The window starts with a continuation byte: `invalid_offset` if it lies inside a valid
+/// multi-byte character, `not_utf8` if the bytes there are not UTF-8 at all.
+fn offset_error(fd: &OwnedFd, offset: u64, window: &[u8]) -> Result<AdapterError, AdapterError> {
+    let back = offset.min(3);
+    let mut bytes = pread_at(fd, offset - back, back as usize)?;
+    if bytes.len() != back as usize {
+        return Err(io_error());
+    }
+    let before = bytes.len();
+    bytes.extend_from_slice(&window[..window.len().min(3)]);
+    for lead in (0..before).rev() {
+        let b = bytes[lead];
+        if is_continuation(b) {
+            continue;
+        }
+        let spans_offset = sequence_len(b).is_some_and(|n| lead + n > before && lead + n <= bytes.len());
+        if spans_offset && std::str::from_utf8(&bytes[lead..lead + sequence_len(b).unwrap_or(1)]).is_ok() {
+            return Ok(err(AdapterCode::InvalidOffset, "offset is inside a multi-byte character"));
+        }
+        break;
+    }
+    Ok(not_utf8())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_len_matches_serde() {
+        for (content, n, eof) in [("", 0, true), ("a\"\\\n\u{1}é", 9, false), ("x", 12345, true)] {
+            let escaped: usize = content.chars().map(escaped_char_len).sum();
+            let v = json!({"content": content, "bytesRead": n, "eof": eof});
+            assert_eq!(data_len(escaped, n, eof), budget::json_len(&v));
+        }
+    }
+}

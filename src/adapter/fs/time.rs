@@ -1,0 +1,72 @@
+//! `modifiedAt` timestamps: `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC (SPEC §5.2).
+
+use rustix::fs::Stat;
+
+/// The modification time of `st`, or `None` when its year is outside 0000–9999 (the field
+/// is optional, so an unrepresentable time is omitted rather than invented).
+pub(super) fn modified_at(st: &Stat) -> Option<String> {
+    #[allow(clippy::useless_conversion)] // the field types differ between architectures
+    let (secs, nsec) = (i64::from(st.st_mtime), u64::from(st.st_mtime_nsec));
+    format_utc(secs, nsec)
+}
+
+/// Format seconds since the Unix epoch plus nanoseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`
+/// (milliseconds, as JavaScript's `toISOString` does).
+pub(super) fn format_utc(secs: i64, nsec: u64) -> Option<String> {
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    if !(0..=9999).contains(&y) {
+        return None;
+    }
+    let (hh, mm, ss) = (sod / 3600, sod % 3600 / 60, sod % 60);
+    let ms = nsec.min(999_999_999) / 1_000_000;
+    Some(format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{ms:03}Z"))
+}
+
+/// Proleptic Gregorian (year, month, day) of a day count from 1970-01-01
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11]
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::text::is_timestamp;
+
+    #[test]
+    fn known_instants() {
+        assert_eq!(format_utc(0, 0).unwrap(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(951_782_400, 5_000_000).unwrap(), "2000-02-29T00:00:00.005Z");
+        assert_eq!(format_utc(1_709_251_199, 999_999_999).unwrap(), "2024-02-29T23:59:59.999Z");
+        assert_eq!(format_utc(-1, 0).unwrap(), "1969-12-31T23:59:59.000Z");
+        assert_eq!(format_utc(253_402_300_799, 0).unwrap(), "9999-12-31T23:59:59.000Z");
+        assert_eq!(format_utc(253_402_300_800, 0), None);
+        assert_eq!(format_utc(-62_167_219_200, 0).unwrap(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(format_utc(-62_167_219_201, 0), None);
+    }
+
+    #[test]
+    fn every_day_round_trips_and_matches_the_contract() {
+        // Walk day by day over four centuries and check the calendar is contiguous.
+        let (mut py, mut pm, mut pd) = civil_from_days(-1);
+        for day in 0..146_097 {
+            let (y, m, d) = civil_from_days(day);
+            let next_day = (y, m, d) == (py, pm, pd + 1);
+            let next_month = d == 1 && ((y == py && m == pm + 1) || (y == py + 1 && m == 1 && pm == 12));
+            assert!(next_day || next_month, "{py}-{pm}-{pd} -> {y}-{m}-{d}");
+            (py, pm, pd) = (y, m, d);
+        }
+        assert!(is_timestamp(&format_utc(1_700_000_000, 123_456_789).unwrap()));
+    }
+}

@@ -1,0 +1,247 @@
+//! Provisioning: the grants file and minting (SPEC §4.5). The file maps the SHA-256 of each
+//! capability handle to a root, a binding identity, the operations allowed and the limit
+//! ceilings. It holds no handle: the handle exists only in the descriptor printed by
+//! `pi-conform grant`, which the operator hands to the daemon.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::session::{handle_digest, Grant};
+use crate::contract::descriptor::{admit_descriptor, Limits, LIMITS};
+use crate::contract::types::tool_adapter::ToolOperation;
+
+/// Why the grants file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantsError {
+    /// I/O failure.
+    #[error("grants file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Not owner-only, or not ours.
+    #[error("grants file {path} must be a regular file owned by uid {uid} with mode 0600 (found mode {mode:o}, owner {owner})")]
+    Insecure {
+        /// The file.
+        path: PathBuf,
+        /// Our uid.
+        uid: u32,
+        /// Its mode bits.
+        mode: u32,
+        /// Its owner.
+        owner: u32,
+    },
+    /// Not the expected JSON.
+    #[error("grants file {path}: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A grant request that cannot be honoured.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One grant as stored.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoredGrant {
+    /// Lowercase hex SHA-256 of the handle.
+    pub handle_sha256: String,
+    /// Absolute root directory.
+    pub root: PathBuf,
+    /// Host incarnation.
+    pub host_instance_id: String,
+    /// Session.
+    pub session_id: String,
+    /// Generation.
+    pub generation: u64,
+    /// Operations allowed.
+    pub operations: Vec<String>,
+    /// Limit ceilings (the seven keys).
+    pub limits: serde_json::Map<String, Value>,
+}
+
+/// The file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsFile {
+    /// Format version, 1.
+    pub version: u32,
+    /// The grants.
+    pub grants: Vec<StoredGrant>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GrantsError + '_ {
+    move |source| GrantsError::Io { path: path.to_path_buf(), source }
+}
+
+/// Read the grants file, refusing it unless it is a regular file owned by us with mode 0600.
+pub fn load(path: &Path) -> Result<Vec<Grant>, GrantsError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(io(path))?;
+    let meta = file.metadata().map_err(io(path))?;
+    let uid = rustix::process::geteuid().as_raw();
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_file() || meta.uid() != uid || mode != 0o600 {
+        return Err(GrantsError::Insecure { path: path.to_path_buf(), uid, mode, owner: meta.uid() });
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut &file, &mut text).map_err(io(path))?;
+    let parsed: GrantsFile = serde_json::from_str(&text)
+        .map_err(|e| GrantsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    parsed
+        .grants
+        .iter()
+        .map(|g| to_grant(g).map_err(|m| GrantsError::Format { path: path.to_path_buf(), message: m }))
+        .collect()
+}
+
+fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
+    let digest = hex::decode(&g.handle_sha256)
+        .ok()
+        .and_then(|d| <[u8; 32]>::try_from(d).ok())
+        .ok_or("handleSha256 must be 64 hex characters")?;
+    let operations = g
+        .operations
+        .iter()
+        .map(|o| o.parse::<ToolOperation>().map_err(|_| "unknown operation".to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut vals = [0u64; 7];
+    for (i, (k, _, _)) in LIMITS.iter().enumerate() {
+        vals[i] = g.limits.get(*k).and_then(Value::as_u64).ok_or_else(|| format!("limits.{k} missing"))?;
+    }
+    if !g.root.is_absolute() {
+        return Err("root must be absolute".into());
+    }
+    Ok(Grant {
+        handle_sha256: digest,
+        root: g.root.clone(),
+        host_instance_id: g.host_instance_id.clone(),
+        session_id: g.session_id.clone(),
+        generation: g.generation,
+        operations,
+        ceilings: Limits::from_values(vals),
+    })
+}
+
+/// A request to mint one grant.
+#[derive(Clone, Debug)]
+pub struct GrantRequest {
+    /// Adapter socket path (goes into the descriptor).
+    pub socket: PathBuf,
+    /// Root directory.
+    pub root: PathBuf,
+    /// Host incarnation.
+    pub host_instance_id: String,
+    /// Session.
+    pub session_id: String,
+    /// Generation.
+    pub generation: u64,
+    /// Operations, in descriptor order.
+    pub operations: Vec<ToolOperation>,
+    /// Limits (also the grant's ceilings).
+    pub limits: Limits,
+    /// adapterId.
+    pub adapter_id: String,
+    /// adapterVersion.
+    pub adapter_version: String,
+}
+
+/// A fresh 256-bit handle, base64url without padding (43 characters).
+pub fn mint_handle() -> Result<String, GrantsError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| GrantsError::Invalid(format!("no randomness: {e}")))?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Mint a handle, add the grant to the file atomically (creating it 0600 if absent), and
+/// return the descriptor JSON (the only place the handle is ever written out).
+pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsError> {
+    let root = std::fs::canonicalize(&req.root).map_err(io(&req.root))?;
+    if !root.is_dir() {
+        return Err(GrantsError::Invalid("root must be a directory".into()));
+    }
+    let socket = if req.socket.is_absolute() {
+        req.socket.clone()
+    } else {
+        std::env::current_dir().map_err(io(&req.socket))?.join(&req.socket)
+    };
+    let handle = mint_handle()?;
+    let ops: Vec<Value> = req.operations.iter().map(|o| Value::String(o.to_string())).collect();
+    let descriptor = json!({
+        "protocolVersion": "1.0",
+        "adapterId": req.adapter_id,
+        "adapterVersion": req.adapter_version,
+        "endpoint": {"transport": "unix", "path": socket.to_string_lossy()},
+        "binding": {
+            "hostInstanceId": req.host_instance_id,
+            "sessionId": req.session_id,
+            "generation": req.generation,
+            "capabilityHandle": handle,
+        },
+        "operations": ops,
+        "limits": req.limits.to_json(),
+    });
+    // The descriptor must be one a daemon admits (checks 1-7 and 9-11).
+    admit_descriptor(&descriptor, None)
+        .map_err(|e| GrantsError::Invalid(format!("the descriptor would be refused: {e}")))?;
+    let mut file = match std::fs::symlink_metadata(grants_path) {
+        Ok(_) => {
+            load(grants_path)?;
+            let text = std::fs::read_to_string(grants_path).map_err(io(grants_path))?;
+            serde_json::from_str::<GrantsFile>(&text)
+                .map_err(|e| GrantsError::Format { path: grants_path.to_path_buf(), message: e.to_string() })?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => GrantsFile { version: 1, grants: vec![] },
+        Err(e) => return Err(io(grants_path)(e)),
+    };
+    let limits = match req.limits.to_json() {
+        Value::Object(m) => m,
+        _ => unreachable!("limits serialize to an object"),
+    };
+    file.grants.push(StoredGrant {
+        handle_sha256: hex::encode(handle_digest(&handle)),
+        root,
+        host_instance_id: req.host_instance_id.clone(),
+        session_id: req.session_id.clone(),
+        generation: req.generation,
+        operations: req.operations.iter().map(|o| o.to_string()).collect(),
+        limits,
+    });
+    write_atomic(grants_path, &serde_json::to_vec_pretty(&file).unwrap_or_default())?;
+    Ok(descriptor)
+}
+
+/// Write `bytes` to `path` atomically and durably, mode 0600: temp file in the same
+/// directory, fsync, rename, fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| GrantsError::Invalid("grants path has no file name".into()))?;
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| GrantsError::Invalid(format!("no randomness: {e}")))?;
+    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), hex::encode(suffix)));
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(io(&tmp))?;
+    let res = (|| {
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res.map_err(io(path))
+}

@@ -1,0 +1,211 @@
+//! The adapter's idempotency cache (SPEC §4.5): at most `maxIdempotencyKeys` keys, each kept
+//! `idempotencyTtlMs` after its outcome, with a fingerprint of (operation, canonical payload).
+//! Pure state; time is passed in.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::contract::types::tool_adapter::ToolOperation;
+use crate::contract::AdapterError;
+
+/// SHA-256 of the operation and the payload with object keys sorted (so key order, which is
+/// not significant in JSON, does not change the fingerprint).
+pub fn fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
+    fn canonical(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, k) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend(serde_json::to_vec(k).unwrap_or_default());
+                    out.push(b':');
+                    canonical(&m[*k], out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(a) => {
+                out.push(b'[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    canonical(x, out);
+                }
+                out.push(b']');
+            }
+            other => out.extend(serde_json::to_vec(other).unwrap_or_default()),
+        }
+    }
+    let mut buf = op.to_string().into_bytes();
+    buf.push(0);
+    canonical(payload, &mut buf);
+    Sha256::digest(&buf).into()
+}
+
+/// What a key is doing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyState {
+    /// The first request with this key is queued or running.
+    InFlight {
+        /// Its request id.
+        primary: String,
+    },
+    /// Its outcome, kept for replay.
+    Done {
+        /// The data or the error.
+        outcome: Result<Value, AdapterError>,
+        /// When it finished.
+        at: Instant,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    fingerprint: [u8; 32],
+    state: KeyState,
+    seq: u64,
+}
+
+/// What to do with an incoming request's key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    /// Unknown (or expired) key: now recorded as in flight under this request.
+    New,
+    /// Same key, another fingerprint.
+    Conflict,
+    /// Same key and fingerprint, still running: wait for this primary.
+    Wait(String),
+    /// Same key and fingerprint, finished: replay this outcome.
+    Replay(Result<Value, AdapterError>),
+    /// No room: every retained key is in flight.
+    Full,
+}
+
+/// The cache.
+#[derive(Debug)]
+pub struct IdempotencyCache {
+    capacity: usize,
+    ttl: Duration,
+    entries: HashMap<String, Entry>,
+    seq: u64,
+}
+
+impl IdempotencyCache {
+    /// A cache for `capacity` keys kept `ttl` after completion.
+    pub fn new(capacity: usize, ttl: Duration) -> Self {
+        Self { capacity: capacity.max(1), ttl, entries: HashMap::new(), seq: 0 }
+    }
+
+    /// Number of retained keys.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no key is retained.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let ttl = self.ttl;
+        self.entries.retain(|_, e| match &e.state {
+            KeyState::Done { at, .. } => now.saturating_duration_since(*at) < ttl,
+            KeyState::InFlight { .. } => true,
+        });
+    }
+
+    /// Look a key up for request `request_id`, recording it when new.
+    pub fn begin(&mut self, now: Instant, key: &str, fp: [u8; 32], request_id: &str) -> Lookup {
+        self.expire(now);
+        if let Some(e) = self.entries.get(key) {
+            if e.fingerprint != fp {
+                return Lookup::Conflict;
+            }
+            return match &e.state {
+                KeyState::InFlight { primary } => Lookup::Wait(primary.clone()),
+                KeyState::Done { outcome, .. } => Lookup::Replay(outcome.clone()),
+            };
+        }
+        if self.entries.len() >= self.capacity {
+            let oldest_done = self
+                .entries
+                .iter()
+                .filter(|(_, e)| matches!(e.state, KeyState::Done { .. }))
+                .min_by_key(|(_, e)| e.seq)
+                .map(|(k, _)| k.clone());
+            match oldest_done {
+                Some(k) => {
+                    self.entries.remove(&k);
+                }
+                None => return Lookup::Full,
+            }
+        }
+        self.seq += 1;
+        let state = KeyState::InFlight { primary: request_id.to_string() };
+        self.entries.insert(key.to_string(), Entry { fingerprint: fp, state, seq: self.seq });
+        Lookup::New
+    }
+
+    /// Record the outcome of the primary of `key`. Retryable errors are forgotten (a retry
+    /// must run again); so is anything when `keep` is false.
+    pub fn finish(&mut self, now: Instant, key: &str, outcome: Result<Value, AdapterError>, keep: bool) {
+        let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
+        if !keep || retryable {
+            self.entries.remove(key);
+            return;
+        }
+        if let Some(e) = self.entries.get_mut(key) {
+            e.state = KeyState::Done { outcome, at: now };
+        }
+    }
+
+    /// Forget a key (its primary was aborted before producing a result).
+    pub fn forget(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn conflict_wait_replay_expire_and_capacity() {
+        let t0 = Instant::now();
+        let mut c = IdempotencyCache::new(2, Duration::from_secs(10));
+        let fa = fingerprint(ToolOperation::FsWrite, &json!({"path": "a", "content": "x"}));
+        let fa2 = fingerprint(ToolOperation::FsWrite, &json!({"content": "x", "path": "a"}));
+        assert_eq!(fa, fa2, "key order does not matter");
+        let fb = fingerprint(ToolOperation::FsWrite, &json!({"path": "a", "content": "y"}));
+        assert_eq!(c.begin(t0, "k1", fa, "r1"), Lookup::New);
+        assert_eq!(c.begin(t0, "k1", fb, "r2"), Lookup::Conflict);
+        assert_eq!(c.begin(t0, "k1", fa, "r2"), Lookup::Wait("r1".into()));
+        c.finish(t0, "k1", Ok(json!({"ok": 1})), true);
+        assert_eq!(c.begin(t0, "k1", fa, "r3"), Lookup::Replay(Ok(json!({"ok": 1}))));
+        assert_eq!(c.begin(t0, "k2", fa, "r4"), Lookup::New);
+        // full of one done + one in flight: the done one is evicted for a third key
+        assert_eq!(c.begin(t0, "k3", fa, "r5"), Lookup::New);
+        assert_eq!(c.begin(t0, "k1", fb, "r6"), Lookup::Full, "k2, k3 in flight: no room");
+        c.finish(t0, "k2", Ok(json!({})), true);
+        let later = t0 + Duration::from_secs(11);
+        assert_eq!(c.begin(later, "k2", fb, "r7"), Lookup::New, "expired after the TTL");
+    }
+
+    #[test]
+    fn retryable_errors_are_not_kept() {
+        let t0 = Instant::now();
+        let mut c = IdempotencyCache::new(4, Duration::from_secs(10));
+        let f = fingerprint(ToolOperation::FsEdit, &json!({}));
+        c.begin(t0, "k", f, "r1");
+        c.finish(t0, "k", Err(AdapterError::new(crate::contract::AdapterCode::IoError, "io")), true);
+        assert_eq!(c.begin(t0, "k", f, "r2"), Lookup::New);
+    }
+}

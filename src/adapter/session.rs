@@ -1,0 +1,568 @@
+//! The adapter's session protocol as a sans-I/O state machine (SPEC §4.5): the shell feeds it
+//! lines, completions and time; it answers with lines to send, jobs to run and when to close.
+//! Every frame rule comes from `contract`; this module only keeps the state.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::fs::Cancel;
+use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
+use crate::contract::descriptor::{bound_frame, Limits};
+use crate::contract::frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition};
+use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
+use crate::contract::{AdapterCode, AdapterError};
+use crate::wire::encode_line;
+
+/// Largest first line read before a binding exists (the largest legal `maxRequestBytes`).
+pub const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
+
+/// One provisioned grant (see `adapter::grants`).
+#[derive(Clone, Debug)]
+pub struct Grant {
+    /// SHA-256 of the capability handle.
+    pub handle_sha256: [u8; 32],
+    /// The directory the binding is confined to.
+    pub root: std::path::PathBuf,
+    /// Host incarnation the grant is for.
+    pub host_instance_id: String,
+    /// Session the grant is for.
+    pub session_id: String,
+    /// Generation the grant is for.
+    pub generation: u64,
+    /// Operations a bind may ask for.
+    pub operations: Vec<ToolOperation>,
+    /// Upper bounds of the limits a bind may ask for.
+    pub ceilings: Limits,
+}
+
+/// Who this adapter is (a bind must name it).
+#[derive(Clone, Debug)]
+pub struct AdapterIdentity {
+    /// `adapterId`.
+    pub adapter_id: String,
+    /// `adapterVersion`.
+    pub adapter_version: String,
+}
+
+/// Why a bind was refused (content-free, for logs; the peer only sees the close).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindRefusal {
+    /// The line is not a well-formed `bind` (or not a bind at all).
+    Malformed,
+    /// No grant holds this handle.
+    UnknownHandle,
+    /// adapterId / adapterVersion name another adapter.
+    WrongAdapter,
+    /// Host, session or generation differ from the grant.
+    WrongIdentity,
+    /// An operation the grant does not allow.
+    OperationNotGranted,
+    /// A limit above the grant's ceiling.
+    LimitAboveCeiling,
+}
+
+impl BindRefusal {
+    /// A log-safe reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindRefusal::Malformed => "malformed_bind",
+            BindRefusal::UnknownHandle => "unknown_handle",
+            BindRefusal::WrongAdapter => "wrong_adapter",
+            BindRefusal::WrongIdentity => "wrong_identity",
+            BindRefusal::OperationNotGranted => "operation_not_granted",
+            BindRefusal::LimitAboveCeiling => "limit_above_ceiling",
+        }
+    }
+}
+
+/// SHA-256 of a handle.
+pub fn handle_digest(handle: &str) -> [u8; 32] {
+    Sha256::digest(handle.as_bytes()).into()
+}
+
+/// Judge the first line of a connection against the grants. On success: the binding, the
+/// index of its grant, and the `bound` line to send.
+pub fn handle_bind(
+    line: &[u8],
+    grants: &[Grant],
+    me: &AdapterIdentity,
+) -> Result<(Binding, usize, Vec<u8>), BindRefusal> {
+    let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
+    let digest = handle_digest(req.handle.expose());
+    // Constant time in the handle: every grant is compared, and the comparison itself is
+    // constant-time.
+    let mut found: Option<usize> = None;
+    for (i, g) in grants.iter().enumerate() {
+        if bool::from(g.handle_sha256.ct_eq(&digest)) && found.is_none() {
+            found = Some(i);
+        }
+    }
+    let i = found.ok_or(BindRefusal::UnknownHandle)?;
+    let g = &grants[i];
+    let id = &req.identity;
+    if id.adapter_id != me.adapter_id || id.adapter_version != me.adapter_version {
+        return Err(BindRefusal::WrongAdapter);
+    }
+    if id.host_instance_id != g.host_instance_id || id.session_id != g.session_id || id.generation != g.generation {
+        return Err(BindRefusal::WrongIdentity);
+    }
+    if req.operations.iter().any(|op| !g.operations.contains(op)) {
+        return Err(BindRefusal::OperationNotGranted);
+    }
+    if req.limits.values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max) {
+        return Err(BindRefusal::LimitAboveCeiling);
+    }
+    let binding =
+        Binding { identity: req.identity, handle: req.handle, operations: req.operations, limits: req.limits };
+    let bound = encode_line(&bound_frame(&binding.identity, &binding.operations_json(), &binding.limits.to_json()));
+    Ok((binding, i, bound))
+}
+
+/// A job for the shell to run (on a blocking thread) and report with
+/// [`Session::handle_done`].
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The invoke's request id.
+    pub request_id: String,
+    /// The operation.
+    pub operation: ToolOperation,
+    /// The validated payload.
+    pub payload: Value,
+    /// Bytes the compact `data` may take so the result line fits `maxResponseBytes`.
+    pub budget: usize,
+    /// Cancellation for abort.
+    pub cancel: Cancel,
+}
+
+/// Why the session closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The daemon revoked the binding (after `revoked` is sent).
+    Revoked,
+    /// A frame that cannot be attributed (SPEC §4.5) — the code is in the log line.
+    ProtocolViolation(&'static str),
+    /// End of input.
+    Eof,
+    /// Even an error result would not fit `maxResponseBytes`.
+    ResponseBudget,
+}
+
+/// What the shell must do.
+#[derive(Debug)]
+pub enum Action {
+    /// Write this line (LF included).
+    Send(Vec<u8>),
+    /// Run this job.
+    Execute(Job),
+    /// Close the connection (after writing what was queued before).
+    Close(CloseReason),
+}
+
+#[derive(Debug)]
+enum Stage {
+    Queued,
+    Running(Cancel),
+    Waiting,
+}
+
+#[derive(Debug)]
+struct Inflight {
+    key: String,
+    operation: ToolOperation,
+    payload: Value,
+    stage: Stage,
+    aborted: bool,
+}
+
+/// Counters for logs and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Invokes admitted (run, queued or waiting).
+    pub admitted: u64,
+    /// Results sent.
+    pub results: u64,
+    /// `busy` refusals.
+    pub busy: u64,
+    /// Idempotent replays.
+    pub replays: u64,
+    /// Aborts that cancelled their target.
+    pub aborted: u64,
+}
+
+/// One bound connection.
+#[derive(Debug)]
+pub struct Session {
+    binding: Binding,
+    inflight: HashMap<String, Inflight>,
+    queue: VecDeque<String>,
+    running: usize,
+    cache: IdempotencyCache,
+    finished: VecDeque<String>,
+    closed: bool,
+    counters: Counters,
+}
+
+fn is_mutating(op: ToolOperation) -> bool {
+    matches!(op, ToolOperation::FsWrite | ToolOperation::FsEdit)
+}
+
+impl Session {
+    /// A session for a binding accepted by [`handle_bind`].
+    pub fn new(binding: Binding) -> Self {
+        let l = binding.limits;
+        Self {
+            cache: IdempotencyCache::new(l.max_idempotency_keys as usize, Duration::from_millis(l.idempotency_ttl_ms)),
+            binding,
+            inflight: HashMap::new(),
+            queue: VecDeque::new(),
+            running: 0,
+            finished: VecDeque::new(),
+            closed: false,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The binding.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Requests executing now.
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Longest line the daemon may send, LF excluded.
+    pub fn max_line(&self) -> usize {
+        self.binding.limits.max_request_bytes as usize - 1
+    }
+
+    fn close(&mut self, reason: CloseReason) -> Vec<Action> {
+        self.closed = true;
+        for f in self.inflight.values() {
+            if let Stage::Running(c) = &f.stage {
+                c.cancel();
+            }
+        }
+        self.inflight.clear();
+        self.queue.clear();
+        vec![Action::Close(reason)]
+    }
+
+    /// A framing error on the input (oversize line): close.
+    pub fn handle_line_error(&mut self) -> Vec<Action> {
+        self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid"))
+    }
+
+    /// End of input: revocation (SPEC §4.5).
+    pub fn handle_eof(&mut self) -> Vec<Action> {
+        if self.closed {
+            return vec![];
+        }
+        self.close(CloseReason::Eof)
+    }
+
+    /// One line from the daemon (LF excluded).
+    pub fn handle_line(&mut self, now: Instant, line: &[u8]) -> Vec<Action> {
+        if self.closed {
+            return vec![];
+        }
+        let frame = match parse_adapter_frame(line, &self.binding, Direction::ToAdapter) {
+            Ok(f) => f,
+            Err(e) => {
+                if e.disposition == Disposition::Reply {
+                    if let Some(a) = &e.attribution {
+                        if self.inflight.contains_key(&a.request_id) {
+                            return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
+                        }
+                        let err = AdapterError::new(
+                            AdapterCode::from_wire(e.error.code.as_str()).unwrap_or(AdapterCode::InvalidRequest),
+                            e.error.message.clone(),
+                        );
+                        return self.send_result(&a.request_id, &a.idempotency_key, a.operation, Err(err));
+                    }
+                }
+                return self.close(CloseReason::ProtocolViolation(e.error.code.as_str()));
+            }
+        };
+        match frame {
+            AdapterFrame::BindFrame(_) => self.close(CloseReason::ProtocolViolation("second_bind")),
+            AdapterFrame::RevokeFrame(_) => {
+                let mut out = vec![Action::Send(encode_line(&self.binding.identity.frame("revoked", [])))];
+                out.extend(self.close(CloseReason::Revoked));
+                out
+            }
+            AdapterFrame::AbortFrame(a) => {
+                self.handle_abort(now, a.request_id.to_string(), a.target_request_id.to_string())
+            }
+            _ => {
+                let v: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+                let request_id = v["requestId"].as_str().unwrap_or_default().to_string();
+                let key = v["idempotencyKey"].as_str().unwrap_or_default().to_string();
+                let Some(op) = v["operation"].as_str().and_then(|s| s.parse::<ToolOperation>().ok()) else {
+                    return self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid"));
+                };
+                self.handle_invoke(now, request_id, key, op, v["payload"].clone())
+            }
+        }
+    }
+
+    fn handle_invoke(
+        &mut self,
+        now: Instant,
+        request_id: String,
+        key: String,
+        op: ToolOperation,
+        payload: Value,
+    ) -> Vec<Action> {
+        if self.inflight.contains_key(&request_id) {
+            return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
+        }
+        let fp = fingerprint(op, &payload);
+        let lookup = self.cache.begin(now, &key, fp, &request_id);
+        let is_new = lookup == Lookup::New;
+        let waiting = match lookup {
+            Lookup::Conflict => {
+                let e =
+                    AdapterError::new(AdapterCode::IdempotencyConflict, "idempotency key reused with another payload");
+                return self.send_result(&request_id, &key, op, Err(e));
+            }
+            Lookup::Full => {
+                self.counters.busy += 1;
+                let e = AdapterError::new(AdapterCode::Busy, "idempotency key capacity reached");
+                return self.send_result(&request_id, &key, op, Err(e));
+            }
+            Lookup::Replay(outcome) if is_mutating(op) => {
+                self.counters.replays += 1;
+                return self.send_result(&request_id, &key, op, outcome);
+            }
+            Lookup::Wait(_) if is_mutating(op) => true,
+            // A read-only operation simply runs again.
+            Lookup::Replay(_) | Lookup::Wait(_) | Lookup::New => false,
+        };
+        let l = self.binding.limits;
+        if !waiting
+            && self.running >= l.max_concurrent_requests as usize
+            && self.queue.len() >= l.max_queued_requests as usize
+        {
+            self.counters.busy += 1;
+            if is_new {
+                // The key was recorded for this request just now: a refusal leaves no trace.
+                self.cache.forget(&key);
+            }
+            let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
+            return self.send_result(&request_id, &key, op, Err(e));
+        }
+        self.counters.admitted += 1;
+        let stage = if waiting { Stage::Waiting } else { Stage::Queued };
+        self.inflight.insert(request_id.clone(), Inflight { key, operation: op, payload, stage, aborted: false });
+        if waiting {
+            return vec![];
+        }
+        self.queue.push_back(request_id);
+        self.pump()
+    }
+
+    /// Start queued requests while slots are free.
+    fn pump(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        while self.running < self.binding.limits.max_concurrent_requests as usize {
+            let Some(id) = self.queue.pop_front() else { break };
+            let budget = self.data_budget(&id);
+            let Some(f) = self.inflight.get_mut(&id) else { continue };
+            let cancel = Cancel::new();
+            f.stage = Stage::Running(cancel.clone());
+            self.running += 1;
+            out.push(Action::Execute(Job {
+                request_id: id,
+                operation: f.operation,
+                payload: f.payload.clone(),
+                budget,
+                cancel,
+            }));
+        }
+        out
+    }
+
+    /// Bytes left for `data` in a result line for this request.
+    fn data_budget(&self, request_id: &str) -> usize {
+        let Some(f) = self.inflight.get(request_id) else { return 0 };
+        let shell = self.result_frame(request_id, &f.key, f.operation, Ok(json!({})));
+        let overhead = crate::wire::encoded_len(&shell).saturating_sub(2);
+        (self.binding.limits.max_response_bytes as usize).saturating_sub(overhead)
+    }
+
+    fn result_frame(
+        &self,
+        request_id: &str,
+        key: &str,
+        op: ToolOperation,
+        outcome: Result<Value, AdapterError>,
+    ) -> Value {
+        let mut extra = vec![
+            ("requestId", Value::from(request_id)),
+            ("idempotencyKey", Value::from(key)),
+            ("operation", Value::from(op.to_string())),
+        ];
+        match outcome {
+            Ok(data) => {
+                extra.push(("ok", Value::Bool(true)));
+                extra.push(("data", data));
+            }
+            Err(e) => {
+                extra.push(("ok", Value::Bool(false)));
+                extra.push(("error", e.body()));
+            }
+        }
+        self.binding.identity.frame("result", extra)
+    }
+
+    /// Build, police and send a result: never the handle, never over the budget.
+    fn send_result(
+        &mut self,
+        request_id: &str,
+        key: &str,
+        op: ToolOperation,
+        outcome: Result<Value, AdapterError>,
+    ) -> Vec<Action> {
+        let mut line = encode_line(&self.result_frame(request_id, key, op, outcome));
+        if self.binding.handle.occurs_in(&line) {
+            let e =
+                AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
+            line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
+        }
+        if line.len() as u64 > self.binding.limits.max_response_bytes {
+            let e = AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit maxResponseBytes");
+            line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
+            if line.len() as u64 > self.binding.limits.max_response_bytes || self.binding.handle.occurs_in(&line) {
+                return self.close(CloseReason::ResponseBudget);
+            }
+        }
+        self.counters.results += 1;
+        self.finished.push_back(request_id.to_string());
+        while self.finished.len() > self.binding.limits.max_idempotency_keys as usize {
+            self.finished.pop_front();
+        }
+        vec![Action::Send(line)]
+    }
+
+    /// A job finished.
+    pub fn handle_done(&mut self, now: Instant, request_id: &str, outcome: Result<Value, AdapterError>) -> Vec<Action> {
+        if self.closed {
+            return vec![];
+        }
+        let Some(f) = self.inflight.remove(request_id) else { return vec![] };
+        if matches!(f.stage, Stage::Running(_)) {
+            self.running = self.running.saturating_sub(1);
+        }
+        let mut out = Vec::new();
+        if f.aborted {
+            // aborted:true was sent: the result is never sent. A waiter takes over the key.
+            self.cache.forget(&f.key);
+            out.extend(self.promote_waiter(now, &f.key));
+        } else {
+            let keep = is_mutating(f.operation);
+            self.cache.finish(now, &f.key, outcome.clone(), keep);
+            out.extend(self.send_result(request_id, &f.key, f.operation, outcome.clone()));
+            let waiters: Vec<String> = self
+                .inflight
+                .iter()
+                .filter(|(_, w)| w.key == f.key && matches!(w.stage, Stage::Waiting))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for w in waiters {
+                if let Some(wf) = self.inflight.remove(&w) {
+                    if outcome.as_ref().err().is_some_and(|e| e.code.retryable()) {
+                        // Nothing was kept: the waiter runs for itself.
+                        self.inflight.insert(w.clone(), Inflight { stage: Stage::Queued, ..wf });
+                        self.queue.push_back(w);
+                        continue;
+                    }
+                    self.counters.replays += 1;
+                    out.extend(self.send_result(&w, &wf.key, wf.operation, outcome.clone()));
+                }
+            }
+        }
+        out.extend(self.pump());
+        out
+    }
+
+    fn promote_waiter(&mut self, now: Instant, key: &str) -> Vec<Action> {
+        let next = self
+            .inflight
+            .iter()
+            .find(|(_, w)| w.key == key && matches!(w.stage, Stage::Waiting))
+            .map(|(id, _)| id.clone());
+        if let Some(id) = next {
+            if let Some(f) = self.inflight.get_mut(&id) {
+                f.stage = Stage::Queued;
+            }
+            let fp = self.inflight.get(&id).map(|f| fingerprint(f.operation, &f.payload));
+            if let Some(fp) = fp {
+                let _ = self.cache.begin(now, key, fp, &id);
+            }
+            self.queue.push_back(id);
+        }
+        vec![]
+    }
+
+    fn aborted_frame(&self, request_id: &str, target: &str, aborted: bool, error: Option<AdapterError>) -> Vec<u8> {
+        let mut extra = vec![
+            ("requestId", Value::from(request_id)),
+            ("targetRequestId", Value::from(target)),
+            ("aborted", Value::Bool(aborted)),
+        ];
+        if let Some(e) = error {
+            extra.push(("error", e.body()));
+        }
+        encode_line(&self.binding.identity.frame("aborted", extra))
+    }
+
+    fn handle_abort(&mut self, now: Instant, request_id: String, target: String) -> Vec<Action> {
+        let Some(f) = self.inflight.get_mut(&target) else {
+            if self.finished.contains(&target) {
+                return vec![Action::Send(self.aborted_frame(&request_id, &target, false, None))];
+            }
+            let e = AdapterError::new(AdapterCode::UnknownRequest, "no such request in flight");
+            return vec![Action::Send(self.aborted_frame(&request_id, &target, false, Some(e)))];
+        };
+        let (cancelled, running) = match &f.stage {
+            Stage::Running(c) => (c.cancel(), true),
+            Stage::Queued | Stage::Waiting => (true, false),
+        };
+        if !cancelled {
+            // Past its commit point: its result follows.
+            return vec![Action::Send(self.aborted_frame(&request_id, &target, false, None))];
+        }
+        if running {
+            f.aborted = true; // handle_done drops its outcome
+        }
+        self.counters.aborted += 1;
+        let mut out = vec![Action::Send(self.aborted_frame(&request_id, &target, true, None))];
+        if !running {
+            if let Some(f) = self.inflight.remove(&target) {
+                if matches!(f.stage, Stage::Queued) {
+                    self.queue.retain(|q| q != &target);
+                    self.cache.forget(&f.key);
+                    out.extend(self.promote_waiter(now, &f.key));
+                    out.extend(self.pump());
+                }
+            }
+        }
+        out
+    }
+}
