@@ -10,6 +10,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod adapter;
+pub mod conform;
 pub mod contract;
 pub mod judge;
 pub mod vectors;

@@ -33,6 +33,39 @@ enum Format {
     Json,
 }
 
+/// Options shared by the runners.
+#[derive(clap::Args, Clone)]
+struct RunnerOpts {
+    /// Report format on standard output.
+    #[arg(long, value_enum, default_value = "human")]
+    format: Format,
+    /// Also write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Print the (filtered) case catalogue and exit.
+    #[arg(long)]
+    list: bool,
+    /// Only cases whose id starts with this (repeatable).
+    #[arg(long = "id", value_name = "PREFIX")]
+    ids: Vec<String>,
+    /// Only cases of this level (repeatable).
+    #[arg(long, value_enum)]
+    level: Vec<pi_conform::conform::case::Level>,
+    /// Only cases with this tag (repeatable).
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// Multiply every step's time budget (slow machines: 3).
+    #[arg(long, default_value_t = 1.0, value_name = "N")]
+    time_scale: f64,
+    /// Known failures, one case id per line (`#` comments); a listed case that passes is
+    /// reported stale.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// Show passing cases too.
+    #[arg(long)]
+    verbose: bool,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
     Text,
@@ -177,6 +210,32 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Check a tool adapter, clause by clause (the runner plays the daemon side).
+    ///
+    /// Exit codes: 0 conformant, 1 a MUST failed, 2 usage or harness error, 3 stale
+    /// baseline entry (otherwise conformant), 4 target unreachable.
+    Adapter {
+        /// The adapter's Unix socket.
+        socket: Option<PathBuf>,
+        /// The descriptor a daemon would receive for this adapter (JSON file; holds the handle).
+        #[arg(long, value_name = "FILE")]
+        descriptor: Option<PathBuf>,
+        /// The grant's root directory: the runner lays its fixture tree here. It must be empty
+        /// or hold a previous run's `.pi-conform-fixture` marker.
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        /// A directory beside the root that nothing may touch (default: `<root>.sentinel`).
+        #[arg(long, value_name = "DIR")]
+        sentinel: Option<PathBuf>,
+        #[command(flatten)]
+        run: RunnerOpts,
+    },
+    /// Start the reference adapter on a private temporary socket with a fresh grant and run
+    /// the whole adapter suite against it (no setup needed). Same exit codes as `adapter`.
+    Selftest {
+        #[command(flatten)]
+        run: RunnerOpts,
+    },
     /// List the golden vectors; with --check, verify every verdict.
     ///
     /// Exit 0 when every vector matches, 1 on any mismatch, 2 when the vectors cannot be read.
@@ -210,6 +269,10 @@ fn main() -> ExitCode {
             validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file)
         }
         Cmd::Vectors { check, dir, id, format } => vectors(check, dir, id, format),
+        Cmd::Adapter { socket, descriptor, root, sentinel, run } => {
+            adapter_runner(socket, descriptor, root, sentinel, run)
+        }
+        Cmd::Selftest { run } => selftest(run),
         Cmd::ServeAdapter { socket, grants, log_format, adapter_id, adapter_version, op_delay_ms } => {
             serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms)
         }
@@ -398,6 +461,127 @@ fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format
         writeln!(out, "vectors: {passed} passed, {failed} failed")?;
     }
     Ok(if failed == 0 { EXIT_OK } else { EXIT_INVALID })
+}
+
+fn list_cases(run: &RunnerOpts, filter: &pi_conform::conform::run::Filter) -> anyhow::Result<u8> {
+    let mut out = std::io::stdout().lock();
+    for m in pi_conform::conform::adapter::catalogue().iter().filter(|m| filter.keeps(m)) {
+        match run.format {
+            Format::Json => writeln!(out, "{}", serde_json::to_string(m)?)?,
+            Format::Human => {
+                let level = match m.level {
+                    pi_conform::conform::case::Level::Must => "MUST",
+                    pi_conform::conform::case::Level::Should => "SHOULD",
+                };
+                writeln!(
+                    out,
+                    "{:<48} {:<6} {:<14} [{}] accepts {}",
+                    m.id,
+                    level,
+                    m.clause,
+                    m.tags.join(","),
+                    m.accepted.join(" | ")
+                )?
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+fn runner_filter(run: &RunnerOpts) -> anyhow::Result<pi_conform::conform::run::Filter> {
+    if !(run.time_scale.is_finite() && run.time_scale > 0.0 && run.time_scale <= 100.0) {
+        anyhow::bail!("--time-scale must be a number in (0, 100]");
+    }
+    Ok(pi_conform::conform::run::Filter {
+        id_prefixes: run.ids.clone(),
+        levels: run.level.clone(),
+        tags: run.tags.clone(),
+    })
+}
+
+fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpts) -> anyhow::Result<u8> {
+    use pi_conform::conform::{report, run as engine};
+    let filter = runner_filter(run)?;
+    let baseline = match &run.baseline {
+        Some(p) => Some(engine::Baseline::parse(
+            &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read baseline {}: {e}", p.display()))?,
+        )),
+        None => None,
+    };
+    let catalogue = pi_conform::conform::adapter::catalogue();
+    if !catalogue.iter().any(|m| filter.keeps(m)) {
+        anyhow::bail!("no case matches the filters");
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = |i: usize, n: usize, r: &pi_conform::conform::case::CaseResult| {
+        if tty {
+            eprint!("\r\x1b[2K[{i}/{n}] {} {}", r.status.as_str(), r.id);
+            if i == n {
+                eprintln!();
+            }
+        }
+    };
+    let rep = match engine::run_adapter(target, &catalogue, &filter, baseline.as_ref(), progress) {
+        Ok(r) => r,
+        Err(engine::RunError::Unreachable(m)) => {
+            eprintln!("pi-conform: target unreachable: {m}");
+            return Ok(engine::EXIT_UNREACHABLE);
+        }
+        Err(e) => {
+            eprintln!("pi-conform: {e}");
+            return Ok(engine::EXIT_HARNESS);
+        }
+    };
+    match run.format {
+        Format::Human => print!("{}", report::human(&rep, run.verbose)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(&rep))?),
+    }
+    if let Some(path) = &run.junit {
+        let xml = report::junit(&rep).map_err(|e| anyhow::anyhow!("cannot render JUnit: {e}"))?;
+        std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(rep.exit_code())
+}
+
+fn adapter_runner(
+    socket: Option<PathBuf>,
+    descriptor: Option<PathBuf>,
+    root: Option<PathBuf>,
+    sentinel: Option<PathBuf>,
+    run: RunnerOpts,
+) -> anyhow::Result<u8> {
+    let filter = runner_filter(&run)?;
+    if run.list {
+        return list_cases(&run, &filter);
+    }
+    let socket = socket.ok_or_else(|| anyhow::anyhow!("give the adapter's socket (or --list)"))?;
+    let dpath = descriptor.ok_or_else(|| anyhow::anyhow!("--descriptor FILE is required"))?;
+    let root = root.ok_or_else(|| anyhow::anyhow!("--root DIR is required"))?;
+    let text = std::fs::read(&dpath).map_err(|e| anyhow::anyhow!("cannot read descriptor {}: {e}", dpath.display()))?;
+    let value =
+        pi_conform::wire::decode_strict(&text).map_err(|e| anyhow::anyhow!("descriptor {}: {e}", dpath.display()))?;
+    let root = std::fs::canonicalize(&root).map_err(|e| anyhow::anyhow!("root {}: {e}", root.display()))?;
+    let sentinel = sentinel.unwrap_or_else(|| {
+        let mut name = root.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".sentinel");
+        root.with_file_name(name)
+    });
+    let target = pi_conform::conform::adapter::Target::new(&socket, value, &root, &sentinel, run.time_scale)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    run_and_report(&target, &run)
+}
+
+fn selftest(run: RunnerOpts) -> anyhow::Result<u8> {
+    let filter = runner_filter(&run)?;
+    if run.list {
+        return list_cases(&run, &filter);
+    }
+    let adapter = pi_conform::conform::selftest::ReferenceAdapter::start().map_err(|e| anyhow::anyhow!(e))?;
+    let target = adapter.target(run.time_scale).map_err(|e| anyhow::anyhow!(e))?;
+    if run.format == Format::Human {
+        println!("selftest: the reference adapter on a private socket in {}", adapter.dir().display());
+    }
+    run_and_report(&target, &run)
 }
 
 fn init_logs(format: LogFormat) {

@@ -1,0 +1,1212 @@
+//! The adapter cases. Each returns the observed outcome token (compared with the catalogue's
+//! accepted outcomes) and any further problems it found; the engine adds the side-effect
+//! oracle and the secret scan to every case.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::conn::Recv;
+use super::fixture::BIG_SIZE;
+use super::{data, token, Ctx};
+use crate::conform::case::Outcome;
+
+/// A case implementation.
+pub type CaseFn = fn(&mut Ctx<'_>) -> Outcome;
+
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(o) => return o,
+        }
+    };
+}
+
+fn tok(r: Result<Recv, Outcome>) -> Outcome {
+    match r {
+        Ok(r) => Outcome::token(token(&r)),
+        Err(o) => o,
+    }
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+fn read_root(c: &Ctx<'_>, p: &str) -> Vec<u8> {
+    std::fs::read(c.target.root.join(p)).unwrap_or_default()
+}
+
+/// Check one successful result's data against expected fields; returns the outcome.
+fn ok_with(r: &Recv, checks: &[(&str, Value)]) -> Outcome {
+    let Some(d) = data(r) else { return Outcome::token(token(r)) };
+    let problems = checks
+        .iter()
+        .filter(|(k, v)| d.pointer(k) != Some(v))
+        .map(|(k, v)| {
+            format!("data{k} should be {v}, got {}", d.pointer(k).map(|x| x.to_string()).unwrap_or("nothing".into()))
+        })
+        .collect();
+    Outcome::with("result:ok", problems)
+}
+
+// ---------------------------------------------------------------- bind
+
+fn bind_echo_exact(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    conn.send(&c.bind_frame());
+    let r = conn.recv();
+    match r.frame() {
+        Some(v) if v["kind"] == "bound" => {
+            let want = c.expected_bound();
+            let mut problems = Vec::new();
+            for k in ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"] {
+                if v[k] != want[k] {
+                    problems.push(format!("bound.{k} is {} but the bind said {}", v[k], want[k]));
+                }
+            }
+            if v["operations"] != want["operations"] {
+                problems.push("bound.operations differ from the bind's (order is significant)".into());
+            }
+            if v["limits"] != want["limits"] {
+                problems.push("bound.limits differ from the bind's".into());
+            }
+            if v.as_object().is_some_and(|m| m.len() != want.as_object().map_or(0, |w| w.len())) {
+                problems.push("bound has keys the echo does not allow".into());
+            }
+            Outcome::with("bound", problems)
+        }
+        _ => Outcome::token(token(&r)),
+    }
+}
+
+fn bind_bound_without_handle(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    conn.send(&c.bind_frame());
+    let r = conn.recv();
+    match r.frame() {
+        Some(v) if v["kind"] == "bound" => {
+            let leaked = v.get("capabilityHandle").is_some() || v.to_string().contains(c.target.handle());
+            Outcome::token(if leaked { "bound-with-handle" } else { "bound" })
+        }
+        _ => Outcome::token(token(&r)),
+    }
+}
+
+fn bind_narrower(c: &mut Ctx<'_>) -> Outcome {
+    let mut b = c.bind_frame();
+    let ops: Vec<Value> = b["operations"].as_array().cloned().unwrap_or_default().into_iter().rev().collect();
+    b["operations"] = Value::Array(ops);
+    let l = &mut b["limits"];
+    if let Some(n) = l["maxConcurrentRequests"].as_u64().filter(|n| *n > 1) {
+        l["maxConcurrentRequests"] = json!(n - 1);
+    }
+    if let Some(n) = l["requestTimeoutMs"].as_u64().filter(|n| *n > 100) {
+        l["requestTimeoutMs"] = json!(n - 1);
+    }
+    match c.bind_with(&b) {
+        Ok(_) => Outcome::token("bound"),
+        Err(o) => o,
+    }
+}
+
+fn refused_bind(c: &mut Ctx<'_>, mutate: impl FnOnce(&mut Value)) -> Outcome {
+    let mut b = c.bind_frame();
+    mutate(&mut b);
+    let mut conn = tryo!(c.connect());
+    conn.send(&b);
+    let r = conn.expect_close(c.step());
+    Outcome::token(token(&r))
+}
+
+fn bind_wrong_handle(c: &mut Ctx<'_>) -> Outcome {
+    let other: String = c.target.handle().chars().rev().collect::<String>();
+    let other = if other == c.target.handle() { "Z".repeat(other.len()) } else { other };
+    refused_bind(c, |b| b["capabilityHandle"] = json!(other))
+}
+fn bind_wrong_host(c: &mut Ctx<'_>) -> Outcome {
+    refused_bind(c, |b| b["hostInstanceId"] = json!(format!("{}-other", b["hostInstanceId"].as_str().unwrap_or(""))))
+}
+fn bind_wrong_session(c: &mut Ctx<'_>) -> Outcome {
+    refused_bind(c, |b| b["sessionId"] = json!(format!("{}-other", b["sessionId"].as_str().unwrap_or(""))))
+}
+fn bind_wrong_generation(c: &mut Ctx<'_>) -> Outcome {
+    refused_bind(c, |b| b["generation"] = json!(b["generation"].as_u64().unwrap_or(0) + 1))
+}
+fn bind_wrong_adapter(c: &mut Ctx<'_>) -> Outcome {
+    refused_bind(c, |b| b["adapterId"] = json!(format!("{}-other", b["adapterId"].as_str().unwrap_or("x"))))
+}
+fn bind_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
+    let cur = c.target.admitted.limits.max_concurrent_requests;
+    if cur >= 64 {
+        return Outcome::Skip("maxConcurrentRequests is already at its maximum".into());
+    }
+    refused_bind(c, |b| b["limits"]["maxConcurrentRequests"] = json!(cur + 1))
+}
+fn bind_operation_outside_grant(c: &mut Ctx<'_>) -> Outcome {
+    let granted = c.target.admitted.operations.len();
+    if granted == 6 {
+        return Outcome::Skip("the descriptor grants all six operations".into());
+    }
+    let all = crate::contract::descriptor::OPERATIONS;
+    let missing = all
+        .iter()
+        .find(|o| !c.target.admitted.operations.iter().any(|g| g.to_string() == **o))
+        .copied()
+        .unwrap_or("fs.write");
+    refused_bind(c, |b| {
+        if let Some(a) = b["operations"].as_array_mut() {
+            a.push(json!(missing))
+        }
+    })
+}
+fn bind_unknown_key(c: &mut Ctx<'_>) -> Outcome {
+    refused_bind(c, |b| b["environment"] = json!({"PATH": "/bin"}))
+}
+fn bind_frame_before_bind(c: &mut Ctx<'_>) -> Outcome {
+    let f = c.invoke("r-1", "k-1", "fs.stat", json!({"path": "hello.txt"}));
+    let mut conn = tryo!(c.connect());
+    conn.send(&f);
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+fn bind_garbage_first(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    conn.send_raw(b"{\"kind\":\"bind\",\n");
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+fn bind_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
+    let b = c.bind_frame();
+    let text = serde_json::to_string(&b).unwrap_or_default();
+    let dup = format!("{},\"sessionId\":\"other\"}}\n", text.trim_end_matches('}'));
+    let mut conn = tryo!(c.connect());
+    conn.send_raw(dup.as_bytes());
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+fn bind_second_bind(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.send(&c.bind_frame());
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+// ---------------------------------------------------------------- invoke hygiene
+
+fn closes_after(c: &mut Ctx<'_>, f: Value) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.send(&f);
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+fn invoke_unknown_frame_key(c: &mut Ctx<'_>) -> Outcome {
+    let mut f = c.invoke("r-1", "k-1", "fs.write", json!({"path": "x.txt", "content": "x"}));
+    f["token"] = json!("smuggled");
+    closes_after(c, f)
+}
+fn invoke_wrong_generation(c: &mut Ctx<'_>) -> Outcome {
+    let mut f = c.invoke("r-1", "k-1", "fs.write", json!({"path": "x.txt", "content": "x"}));
+    f["generation"] = json!(c.target.admitted.identity.generation + 1);
+    closes_after(c, f)
+}
+fn invoke_wrong_adapter_version(c: &mut Ctx<'_>) -> Outcome {
+    let mut f = c.invoke("r-1", "k-1", "fs.stat", json!({"path": "hello.txt"}));
+    f["adapterVersion"] = json!("99.0.0");
+    closes_after(c, f)
+}
+fn invoke_bad_request_id(c: &mut Ctx<'_>) -> Outcome {
+    let f = c.invoke("-starts-with-dash", "k-1", "fs.stat", json!({"path": "hello.txt"}));
+    closes_after(c, f)
+}
+fn invoke_bad_idempotency_key(c: &mut Ctx<'_>) -> Outcome {
+    let f = c.invoke("r-1", &"k".repeat(513), "fs.stat", json!({"path": "hello.txt"}));
+    closes_after(c, f)
+}
+fn invoke_unknown_operation(c: &mut Ctx<'_>) -> Outcome {
+    let f = c.invoke("r-1", "k-1", "fs.delete", json!({"path": "hello.txt"}));
+    closes_after(c, f)
+}
+fn invoke_handle_in_payload(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    let f = c.invoke("r-1", "k-1", "fs.search", json!({"path": ".", "query": h}));
+    closes_after(c, f)
+}
+fn invoke_unknown_payload_key(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "x.txt", "content": "x", "mode": 511})))
+}
+fn invoke_payload_wrong_type(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "hello.txt", "maxBytes": "10"})))
+}
+fn invoke_ungranted_operation(c: &mut Ctx<'_>) -> Outcome {
+    let mut b = c.bind_frame();
+    let ops: Vec<Value> =
+        c.target.admitted.operations.iter().map(|o| json!(o.to_string())).filter(|o| o != "fs.write").collect();
+    if ops.is_empty() {
+        return Outcome::Skip("the descriptor grants only fs.write".into());
+    }
+    b["operations"] = Value::Array(ops);
+    let mut conn = tryo!(c.bind_with(&b));
+    let r = c.call(&mut conn, "fs.write", json!({"path": "x.txt", "content": "x"}));
+    Outcome::token(token(&r))
+}
+fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
+    let max = c.target.admitted.limits.max_request_bytes as usize;
+    let f = c.invoke("r-1", "k-1", "fs.write", json!({"path": "x.txt", "content": "y".repeat(max)}));
+    closes_after(c, f)
+}
+
+// ---------------------------------------------------------------- paths
+
+fn bad_path(c: &mut Ctx<'_>, path: &str) -> Outcome {
+    c.allow(&[]);
+    tok(c.one("fs.write", json!({"path": path, "content": "escape"})))
+}
+fn path_empty(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "")
+}
+fn path_absolute(c: &mut Ctx<'_>) -> Outcome {
+    let p = c.fixture.sentinel.join("written.txt").to_string_lossy().into_owned();
+    bad_path(c, &p)
+}
+fn path_backslash(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "dir\\x.txt")
+}
+fn path_control(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "dir/x\u{1}.txt")
+}
+fn path_dotdot(c: &mut Ctx<'_>) -> Outcome {
+    let name = c.fixture.sentinel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    bad_path(c, &format!("../{name}/written.txt"))
+}
+fn path_dotdot_inner(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "dir/../x.txt")
+}
+fn path_double_slash(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "dir//x.txt")
+}
+fn path_dot_prefix(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "./x.txt")
+}
+fn path_dot_segment(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, "dir/./x.txt")
+}
+fn path_dot_suffix(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.list", json!({"path": "dir/."})))
+}
+fn path_long_component(c: &mut Ctx<'_>) -> Outcome {
+    bad_path(c, &"n".repeat(256))
+}
+fn path_dot_slash_root(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.list", json!({"path": "./"})))
+}
+fn path_trailing_slash_dir(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.list", json!({"path": "dir/"})));
+    let names: Vec<&str> = data(&r)
+        .and_then(|d| d["entries"].as_array())
+        .map(|a| a.iter().filter_map(|e| e["name"].as_str()).collect())
+        .unwrap_or_default();
+    let problems = if data(&r).is_some() && names != ["a.txt", "b.txt", "sub"] {
+        vec![format!("dir/ lists {names:?}")]
+    } else {
+        vec![]
+    };
+    Outcome::with(token(&r), problems)
+}
+fn path_trailing_slash_file(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.stat", json!({"path": "hello.txt/"})))
+}
+
+// ---------------------------------------------------------------- fs.list
+
+fn list_entries(r: &Recv) -> Vec<Value> {
+    data(r).and_then(|d| d["entries"].as_array().cloned()).unwrap_or_default()
+}
+fn list_sorted_bytewise(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.list", json!({"path": "sorted"})));
+    let names: Vec<String> = list_entries(&r).iter().filter_map(|e| e["name"].as_str().map(String::from)).collect();
+    let want = ["B", "Z", "_", "a", "m", "\u{e9}"];
+    let problems =
+        if data(&r).is_some() && names != want { vec![format!("order {names:?}, want {want:?}")] } else { vec![] };
+    Outcome::with(token(&r), problems)
+}
+fn list_types_and_sizes(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.list", json!({"path": "dir"})));
+    let e = list_entries(&r);
+    let mut problems = Vec::new();
+    if data(&r).is_some() {
+        let get = |n: &str| e.iter().find(|x| x["name"] == n).cloned().unwrap_or(Value::Null);
+        if get("a.txt")["type"] != "file" || get("a.txt")["size"] != 9 {
+            problems.push("a.txt should be a file of size 9".into());
+        }
+        if get("sub")["type"] != "directory" {
+            problems.push("sub should be a directory".into());
+        }
+        if data(&r).is_some_and(|d| d["truncated"] != false) {
+            problems.push("truncated should be false".into());
+        }
+    }
+    Outcome::with(token(&r), problems)
+}
+fn list_omits_symlinks(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.list", json!({"path": "links"})));
+    let n = list_entries(&r).len();
+    Outcome::with(
+        token(&r),
+        if data(&r).is_some() && n != 0 { vec![format!("{n} symlink entries listed")] } else { vec![] },
+    )
+}
+fn list_omits_special(c: &mut Ctx<'_>) -> Outcome {
+    if !c.fixture.fifo {
+        return Outcome::Skip("no FIFO could be made in the root".into());
+    }
+    let r = tryo!(c.one("fs.list", json!({"path": "special"})));
+    let n = list_entries(&r).len();
+    Outcome::with(
+        token(&r),
+        if data(&r).is_some() && n != 0 { vec![format!("{n} FIFO/device entries listed")] } else { vec![] },
+    )
+}
+fn list_max_entries(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.list", json!({"path": "sorted", "maxEntries": 2})));
+    ok_with(&r, &[("/truncated", json!(true)), ("/entries/0/name", json!("B")), ("/entries/1/name", json!("Z"))])
+        .and_len(&r, "/entries", 2)
+}
+fn list_not_a_directory(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.list", json!({"path": "hello.txt"})))
+}
+fn list_not_found(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.list", json!({"path": "missing"})))
+}
+
+trait AndLen {
+    fn and_len(self, r: &Recv, ptr: &str, n: usize) -> Outcome;
+}
+impl AndLen for Outcome {
+    fn and_len(self, r: &Recv, ptr: &str, n: usize) -> Outcome {
+        match self {
+            Outcome::Observed { token, mut problems } => {
+                if let Some(a) = data(r).and_then(|d| d.pointer(ptr)).and_then(Value::as_array) {
+                    if a.len() != n {
+                        problems.push(format!("data{ptr} has {} items, want {n}", a.len()));
+                    }
+                }
+                Outcome::Observed { token, problems }
+            }
+            o => o,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fs.stat
+
+fn stat_file(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.stat", json!({"path": "hello.txt"})));
+    ok_with(&r, &[("/type", json!("file")), ("/size", json!(12))])
+}
+fn stat_directory(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.stat", json!({"path": "dir"})));
+    ok_with(&r, &[("/type", json!("directory")), ("/size", json!(0))])
+}
+fn stat_root(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.stat", json!({"path": "."})));
+    ok_with(&r, &[("/type", json!("directory"))])
+}
+fn stat_symlink(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.stat", json!({"path": "links/in.txt"})))
+}
+fn stat_fifo(c: &mut Ctx<'_>) -> Outcome {
+    if !c.fixture.fifo {
+        return Outcome::Skip("no FIFO could be made in the root".into());
+    }
+    tok(c.one("fs.stat", json!({"path": "special/fifo"})))
+}
+fn stat_device(c: &mut Ctx<'_>) -> Outcome {
+    if !c.fixture.device {
+        return Outcome::Skip("no character device could be made (needs CAP_MKNOD)".into());
+    }
+    tok(c.one("fs.stat", json!({"path": "special/null"})))
+}
+fn stat_not_found(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.stat", json!({"path": "dir/missing.txt"})))
+}
+
+// ---------------------------------------------------------------- fs.read
+
+fn read_whole(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "hello.txt"})));
+    ok_with(&r, &[("/content", json!("hello world\n")), ("/bytesRead", json!(12)), ("/eof", json!(true))])
+}
+fn read_window(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "hello.txt", "offset": 6, "maxBytes": 5})));
+    ok_with(&r, &[("/content", json!("world")), ("/bytesRead", json!(5)), ("/eof", json!(false))])
+}
+fn read_past_end(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "hello.txt", "offset": 100})));
+    ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(true))])
+}
+fn read_mid_char_offset(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "utf8.txt", "offset": 2})))
+}
+fn read_window_ends_mid_char(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "utf8.txt", "offset": 0, "maxBytes": 5})));
+    ok_with(&r, &[("/content", json!("a\u{e9}")), ("/bytesRead", json!(3)), ("/eof", json!(false))])
+}
+fn read_tiny_window(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "utf8.txt", "offset": 6, "maxBytes": 3})));
+    ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(false))])
+}
+fn read_not_utf8(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "latin1.txt"})))
+}
+fn read_large_file(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.read", json!({"path": "big.txt"})));
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    let content = d["content"].as_str().unwrap_or("");
+    let n = d["bytesRead"].as_u64().unwrap_or(0) as usize;
+    let big = read_root(c, "big.txt");
+    let mut problems = Vec::new();
+    if n == 0 || n != content.len() || big.get(..n) != Some(content.as_bytes()) {
+        problems.push("content is not the file's first bytesRead bytes".into());
+    }
+    if (n == BIG_SIZE) != (d["eof"] == true) {
+        problems.push("eof must be offset + bytesRead == size".into());
+    }
+    Outcome::with("result:ok", problems)
+}
+fn read_continues(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut offset = 0u64;
+    let mut got = Vec::new();
+    for _ in 0..64 {
+        let r = c.call(&mut conn, "fs.read", json!({"path": "utf8.txt", "offset": offset, "maxBytes": 4}));
+        let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+        got.extend_from_slice(d["content"].as_str().unwrap_or("").as_bytes());
+        offset += d["bytesRead"].as_u64().unwrap_or(0);
+        if d["eof"] == true {
+            break;
+        }
+    }
+    let problems = if got != read_root(c, "utf8.txt") {
+        vec!["offset + bytesRead does not continue the file".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with("result:ok", problems)
+}
+fn read_directory(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "dir"})))
+}
+fn read_fifo(c: &mut Ctx<'_>) -> Outcome {
+    if !c.fixture.fifo {
+        return Outcome::Skip("no FIFO could be made in the root".into());
+    }
+    tok(c.one("fs.read", json!({"path": "special/fifo"})))
+}
+fn read_symlink(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "links/out.txt"})))
+}
+
+// ---------------------------------------------------------------- fs.search
+
+fn matches(r: &Recv) -> Vec<Value> {
+    data(r).and_then(|d| d["matches"].as_array().cloned()).unwrap_or_default()
+}
+fn search_literal_order(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "dir", "query": "needle"})));
+    let got: Vec<(String, u64, u64)> = matches(&r)
+        .iter()
+        .map(|m| {
+            (
+                m["path"].as_str().unwrap_or("").into(),
+                m["line"].as_u64().unwrap_or(0),
+                m["column"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want = vec![("dir/a.txt".to_string(), 1, 3), ("dir/sub/c.txt".to_string(), 1, 1)];
+    let problems =
+        if data(&r).is_some() && got != want { vec![format!("matches {got:?}, want {want:?}")] } else { vec![] };
+    Outcome::with(token(&r), problems)
+}
+fn search_columns_unicode(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "uni.txt", "query": "needle"})));
+    ok_with(
+        &r,
+        &[("/matches/0/column", json!(4)), ("/matches/0/line", json!(1)), ("/matches/0/path", json!("uni.txt"))],
+    )
+}
+fn search_non_overlapping(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "overlap.txt", "query": "aa"})));
+    ok_with(&r, &[("/matches/0/column", json!(1)), ("/matches/1/column", json!(3))]).and_len(&r, "/matches", 2)
+}
+fn search_crlf(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "crlf.txt", "query": "needle"})));
+    ok_with(&r, &[("/matches/0/line", json!(2)), ("/matches/0/text", json!("two needle"))])
+}
+fn search_long_line_window(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "long.txt", "query": "needle"})));
+    let Some(m) = matches(&r).first().cloned() else { return Outcome::with(token(&r), vec!["no match".into()]) };
+    let text = m["text"].as_str().unwrap_or("");
+    let mut problems = Vec::new();
+    if text.chars().count() != 4096 {
+        problems.push(format!("text has {} characters, want the 4096-character window", text.chars().count()));
+    }
+    if text.find("needle") != Some(1024) {
+        problems.push("the window must start 1024 characters before the match".into());
+    }
+    if m["column"] != 6001 {
+        problems.push(format!("column {} want 6001", m["column"]));
+    }
+    Outcome::with(token(&r), problems)
+}
+fn search_skips_binary(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": ".", "query": "needle", "maxResults": 1000})));
+    let bad: Vec<String> = matches(&r)
+        .iter()
+        .filter_map(|m| m["path"].as_str())
+        .filter(|p| *p == "latin1.txt" || *p == "nul.txt")
+        .map(String::from)
+        .collect();
+    Outcome::with(
+        token(&r),
+        if bad.is_empty() { vec![] } else { vec![format!("matches in non-UTF-8/NUL files: {bad:?}")] },
+    )
+}
+fn search_direct_binary(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "latin1.txt", "query": "needle"})));
+    ok_with(&r, &[("/matches", json!([]))])
+}
+fn search_query_newline(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.search", json!({"path": ".", "query": "needle\nx"})))
+}
+fn search_max_results(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "notes.md", "query": "needle", "maxResults": 2})));
+    ok_with(&r, &[("/truncated", json!(true)), ("/matches/0/line", json!(1)), ("/matches/1/line", json!(3))])
+        .and_len(&r, "/matches", 2)
+}
+fn search_case_sensitive(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": "notes.md", "query": "NEEDLE"})));
+    ok_with(&r, &[("/matches", json!([]))])
+}
+fn search_no_symlink_follow(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one("fs.search", json!({"path": ".", "query": "SENTINEL"})));
+    ok_with(&r, &[("/matches", json!([]))])
+}
+
+// ---------------------------------------------------------------- fs.write
+
+fn write_create(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["new.txt"]);
+    let r = tryo!(c.one("fs.write", json!({"path": "new.txt", "content": "fresh €\n"})));
+    let o = ok_with(
+        &r,
+        &[("/created", json!(true)), ("/bytesWritten", json!(10)), ("/digest", json!(sha("fresh €\n".as_bytes())))],
+    );
+    on_disk(o, c, "new.txt", "fresh €\n")
+}
+fn on_disk(o: Outcome, c: &Ctx<'_>, p: &str, want: &str) -> Outcome {
+    match o {
+        Outcome::Observed { token, mut problems } if token == "result:ok" => {
+            if read_root(c, p) != want.as_bytes() {
+                problems.push(format!("{p} does not hold the written content"));
+            }
+            Outcome::Observed { token, problems }
+        }
+        o => o,
+    }
+}
+fn write_overwrite(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["hello.txt"]);
+    let r = tryo!(c.one("fs.write", json!({"path": "hello.txt", "content": "replaced"})));
+    on_disk(ok_with(&r, &[("/created", json!(false)), ("/bytesWritten", json!(8))]), c, "hello.txt", "replaced")
+}
+fn write_empty_content(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["hello.txt"]);
+    let r = tryo!(c.one("fs.write", json!({"path": "hello.txt", "content": ""})));
+    on_disk(ok_with(&r, &[("/bytesWritten", json!(0)), ("/digest", json!(sha(b"")))]), c, "hello.txt", "")
+}
+fn write_create_false(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "absent.txt", "content": "x", "create": false})))
+}
+fn write_overwrite_false(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "hello.txt", "content": "x", "overwrite": false})))
+}
+fn write_missing_parent(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "nodir/x.txt", "content": "x"})))
+}
+fn write_onto_directory(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "dir", "content": "x"})))
+}
+fn write_digest_match(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["hello.txt"]);
+    let d = sha(b"hello world\n");
+    let r = tryo!(c.one("fs.write", json!({"path": "hello.txt", "content": "v2", "expectedDigest": d})));
+    on_disk(ok_with(&r, &[("/created", json!(false))]), c, "hello.txt", "v2")
+}
+fn write_digest_mismatch(c: &mut Ctx<'_>) -> Outcome {
+    let d = sha(b"some other version");
+    tok(c.one("fs.write", json!({"path": "hello.txt", "content": "v2", "expectedDigest": d})))
+}
+fn write_digest_missing_file(c: &mut Ctx<'_>) -> Outcome {
+    let d = sha(b"hello world\n");
+    tok(c.one("fs.write", json!({"path": "absent.txt", "content": "v2", "expectedDigest": d})))
+}
+fn write_keeps_mode(c: &mut Ctx<'_>) -> Outcome {
+    use std::os::unix::fs::PermissionsExt;
+    c.allow(&["dir/b.txt"]);
+    let p = c.target.root.join("dir/b.txt");
+    let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640));
+    let r = tryo!(c.one("fs.write", json!({"path": "dir/b.txt", "content": "kept"})));
+    let mode = std::fs::metadata(&p).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+    match ok_with(&r, &[("/created", json!(false))]) {
+        Outcome::Observed { token, mut problems } => {
+            if token == "result:ok" && mode != 0o640 {
+                problems.push(format!("mode changed from 640 to {mode:o}"));
+            }
+            Outcome::Observed { token, problems }
+        }
+        o => o,
+    }
+}
+fn write_through_symlink(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "links/out.txt", "content": "overwritten"})))
+}
+fn write_through_symlink_dir(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.write", json!({"path": "links/outdir/planted.txt", "content": "x"})))
+}
+
+// ---------------------------------------------------------------- fs.edit
+
+fn edit_sequential(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["edit.txt"]);
+    let edits = json!([{"oldText": "unique line", "newText": "foo once"}, {"oldText": "foo once", "newText": "done"}]);
+    let r = tryo!(c.one("fs.edit", json!({"path": "edit.txt", "edits": edits})));
+    let want = "foo bar foo\ndone\naaa\n";
+    on_disk(ok_with(&r, &[("/replacements", json!(2)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", want)
+}
+fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.edit", json!({"path": "edit.txt", "edits": [{"oldText": "absent", "newText": "x"}]})))
+}
+fn edit_ambiguous(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.edit", json!({"path": "edit.txt", "edits": [{"oldText": "foo", "newText": "x"}]})))
+}
+fn edit_overlapping(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.edit", json!({"path": "edit.txt", "edits": [{"oldText": "aa", "newText": "b"}]})))
+}
+fn edit_all_or_nothing(c: &mut Ctx<'_>) -> Outcome {
+    let edits = json!([{"oldText": "unique line", "newText": "changed"}, {"oldText": "absent", "newText": "x"}]);
+    tok(c.one("fs.edit", json!({"path": "edit.txt", "edits": edits})))
+}
+fn edit_not_utf8(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.edit", json!({"path": "latin1.txt", "edits": [{"oldText": "needle", "newText": "x"}]})))
+}
+fn edit_digest_mismatch(c: &mut Ctx<'_>) -> Outcome {
+    let edits = json!([{"oldText": "unique line", "newText": "x"}]);
+    tok(c.one("fs.edit", json!({"path": "edit.txt", "edits": edits, "expectedDigest": sha(b"other")})))
+}
+
+// ---------------------------------------------------------------- confinement
+
+fn confine_symlink_first(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "links/outdir/secret.txt"})))
+}
+fn confine_symlink_middle(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.read", json!({"path": "links/indir/a.txt"})))
+}
+fn confine_list_through_symlink(c: &mut Ctx<'_>) -> Outcome {
+    tok(c.one("fs.list", json!({"path": "links/outdir"})))
+}
+fn confine_swap_race(c: &mut Ctx<'_>) -> Outcome {
+    // A directory swapped for a symlink to the sentinel while searches and reads run: nothing
+    // of the sentinel may ever come back.
+    let root = c.target.root.clone();
+    let sentinel = c.fixture.sentinel.clone();
+    let _ = std::fs::create_dir_all(root.join("swap/d"));
+    let _ = std::fs::write(root.join("swap/d/secret.txt"), "inside");
+    c.allow(&["swap", "swap/d", "swap/d/secret.txt", "swap/d.real", "swap/d.real/secret.txt"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let swapper = std::thread::spawn(move || {
+        let d = root.join("swap/d");
+        let real = root.join("swap/d.real");
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = std::fs::rename(&d, &real);
+            let _ = std::os::unix::fs::symlink(&sentinel, &d);
+            std::thread::yield_now();
+            let _ = std::fs::remove_file(&d);
+            let _ = std::fs::rename(&real, &d);
+        }
+    });
+    let mut conn = match c.bound() {
+        Ok(x) => x,
+        Err(o) => {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = swapper.join();
+            return o;
+        }
+    };
+    let mut problems = Vec::new();
+    let mut last = String::from("result:ok");
+    for i in 0..150 {
+        let (op, payload) = if i % 2 == 0 {
+            ("fs.search", json!({"path": "swap", "query": "SENTINEL"}))
+        } else {
+            ("fs.read", json!({"path": "swap/d/secret.txt"}))
+        };
+        let r = c.call(&mut conn, op, payload);
+        if let Some(v) = r.frame() {
+            if v.to_string().contains("SENTINEL") {
+                problems.push(format!("iteration {i}: the sentinel's content came back through the swapped directory"));
+                break;
+            }
+        } else {
+            last = token(&r);
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = swapper.join();
+    Outcome::with(last, problems)
+}
+
+// ---------------------------------------------------------------- limits
+
+fn limits_response_budget(c: &mut Ctx<'_>) -> Outcome {
+    let mut b = c.bind_frame();
+    b["limits"]["maxResponseBytes"] = json!(1024);
+    let mut conn = tryo!(c.bind_with(&b));
+    let mut problems = Vec::new();
+    let mut last = String::from("result:ok");
+    for (op, payload) in [
+        ("fs.read", json!({"path": "big.txt"})),
+        ("fs.list", json!({"path": "."})),
+        ("fs.search", json!({"path": ".", "query": "line"})),
+    ] {
+        let r = c.call(&mut conn, op, payload);
+        match &r {
+            Recv::Frame(v, raw) => {
+                if raw.len() + 1 > 1024 {
+                    problems.push(format!("{op}: a {}-byte line over maxResponseBytes 1024", raw.len() + 1));
+                }
+                if v["ok"] == true && op != "fs.read" && v["data"]["truncated"] != true {
+                    problems.push(format!("{op}: cut by the budget but truncated is not true"));
+                }
+            }
+            other => {
+                last = token(other);
+                break;
+            }
+        }
+    }
+    Outcome::with(last, problems)
+}
+fn burst(c: &mut Ctx<'_>, concurrent: u64, queued: u64, n: usize) -> Result<Vec<Recv>, Outcome> {
+    let mut b = c.bind_frame();
+    b["limits"]["maxConcurrentRequests"] = json!(concurrent);
+    b["limits"]["maxQueuedRequests"] = json!(queued);
+    let mut conn = c.bind_with(&b)?;
+    let mut ids = Vec::new();
+    let mut bytes = Vec::new();
+    for _ in 0..n {
+        let (id, key) = c.ids();
+        let f = c.invoke(&id, &key, "fs.search", json!({"path": "big.txt", "query": "zzzz-not-there"}));
+        bytes.extend(serde_json::to_vec(&f).unwrap_or_default());
+        bytes.push(b'\n');
+        ids.push(id);
+    }
+    conn.send_raw(&bytes);
+    Ok(ids.iter().map(|id| conn.recv_for(id)).collect())
+}
+fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
+    let rs = tryo!(burst(c, 1, 0, 8));
+    let busy: Vec<&Value> = rs.iter().filter_map(|r| r.frame()).filter(|v| v["error"]["code"] == "busy").collect();
+    if rs.iter().any(|r| r.frame().is_none()) {
+        return Outcome::token(rs.iter().map(token).find(|t| t == "closed" || t == "timeout").unwrap_or_default());
+    }
+    let problems =
+        busy.iter().filter(|v| v["error"]["retryable"] != true).map(|_| "busy must be retryable".to_string()).collect();
+    Outcome::with(if busy.is_empty() { "no-busy" } else { "busy-seen" }, problems)
+}
+fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
+    let l = c.target.admitted.limits;
+    let n = (l.max_concurrent_requests + l.max_queued_requests).min(16) as usize;
+    let rs = tryo!(burst(c, l.max_concurrent_requests, l.max_queued_requests, n));
+    let tokens: Vec<String> = rs.iter().map(token).collect();
+    if tokens.iter().all(|t| t == "result:ok") {
+        Outcome::token("all-ok")
+    } else {
+        Outcome::token(tokens.into_iter().find(|t| t != "result:ok").unwrap_or_default())
+    }
+}
+
+// ---------------------------------------------------------------- abort
+
+fn abort_unknown(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.send(&c.frame("abort", json!({"requestId": "abort-1", "targetRequestId": "never-sent"})));
+    let r = conn.recv();
+    match r.frame() {
+        Some(v) if v["kind"] == "aborted" => {
+            let mut p = Vec::new();
+            if v["requestId"] != "abort-1" || v["targetRequestId"] != "never-sent" {
+                p.push("aborted must echo requestId and targetRequestId".into());
+            }
+            if v["aborted"] != false {
+                p.push("aborted must be false for an unknown target".into());
+            }
+            Outcome::with(format!("aborted:{}", v["error"]["code"].as_str().unwrap_or("none")), p)
+        }
+        _ => Outcome::token(token(&r)),
+    }
+}
+fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let (id, key) = c.ids();
+    conn.send(&c.invoke(&id, &key, "fs.stat", json!({"path": "hello.txt"})));
+    let r = conn.recv_for(&id);
+    if r.frame().is_none() {
+        return Outcome::token(token(&r));
+    }
+    conn.send(&c.frame("abort", json!({"requestId": "abort-2", "targetRequestId": id})));
+    let a = conn.recv();
+    match a.frame() {
+        Some(v) if v["kind"] == "aborted" => Outcome::token(if v["aborted"] == false && v.get("error").is_none() {
+            "aborted:false"
+        } else {
+            "aborted-wrong"
+        }),
+        _ => Outcome::token(token(&a)),
+    }
+}
+fn abort_in_flight(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["aborted.txt"]);
+    let mut conn = tryo!(c.bound());
+    let (id, key) = c.ids();
+    let content = "z".repeat(200_000);
+    let f = c.invoke(&id, &key, "fs.write", json!({"path": "aborted.txt", "content": content}));
+    let a = c.frame("abort", json!({"requestId": "abort-3", "targetRequestId": id}));
+    let mut bytes = serde_json::to_vec(&f).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes.extend(serde_json::to_vec(&a).unwrap_or_default());
+    bytes.push(b'\n');
+    conn.send_raw(&bytes);
+    let mut ack = None;
+    let mut result = None;
+    for _ in 0..2 {
+        let r = conn.recv_within(c.step() * 2);
+        match r.frame() {
+            Some(v) if v["kind"] == "aborted" => ack = Some(v.clone()),
+            Some(v) if v["kind"] == "result" && v["requestId"] == id => result = Some(v.clone()),
+            Some(_) => {}
+            None => break,
+        }
+        if ack.as_ref().is_some_and(|a| a["aborted"] == true) {
+            // Give a buggy adapter the chance to send the result anyway.
+            let late = conn.recv_within(c.step() / 2);
+            if let Some(v) = late.frame() {
+                if v["requestId"] == id {
+                    result = Some(v.clone());
+                }
+            }
+            break;
+        }
+        if ack.is_some() && result.is_some() {
+            break;
+        }
+    }
+    let exists = c.target.root.join("aborted.txt").exists();
+    match (ack, result) {
+        (Some(a), None) if a["aborted"] == true => Outcome::with(
+            "consistent",
+            if exists { vec!["aborted:true but the write happened".into()] } else { vec![] },
+        ),
+        (Some(a), Some(_)) if a["aborted"] == true => {
+            Outcome::with("result-after-aborted", vec!["a result was sent after aborted:true".into()])
+        }
+        (Some(a), Some(r)) if a["aborted"] == false => {
+            let p = if r["ok"] == true && !exists {
+                vec!["aborted:false and ok, but nothing was written".into()]
+            } else {
+                vec![]
+            };
+            Outcome::with("consistent", p)
+        }
+        (Some(_), None) => Outcome::token("aborted:false-without-result"),
+        (None, _) => Outcome::token("no-aborted"),
+        _ => Outcome::token("inconsistent"),
+    }
+}
+
+// ---------------------------------------------------------------- idempotency
+
+fn idem_replay_write(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["idem.txt"]);
+    let mut conn = tryo!(c.bound());
+    let payload = json!({"path": "idem.txt", "content": "first"});
+    let f1 = c.invoke("w-1", "same-key", "fs.write", payload.clone());
+    conn.send(&f1);
+    let r1 = conn.recv_for("w-1");
+    let Some(d1) = data(&r1).cloned() else { return Outcome::token(token(&r1)) };
+    let _ = std::fs::write(c.target.root.join("idem.txt"), "changed by someone else");
+    conn.send(&c.invoke("w-2", "same-key", "fs.write", payload));
+    let r2 = conn.recv_for("w-2");
+    let mut p = Vec::new();
+    if data(&r2) != Some(&d1) {
+        p.push("the replay's data differs from the first outcome".into());
+    }
+    if read_root(c, "idem.txt") != b"changed by someone else" {
+        p.push("the replay executed the write again".into());
+    }
+    Outcome::with(token(&r2), p)
+}
+fn idem_replay_edit(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["edit.txt"]);
+    let mut conn = tryo!(c.bound());
+    let payload = json!({"path": "edit.txt", "edits": [{"oldText": "unique line", "newText": "edited once"}]});
+    conn.send(&c.invoke("e-1", "edit-key", "fs.edit", payload.clone()));
+    let r1 = conn.recv_for("e-1");
+    let Some(d1) = data(&r1).cloned() else { return Outcome::token(token(&r1)) };
+    conn.send(&c.invoke("e-2", "edit-key", "fs.edit", payload));
+    let r2 = conn.recv_for("e-2");
+    let p = if data(&r2) != Some(&d1) {
+        vec!["a replayed edit must return the first outcome, not run again".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with(token(&r2), p)
+}
+fn idem_conflict(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["idem.txt"]);
+    let mut conn = tryo!(c.bound());
+    conn.send(&c.invoke("w-1", "k-conflict", "fs.write", json!({"path": "idem.txt", "content": "one"})));
+    let r1 = conn.recv_for("w-1");
+    if data(&r1).is_none() {
+        return Outcome::token(token(&r1));
+    }
+    conn.send(&c.invoke("w-2", "k-conflict", "fs.write", json!({"path": "idem.txt", "content": "two"})));
+    let r2 = conn.recv_for("w-2");
+    let p =
+        if read_root(c, "idem.txt") != b"one" { vec!["the conflicting request was executed".into()] } else { vec![] };
+    Outcome::with(token(&r2), p)
+}
+fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["dup.txt"]);
+    let mut conn = tryo!(c.bound());
+    let payload = json!({"path": "dup.txt", "content": "y".repeat(100_000)});
+    let mut bytes = Vec::new();
+    for id in ["d-1", "d-2"] {
+        bytes.extend(serde_json::to_vec(&c.invoke(id, "dup-key", "fs.write", payload.clone())).unwrap_or_default());
+        bytes.push(b'\n');
+    }
+    conn.send_raw(&bytes);
+    let r1 = conn.recv_for("d-1");
+    let r2 = conn.recv_for("d-2");
+    let (Some(a), Some(b)) = (data(&r1), data(&r2)) else {
+        return Outcome::token(if data(&r1).is_none() { token(&r1) } else { token(&r2) });
+    };
+    let p = if a != b || a["created"] != true {
+        vec!["the duplicate ran twice (results differ or created:false)".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with("result:ok", p)
+}
+
+// ---------------------------------------------------------------- revoke / EOF
+
+fn revoke_replies_and_closes(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.send(&c.frame("revoke", json!({})));
+    let r = conn.recv();
+    let want = c.frame("revoked", json!({}));
+    match r.frame() {
+        Some(v) if *v == want => {
+            let after = conn.expect_close(c.step());
+            Outcome::token(if after == Recv::Closed { "revoked-closed" } else { "revoked-open" })
+        }
+        Some(v) if v["kind"] == "revoked" => {
+            Outcome::with("revoked-closed", vec!["revoked must carry exactly the identity".into()])
+        }
+        _ => Outcome::token(token(&r)),
+    }
+}
+fn revoke_nothing_after(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut bytes = serde_json::to_vec(&c.frame("revoke", json!({}))).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes.extend(
+        serde_json::to_vec(&c.invoke("after-1", "after-k", "fs.write", json!({"path": "after.txt", "content": "x"})))
+            .unwrap_or_default(),
+    );
+    bytes.push(b'\n');
+    conn.send_raw(&bytes);
+    let mut saw_result = false;
+    loop {
+        let r = conn.recv();
+        match r.frame() {
+            Some(v) if v["kind"] == "result" => saw_result = true,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let written = c.target.root.join("after.txt").exists();
+    Outcome::token(if saw_result || written { "executed-after-revoke" } else { "nothing-after-revoke" })
+}
+fn eof_closes(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.shutdown_write();
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+// ---------------------------------------------------------------- secret hygiene
+
+fn plant_secret(c: &mut Ctx<'_>) {
+    let h = c.target.handle().to_string();
+    let _ = std::fs::create_dir_all(c.target.root.join("secret"));
+    let _ = std::fs::write(c.target.root.join("secret/grant.json"), format!("{{\"capabilityHandle\":\"{h}\"}}\n"));
+}
+fn secret_read(c: &mut Ctx<'_>) -> Outcome {
+    plant_secret(c);
+    c.allow(&["secret", "secret/grant.json"]);
+    tok(c.one("fs.read", json!({"path": "secret/grant.json"})))
+}
+fn secret_search(c: &mut Ctx<'_>) -> Outcome {
+    plant_secret(c);
+    c.allow(&["secret", "secret/grant.json"]);
+    tok(c.one("fs.search", json!({"path": "secret", "query": "capabilityHandle"})))
+}
+fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    let _ = std::fs::create_dir_all(c.target.root.join("secret"));
+    let name = format!("n-{h}");
+    if name.len() > 255 {
+        return Outcome::Skip("the handle is too long to be a file name".into());
+    }
+    let _ = std::fs::write(c.target.root.join("secret").join(&name), "x");
+    let rel = format!("secret/{name}");
+    c.allow(&["secret", &rel]);
+    tok(c.one("fs.list", json!({"path": "secret"})))
+}
+
+/// Every case implementation by id.
+pub fn registry() -> Vec<(&'static str, CaseFn)> {
+    vec![
+        ("adapter.bind.echo-exact", bind_echo_exact),
+        ("adapter.bind.bound-without-handle", bind_bound_without_handle),
+        ("adapter.bind.narrower-echo", bind_narrower),
+        ("adapter.bind.wrong-handle", bind_wrong_handle),
+        ("adapter.bind.wrong-host", bind_wrong_host),
+        ("adapter.bind.wrong-session", bind_wrong_session),
+        ("adapter.bind.wrong-generation", bind_wrong_generation),
+        ("adapter.bind.wrong-adapter", bind_wrong_adapter),
+        ("adapter.bind.limit-above-grant", bind_limit_above_grant),
+        ("adapter.bind.operation-outside-grant", bind_operation_outside_grant),
+        ("adapter.bind.unknown-key", bind_unknown_key),
+        ("adapter.bind.duplicate-key", bind_duplicate_key),
+        ("adapter.bind.frame-before-bind", bind_frame_before_bind),
+        ("adapter.bind.garbage-first-line", bind_garbage_first),
+        ("adapter.bind.second-bind", bind_second_bind),
+        ("adapter.invoke.unknown-frame-key", invoke_unknown_frame_key),
+        ("adapter.invoke.wrong-generation", invoke_wrong_generation),
+        ("adapter.invoke.wrong-adapter-version", invoke_wrong_adapter_version),
+        ("adapter.invoke.bad-request-id", invoke_bad_request_id),
+        ("adapter.invoke.bad-idempotency-key", invoke_bad_idempotency_key),
+        ("adapter.invoke.unknown-operation", invoke_unknown_operation),
+        ("adapter.invoke.handle-in-payload", invoke_handle_in_payload),
+        ("adapter.invoke.unknown-payload-key", invoke_unknown_payload_key),
+        ("adapter.invoke.payload-wrong-type", invoke_payload_wrong_type),
+        ("adapter.invoke.ungranted-operation", invoke_ungranted_operation),
+        ("adapter.invoke.oversize-line", invoke_oversize_line),
+        ("adapter.path.empty", path_empty),
+        ("adapter.path.absolute", path_absolute),
+        ("adapter.path.backslash", path_backslash),
+        ("adapter.path.control-character", path_control),
+        ("adapter.path.dotdot-escape", path_dotdot),
+        ("adapter.path.dotdot-inner", path_dotdot_inner),
+        ("adapter.path.double-slash", path_double_slash),
+        ("adapter.path.dot-prefix", path_dot_prefix),
+        ("adapter.path.dot-segment", path_dot_segment),
+        ("adapter.path.dot-suffix", path_dot_suffix),
+        ("adapter.path.long-component", path_long_component),
+        ("adapter.path.dot-slash-root", path_dot_slash_root),
+        ("adapter.path.trailing-slash-dir", path_trailing_slash_dir),
+        ("adapter.path.trailing-slash-file", path_trailing_slash_file),
+        ("adapter.list.sorted-bytewise", list_sorted_bytewise),
+        ("adapter.list.types-and-sizes", list_types_and_sizes),
+        ("adapter.list.omits-symlinks", list_omits_symlinks),
+        ("adapter.list.omits-special-files", list_omits_special),
+        ("adapter.list.max-entries", list_max_entries),
+        ("adapter.list.not-a-directory", list_not_a_directory),
+        ("adapter.list.not-found", list_not_found),
+        ("adapter.stat.file", stat_file),
+        ("adapter.stat.directory", stat_directory),
+        ("adapter.stat.root", stat_root),
+        ("adapter.stat.symlink-refused", stat_symlink),
+        ("adapter.stat.fifo-unsupported", stat_fifo),
+        ("adapter.stat.device-unsupported", stat_device),
+        ("adapter.stat.not-found", stat_not_found),
+        ("adapter.read.whole-file", read_whole),
+        ("adapter.read.window", read_window),
+        ("adapter.read.past-end", read_past_end),
+        ("adapter.read.offset-inside-character", read_mid_char_offset),
+        ("adapter.read.window-ends-inside-character", read_window_ends_mid_char),
+        ("adapter.read.window-smaller-than-character", read_tiny_window),
+        ("adapter.read.not-utf8", read_not_utf8),
+        ("adapter.read.larger-than-window", read_large_file),
+        ("adapter.read.offset-continues", read_continues),
+        ("adapter.read.directory", read_directory),
+        ("adapter.read.fifo-does-not-block", read_fifo),
+        ("adapter.read.symlink-refused", read_symlink),
+        ("adapter.search.literal-in-path-order", search_literal_order),
+        ("adapter.search.columns-in-scalar-values", search_columns_unicode),
+        ("adapter.search.non-overlapping", search_non_overlapping),
+        ("adapter.search.crlf-stripped", search_crlf),
+        ("adapter.search.long-line-window", search_long_line_window),
+        ("adapter.search.skips-binary-files", search_skips_binary),
+        ("adapter.search.named-binary-file", search_direct_binary),
+        ("adapter.search.query-with-newline", search_query_newline),
+        ("adapter.search.max-results", search_max_results),
+        ("adapter.search.case-sensitive", search_case_sensitive),
+        ("adapter.search.no-symlink-follow", search_no_symlink_follow),
+        ("adapter.write.create", write_create),
+        ("adapter.write.overwrite", write_overwrite),
+        ("adapter.write.empty-content", write_empty_content),
+        ("adapter.write.create-false", write_create_false),
+        ("adapter.write.overwrite-false", write_overwrite_false),
+        ("adapter.write.missing-parent", write_missing_parent),
+        ("adapter.write.onto-directory", write_onto_directory),
+        ("adapter.write.expected-digest-match", write_digest_match),
+        ("adapter.write.expected-digest-mismatch", write_digest_mismatch),
+        ("adapter.write.expected-digest-missing-file", write_digest_missing_file),
+        ("adapter.write.keeps-mode", write_keeps_mode),
+        ("adapter.write.symlink-target", write_through_symlink),
+        ("adapter.write.through-symlink-dir", write_through_symlink_dir),
+        ("adapter.edit.sequential", edit_sequential),
+        ("adapter.edit.not-found", edit_not_found),
+        ("adapter.edit.ambiguous", edit_ambiguous),
+        ("adapter.edit.overlapping-occurrences", edit_overlapping),
+        ("adapter.edit.all-or-nothing", edit_all_or_nothing),
+        ("adapter.edit.not-utf8", edit_not_utf8),
+        ("adapter.edit.expected-digest-mismatch", edit_digest_mismatch),
+        ("adapter.confine.symlink-first-component", confine_symlink_first),
+        ("adapter.confine.symlink-middle-component", confine_symlink_middle),
+        ("adapter.confine.list-through-symlink", confine_list_through_symlink),
+        ("adapter.confine.swap-race", confine_swap_race),
+        ("adapter.limits.response-budget", limits_response_budget),
+        ("adapter.limits.busy-beyond-queue", limits_busy),
+        ("adapter.limits.never-busy-under-limit", limits_never_busy_under_limit),
+        ("adapter.abort.unknown-target", abort_unknown),
+        ("adapter.abort.finished-target", abort_finished),
+        ("adapter.abort.in-flight", abort_in_flight),
+        ("adapter.idempotency.replay-write", idem_replay_write),
+        ("adapter.idempotency.replay-edit", idem_replay_edit),
+        ("adapter.idempotency.conflict", idem_conflict),
+        ("adapter.idempotency.in-flight-duplicate", idem_in_flight_duplicate),
+        ("adapter.revoke.replies-and-closes", revoke_replies_and_closes),
+        ("adapter.revoke.nothing-after", revoke_nothing_after),
+        ("adapter.revoke.eof-closes", eof_closes),
+        ("adapter.secret.file-content", secret_read),
+        ("adapter.secret.search-text", secret_search),
+        ("adapter.secret.entry-name", secret_list_name),
+    ]
+}

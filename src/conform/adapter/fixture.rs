@@ -1,0 +1,193 @@
+//! The fixture tree the adapter suite lays in the adapter's root, the sentinel beside it,
+//! and the side-effect oracle that snapshots both around every case.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Marker file that makes a root ours to wipe and re-lay.
+pub const MARKER: &str = ".pi-conform-fixture";
+/// Text only the sentinel holds: no adapter output may ever contain it.
+pub const SENTINEL_TEXT: &str = "SENTINEL-7f3a needle outside the root";
+
+/// Size of `big.txt` (larger than any read window a 1 MiB budget allows).
+pub const BIG_SIZE: usize = 3 * 1024 * 1024 / 2;
+
+/// Lay the fixture: the root must be empty or hold our marker (then it is wiped first).
+pub fn lay(root: &Path, sentinel: &Path) -> std::io::Result<Fixture> {
+    prepare(root)?;
+    prepare(sentinel)?;
+    let w = |p: &str, b: &[u8]| -> std::io::Result<()> {
+        let path = root.join(p);
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(path, b)
+    };
+    w(MARKER, b"pi-conform fixture: this directory is wiped and re-laid by the runner\n")?;
+    w("hello.txt", b"hello world\n")?;
+    w("notes.md", b"alpha needle beta\nsecond line\nneedle needle\n")?;
+    w("dir/a.txt", b"a needle\n")?;
+    w("dir/b.txt", b"b\n")?;
+    w("dir/sub/c.txt", b"needle in c\n")?;
+    for n in ["B", "Z", "_", "a", "\u{e9}"] {
+        w(&format!("sorted/{n}"), b"x")?;
+    }
+    std::fs::create_dir_all(root.join("sorted/m"))?;
+    w("utf8.txt", "a\u{e9}\u{20ac}\u{1f600}z\n".as_bytes())?;
+    w("uni.txt", "\u{e9}\u{20ac}\u{1f600}needle\n".as_bytes())?;
+    w("latin1.txt", b"caf\xe9 needle\n")?;
+    w("nul.txt", b"needle\x00binary\n")?;
+    w("crlf.txt", b"one\r\ntwo needle\r\n")?;
+    w("overlap.txt", b"aaaa\n")?;
+    w("edit.txt", b"foo bar foo\nunique line\naaa\n")?;
+    let mut long = "x".repeat(6000);
+    long.push_str("needle");
+    long.push_str(&"y".repeat(3994));
+    long.push('\n');
+    w("long.txt", long.as_bytes())?;
+    let mut big = Vec::with_capacity(BIG_SIZE);
+    let mut i = 0u64;
+    while big.len() < BIG_SIZE {
+        big.extend_from_slice(format!("line {i:08} of the big file\n").as_bytes());
+        i += 1;
+    }
+    big.truncate(BIG_SIZE);
+    w("big.txt", &big)?;
+    std::fs::create_dir_all(root.join("links"))?;
+    std::os::unix::fs::symlink(sentinel.join("secret.txt"), root.join("links/out.txt"))?;
+    std::os::unix::fs::symlink("../hello.txt", root.join("links/in.txt"))?;
+    std::os::unix::fs::symlink(sentinel, root.join("links/outdir"))?;
+    std::os::unix::fs::symlink("../dir", root.join("links/indir"))?;
+    std::fs::create_dir_all(root.join("special"))?;
+    let fifo = rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("special/fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .is_ok();
+    let device = rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("special/null"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(1, 3),
+    )
+    .is_ok();
+    std::fs::write(sentinel.join("secret.txt"), SENTINEL_TEXT)?;
+    std::fs::write(sentinel.join(MARKER), b"pi-conform sentinel\n")?;
+    Ok(Fixture { root: root.to_path_buf(), sentinel: sentinel.to_path_buf(), fifo, device })
+}
+
+fn prepare(dir: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir),
+        Err(e) => Err(e),
+        Ok(m) if !m.is_dir() => Err(std::io::Error::other(format!("{} is not a directory", dir.display()))),
+        Ok(_) => {
+            let entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            if !dir.join(MARKER).exists() {
+                return Err(std::io::Error::other(format!(
+                    "{} is not empty and holds no {MARKER} marker: refusing to wipe it (give an empty directory)",
+                    dir.display()
+                )));
+            }
+            for e in entries {
+                let t = e.file_type()?;
+                if t.is_dir() {
+                    std::fs::remove_dir_all(e.path())?;
+                } else {
+                    std::fs::remove_file(e.path())?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A laid fixture.
+#[derive(Clone, Debug)]
+pub struct Fixture {
+    /// The adapter's root.
+    pub root: PathBuf,
+    /// The sentinel directory beside it.
+    pub sentinel: PathBuf,
+    /// Whether the FIFO could be made.
+    pub fifo: bool,
+    /// Whether the character device could be made (needs privilege).
+    pub device: bool,
+}
+
+/// One filesystem object as the oracle sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    kind: char,
+    size: u64,
+    mode: u32,
+    digest: Option<[u8; 32]>,
+    target: Option<PathBuf>,
+}
+
+/// A snapshot: relative path → node.
+pub type Snapshot = BTreeMap<PathBuf, Node>;
+
+/// Snapshot a tree without following symlinks.
+pub fn snapshot(dir: &Path) -> Snapshot {
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Snapshot) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+        let ft = m.file_type();
+        let rel = p.strip_prefix(base).unwrap_or(&p).to_path_buf();
+        let kind = if ft.is_symlink() {
+            'l'
+        } else if ft.is_dir() {
+            'd'
+        } else if ft.is_file() {
+            'f'
+        } else {
+            's'
+        };
+        let digest = if kind == 'f' { std::fs::read(&p).ok().map(|b| Sha256::digest(&b).into()) } else { None };
+        let target = if kind == 'l' { std::fs::read_link(&p).ok() } else { None };
+        let size = if kind == 'd' { 0 } else { m.size() };
+        out.insert(rel, Node { kind, size, mode: m.permissions().mode() & 0o7777, digest, target });
+        if kind == 'd' {
+            walk(base, &p, out);
+        }
+    }
+}
+
+/// Changes between two snapshots, except under the `allowed` relative paths.
+pub fn diff(before: &Snapshot, after: &Snapshot, allowed: &[&str]) -> Vec<String> {
+    let ok = |p: &Path| allowed.iter().any(|a| p == Path::new(a));
+    let mut out = Vec::new();
+    for (p, n) in before {
+        match after.get(p) {
+            None if !ok(p) => out.push(format!("removed {}", p.display())),
+            Some(m) if m != n && !ok(p) && !(n.kind == 'd' && m.kind == 'd' && n.mode == m.mode) => {
+                out.push(format!("changed {}", p.display()))
+            }
+            _ => {}
+        }
+    }
+    for p in after.keys() {
+        if !before.contains_key(p) && !ok(p) {
+            out.push(format!("created {}", p.display()));
+        }
+    }
+    out
+}

@@ -1,0 +1,210 @@
+//! The adapter suite: the runner plays the daemon side against an adapter socket and judges
+//! it clause by clause (SPEC §4.5, §5, §7).
+
+pub mod cases;
+pub mod conn;
+pub mod fixture;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use self::conn::{Conn, Recv};
+use self::fixture::Fixture;
+use super::case::{CaseMeta, Outcome, WireLine};
+use crate::contract::descriptor::admit_descriptor;
+use crate::contract::Descriptor;
+
+/// The adapter case catalogue (`conformance/adapter-cases.json`), built in.
+pub const CATALOGUE: &str = include_str!("../../../conformance/adapter-cases.json");
+
+/// Parse the built-in catalogue.
+pub fn catalogue() -> Vec<CaseMeta> {
+    serde_json::from_str(CATALOGUE).expect("the built-in adapter catalogue is valid")
+}
+
+/// What the runner is pointed at.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The adapter's socket.
+    pub socket: PathBuf,
+    /// The descriptor a daemon would receive for it.
+    pub descriptor: Value,
+    /// The admitted descriptor.
+    pub admitted: Descriptor,
+    /// The grant's root (fixtures go here).
+    pub root: PathBuf,
+    /// A directory beside the root that nothing may touch.
+    pub sentinel: PathBuf,
+    /// One step's time budget (already scaled).
+    pub step: Duration,
+}
+
+impl Target {
+    /// Build a target, admitting the descriptor (checks 1–7, 9–11).
+    pub fn new(
+        socket: &Path,
+        descriptor: Value,
+        root: &Path,
+        sentinel: &Path,
+        time_scale: f64,
+    ) -> Result<Target, String> {
+        let admitted = admit_descriptor(&descriptor, None).map_err(|e| format!("the descriptor is refused: {e}"))?;
+        let step = Duration::from_secs_f64((2.0 * time_scale).max(0.05));
+        Ok(Target {
+            socket: socket.to_path_buf(),
+            descriptor,
+            admitted,
+            root: root.to_path_buf(),
+            sentinel: sentinel.to_path_buf(),
+            step,
+        })
+    }
+
+    /// The handle (for binding and for the secret scan only).
+    pub fn handle(&self) -> &str {
+        self.admitted.handle.expose()
+    }
+}
+
+/// Everything one case may use.
+pub struct Ctx<'a> {
+    /// The target.
+    pub target: &'a Target,
+    /// The fixture laid for this case.
+    pub fixture: &'a Fixture,
+    /// Wire transcript of this case.
+    pub transcript: Rc<RefCell<Vec<WireLine>>>,
+    /// Every byte received in this case.
+    pub received: Rc<RefCell<Vec<u8>>>,
+    /// Paths (relative to the root) this case may change.
+    pub allowed: Vec<String>,
+    seq: u64,
+}
+
+impl<'a> Ctx<'a> {
+    /// A fresh context.
+    pub fn new(target: &'a Target, fixture: &'a Fixture) -> Self {
+        Ctx { target, fixture, transcript: Rc::default(), received: Rc::default(), allowed: Vec::new(), seq: 0 }
+    }
+
+    /// One step's budget.
+    pub fn step(&self) -> Duration {
+        self.target.step
+    }
+
+    /// Declare that this case may change `paths` (relative to the root).
+    pub fn allow(&mut self, paths: &[&str]) {
+        self.allowed.extend(paths.iter().map(|p| p.to_string()));
+    }
+
+    /// A new connection.
+    pub fn connect(&mut self) -> Result<Conn, Outcome> {
+        Conn::connect(
+            &self.target.socket,
+            self.target.handle(),
+            self.step(),
+            self.transcript.clone(),
+            self.received.clone(),
+        )
+        .map_err(|e| Outcome::Error(format!("cannot connect to the adapter: {e}")))
+    }
+
+    /// The identity fields of every frame.
+    pub fn identity(&self) -> Map<String, Value> {
+        let id = &self.target.admitted.identity;
+        let mut m = Map::new();
+        m.insert("protocolVersion".into(), json!(id.protocol_version));
+        m.insert("adapterId".into(), json!(id.adapter_id));
+        m.insert("adapterVersion".into(), json!(id.adapter_version));
+        m.insert("hostInstanceId".into(), json!(id.host_instance_id));
+        m.insert("sessionId".into(), json!(id.session_id));
+        m.insert("generation".into(), json!(id.generation));
+        m
+    }
+
+    /// A frame of `kind` with the identity and `extra` fields.
+    pub fn frame(&self, kind: &str, extra: Value) -> Value {
+        let mut m = Map::new();
+        m.insert("protocolVersion".into(), json!("1.0"));
+        m.insert("kind".into(), json!(kind));
+        for (k, v) in self.identity() {
+            m.insert(k, v);
+        }
+        if let Value::Object(e) = extra {
+            m.extend(e);
+        }
+        Value::Object(m)
+    }
+
+    /// The normalized bind of the descriptor.
+    pub fn bind_frame(&self) -> Value {
+        self.target.admitted.bind_frame()
+    }
+
+    /// The exact bound the descriptor's bind must get.
+    pub fn expected_bound(&self) -> Value {
+        self.target.admitted.bound_frame()
+    }
+
+    /// Connect and bind with `bind`; the failing outcome if no exact `bound` comes back.
+    pub fn bind_with(&mut self, bind: &Value) -> Result<Conn, Outcome> {
+        let mut c = self.connect()?;
+        c.send(bind);
+        let r = c.recv();
+        let mut want = bind.clone();
+        if let Value::Object(m) = &mut want {
+            m.remove("capabilityHandle");
+            m.insert("kind".into(), json!("bound"));
+        }
+        match r.frame() {
+            Some(v) if *v == want => Ok(c),
+            Some(_) => Err(Outcome::with("bound-mismatch", vec!["bound does not echo the bind exactly".into()])),
+            None => Err(Outcome::with(format!("bind-{}", r.describe()), vec!["no bound for a valid bind".into()])),
+        }
+    }
+
+    /// Connect and bind with the descriptor.
+    pub fn bound(&mut self) -> Result<Conn, Outcome> {
+        let b = self.bind_frame();
+        self.bind_with(&b)
+    }
+
+    /// Fresh ids for an invoke.
+    pub fn ids(&mut self) -> (String, String) {
+        self.seq += 1;
+        (format!("req-{}", self.seq), format!("key-{}", self.seq))
+    }
+
+    /// An invoke frame.
+    pub fn invoke(&self, id: &str, key: &str, op: &str, payload: Value) -> Value {
+        self.frame("invoke", json!({"requestId": id, "idempotencyKey": key, "operation": op, "payload": payload}))
+    }
+
+    /// Invoke `op` on `conn` with fresh ids and wait for its result.
+    pub fn call(&mut self, conn: &mut Conn, op: &str, payload: Value) -> Recv {
+        let (id, key) = self.ids();
+        let f = self.invoke(&id, &key, op, payload);
+        conn.send(&f);
+        conn.recv_for(&id)
+    }
+
+    /// Bind, invoke once, return the result.
+    pub fn one(&mut self, op: &str, payload: Value) -> Result<Recv, Outcome> {
+        let mut c = self.bound()?;
+        Ok(self.call(&mut c, op, payload))
+    }
+}
+
+/// The token of a result: `result:ok`, `error:<code>`, `closed`, `timeout`, ….
+pub fn token(r: &Recv) -> String {
+    r.describe()
+}
+
+/// The `data` of a successful result.
+pub fn data(r: &Recv) -> Option<&Value> {
+    r.frame().filter(|v| v["ok"] == true).map(|v| &v["data"])
+}

@@ -1,0 +1,7 @@
+//! The conformance runner: the case model, the engine, the reports and the suites.
+
+pub mod adapter;
+pub mod case;
+pub mod report;
+pub mod run;
+pub mod selftest;

@@ -1,0 +1,101 @@
+//! The reference adapter started in-process on a private temporary socket with a freshly
+//! minted grant: what `pi-conform selftest` checks, and what the kill matrix breaks.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::adapter::Target;
+use crate::adapter::grants::{grant, GrantRequest};
+use crate::adapter::server::{default_identity, serve, ServeConfig};
+use crate::contract::descriptor::OPERATIONS;
+use crate::contract::Limits;
+
+/// A running in-process reference adapter.
+pub struct ReferenceAdapter {
+    dir: tempfile::TempDir,
+    /// The grant's root.
+    pub root: PathBuf,
+    /// The sentinel beside it.
+    pub sentinel: PathBuf,
+    /// The socket.
+    pub socket: PathBuf,
+    /// The descriptor minted for the grant.
+    pub descriptor: serde_json::Value,
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ReferenceAdapter {
+    /// Mint a grant and start the adapter; returns once it accepts connections.
+    pub fn start() -> Result<ReferenceAdapter, String> {
+        let dir = tempfile::Builder::new().prefix("pi-conform-selftest").tempdir().map_err(|e| e.to_string())?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+        let root = dir.path().join("root");
+        let sentinel = dir.path().join("sentinel");
+        std::fs::create_dir(&root).map_err(|e| e.to_string())?;
+        std::fs::create_dir(&sentinel).map_err(|e| e.to_string())?;
+        let socket = dir.path().join("adapter.sock");
+        let grants = dir.path().join("grants.json");
+        let id = default_identity();
+        let req = GrantRequest {
+            socket: socket.clone(),
+            root: root.clone(),
+            host_instance_id: "selftest-host".into(),
+            session_id: "selftest-session".into(),
+            generation: 1,
+            operations: OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect(),
+            limits: Limits::from_values([1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000]),
+            adapter_id: id.adapter_id.clone(),
+            adapter_version: id.adapter_version.clone(),
+        };
+        let descriptor = grant(&grants, &req).map_err(|e| e.to_string())?;
+        let cfg = ServeConfig {
+            socket: socket.clone(),
+            grants,
+            identity: id,
+            op_delay: Duration::ZERO,
+            handle_signals: false,
+        };
+        let (stop, rx) = watch::channel(false);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let thread = std::thread::spawn(move || {
+            if let Err(e) = rt.block_on(serve(cfg, Some(rx))) {
+                eprintln!("pi-conform: the reference adapter stopped: {e}");
+            }
+        });
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if t.elapsed() > Duration::from_secs(10) || thread.is_finished() {
+                return Err("the reference adapter did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, stop, thread: Some(thread) })
+    }
+
+    /// The runner's target for this adapter.
+    pub fn target(&self, time_scale: f64) -> Result<Target, String> {
+        Target::new(&self.socket, self.descriptor.clone(), &self.root, &self.sentinel, time_scale)
+    }
+
+    /// The private directory holding everything.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for ReferenceAdapter {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
