@@ -12,6 +12,8 @@
 pub mod adapter;
 pub mod conform;
 pub mod contract;
+pub mod daemon;
+pub mod fakemodel;
 pub mod judge;
 pub mod vectors;
 pub mod wire;

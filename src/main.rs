@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::contract::frame::{Binding, Direction};
 use pi_conform::contract::{admit_descriptor, PathSide};
 use pi_conform::judge::{judge_line, Context, Kind, Verdict};
@@ -64,6 +65,13 @@ struct RunnerOpts {
     /// Show passing cases too.
     #[arg(long)]
     verbose: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MatrixFormat {
+    Human,
+    Json,
+    Lines,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -152,6 +160,9 @@ enum Cmd {
         /// Test aid: delay every operation by this many ms (cancellable).
         #[arg(long, hide = true, default_value_t = 0)]
         op_delay_ms: u64,
+        /// Test aid: break one rule on purpose (repeatable; see `kill-matrix --help`).
+        #[arg(long = "fault", value_name = "NAME", hide = true)]
+        faults: Vec<Fault>,
     },
     /// Mint a capability handle, add its grant to the grants file, print the descriptor.
     ///
@@ -230,11 +241,100 @@ enum Cmd {
         #[command(flatten)]
         run: RunnerOpts,
     },
+    /// Check a daemon that claims protocol v2 with host tool adapters, clause by clause. The
+    /// runner hosts its own probe adapter on a private socket. Exit codes as for `adapter`.
+    Daemon {
+        /// The daemon's Unix socket.
+        socket: Option<PathBuf>,
+        /// Directory used as the sessions' cwd (and the probe adapter's root); created if
+        /// missing (default: a private temporary directory).
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// Prompt that makes one tool call; `{tool}` and `{args}` are replaced.
+        #[arg(long, value_name = "T", default_value = "TOOL {tool} {args}")]
+        wake_template: String,
+        /// Shell command that restarts the daemon (enables the restart cases).
+        #[arg(long, value_name = "CMD")]
+        restart_cmd: Option<String>,
+        /// `payload.model` for opens, as PROVIDER/ID (e.g. openai/pi-conform-fake).
+        #[arg(long, value_name = "PROVIDER/ID")]
+        model: Option<String>,
+        #[command(flatten)]
+        run: RunnerOpts,
+    },
     /// Start the reference adapter on a private temporary socket with a fresh grant and run
     /// the whole adapter suite against it (no setup needed). Same exit codes as `adapter`.
     Selftest {
         #[command(flatten)]
         run: RunnerOpts,
+        /// Test aid: break one rule of the reference adapter on purpose (repeatable).
+        #[arg(long = "fault", value_name = "NAME", hide = true)]
+        faults: Vec<Fault>,
+    },
+    /// Prove the adapter runner can fail: run the adapter suite against the reference
+    /// adapter once per fault switch (each breaks exactly one rule) and print which cases
+    /// each fault kills, then which faults kill each MUST clause of the catalogue.
+    ///
+    /// Exit 0 when every fault kills at least one case, every MUST clause is killed by some
+    /// fault (checked only when no --fault filter is given) and, with --expect, the matrix
+    /// equals the expected one; 1 otherwise; 2 on a usage or harness error. `--list` shows
+    /// the faults. The same switches are hidden `--fault NAME` flags of `serve-adapter` and
+    /// `selftest` (test aids: never in production).
+    KillMatrix {
+        /// Only these faults (repeatable; default: all).
+        #[arg(long = "fault", value_name = "NAME")]
+        faults: Vec<Fault>,
+        /// Output: `human`, `json`, or `lines` (the `conformance/kill-matrix.txt` format).
+        #[arg(long, value_enum, default_value = "human")]
+        format: MatrixFormat,
+        /// Compare with an expected matrix (`conformance/kill-matrix.txt`); a difference exits 1.
+        #[arg(long, value_name = "FILE")]
+        expect: Option<PathBuf>,
+        /// Multiply every step's time budget (slow machines: 3).
+        #[arg(long, default_value_t = 1.0, value_name = "N")]
+        time_scale: f64,
+        /// List the faults (name, clause, the rule each breaks) and exit.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Run the reference daemon on an owner-private Unix socket (protocol v1 and v2, host
+    /// tool adapters, durable wakes, restart quarantine). SIGTERM/SIGINT revoke every binding.
+    ServeDaemon {
+        /// Socket path (its directory must be ours with no group/other bits).
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// State directory (created 0700; catalog and wake journal).
+        #[arg(long, value_name = "DIR")]
+        state_dir: PathBuf,
+        /// Fixed hostInstanceId (default: a new one per start, as a real restart has).
+        #[arg(long, value_name = "ID")]
+        host_instance: Option<String>,
+        /// Log format on standard error.
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
+    },
+    /// Read the reference daemon's durable state offline: each session's catalog record with
+    /// its recovery condition, and the wake journal. With --reconcile, mark every
+    /// indeterminate wake as reconciled (the explicit reconciliation that restores readiness;
+    /// run it while the daemon is stopped, after checking what those wakes did).
+    DaemonState {
+        /// State directory.
+        #[arg(long, value_name = "DIR")]
+        state_dir: PathBuf,
+        /// Only this session.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Mark indeterminate wakes reconciled.
+        #[arg(long)]
+        reconcile: bool,
+    },
+    /// Run a scripted OpenAI-compatible chat model on loopback (no credentials, no network):
+    /// `TOOL <name> <json-args>` lines of the last user message become tool calls, tool results
+    /// get a summary. Prints `listening on http://ADDR`; serves until SIGINT/SIGTERM.
+    FakeModel {
+        /// Loopback address to listen on (port 0 picks one); other addresses are refused.
+        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
+        listen: String,
     },
     /// List the golden vectors; with --check, verify every verdict.
     ///
@@ -272,9 +372,35 @@ fn main() -> ExitCode {
         Cmd::Adapter { socket, descriptor, root, sentinel, run } => {
             adapter_runner(socket, descriptor, root, sentinel, run)
         }
-        Cmd::Selftest { run } => selftest(run),
-        Cmd::ServeAdapter { socket, grants, log_format, adapter_id, adapter_version, op_delay_ms } => {
-            serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms)
+        Cmd::Selftest { run, faults } => selftest(run, faults.into_iter().collect()),
+        Cmd::ServeDaemon { socket, state_dir, host_instance, log_format } => {
+            init_logs(log_format);
+            let cfg = pi_conform::daemon::server::DaemonConfig {
+                socket,
+                state_dir,
+                host_instance_id: host_instance,
+                handle_signals: true,
+            };
+            (|| -> anyhow::Result<u8> {
+                let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+                rt.block_on(pi_conform::daemon::server::serve(cfg, None))?;
+                Ok(EXIT_OK)
+            })()
+        }
+        Cmd::DaemonState { state_dir, session, reconcile } => daemon_state(state_dir, session, reconcile),
+        Cmd::FakeModel { listen } => pi_conform::fakemodel::run_cli(&listen),
+        Cmd::Daemon { socket, cwd, wake_template, restart_cmd, model, run } => {
+            daemon_runner(socket, cwd, wake_template, restart_cmd, model, run)
+        }
+        Cmd::KillMatrix { faults, format, expect, time_scale, list } => {
+            if list {
+                list_faults(format)
+            } else {
+                kill_matrix(faults, format, expect, time_scale)
+            }
+        }
+        Cmd::ServeAdapter { socket, grants, log_format, adapter_id, adapter_version, op_delay_ms, faults } => {
+            serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms, faults)
         }
         Cmd::Grant {
             grants,
@@ -500,27 +626,14 @@ fn runner_filter(run: &RunnerOpts) -> anyhow::Result<pi_conform::conform::run::F
 }
 
 fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpts) -> anyhow::Result<u8> {
-    use pi_conform::conform::{report, run as engine};
+    use pi_conform::conform::run as engine;
     let filter = runner_filter(run)?;
-    let baseline = match &run.baseline {
-        Some(p) => Some(engine::Baseline::parse(
-            &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read baseline {}: {e}", p.display()))?,
-        )),
-        None => None,
-    };
+    let baseline = load_baseline(run)?;
     let catalogue = pi_conform::conform::adapter::catalogue();
     if !catalogue.iter().any(|m| filter.keeps(m)) {
         anyhow::bail!("no case matches the filters");
     }
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let progress = |i: usize, n: usize, r: &pi_conform::conform::case::CaseResult| {
-        if tty {
-            eprint!("\r\x1b[2K[{i}/{n}] {} {}", r.status.as_str(), r.id);
-            if i == n {
-                eprintln!();
-            }
-        }
-    };
+    let progress = progress_printer();
     let rep = match engine::run_adapter(target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
         Err(engine::RunError::Unreachable(m)) => {
@@ -532,15 +645,7 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
             return Ok(engine::EXIT_HARNESS);
         }
     };
-    match run.format {
-        Format::Human => print!("{}", report::human(&rep, run.verbose)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(&rep))?),
-    }
-    if let Some(path) = &run.junit {
-        let xml = report::junit(&rep).map_err(|e| anyhow::anyhow!("cannot render JUnit: {e}"))?;
-        std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    }
-    Ok(rep.exit_code())
+    emit_report(&rep, run)
 }
 
 fn adapter_runner(
@@ -571,17 +676,289 @@ fn adapter_runner(
     run_and_report(&target, &run)
 }
 
-fn selftest(run: RunnerOpts) -> anyhow::Result<u8> {
+fn selftest(run: RunnerOpts, faults: Faults) -> anyhow::Result<u8> {
     let filter = runner_filter(&run)?;
     if run.list {
         return list_cases(&run, &filter);
     }
-    let adapter = pi_conform::conform::selftest::ReferenceAdapter::start().map_err(|e| anyhow::anyhow!(e))?;
+    let adapter =
+        pi_conform::conform::selftest::ReferenceAdapter::start_with(faults).map_err(|e| anyhow::anyhow!(e))?;
     let target = adapter.target(run.time_scale).map_err(|e| anyhow::anyhow!(e))?;
+    if !faults.is_empty() {
+        eprintln!("pi-conform: FAULT SWITCHES ON ({faults}): the reference adapter is broken on purpose");
+    }
     if run.format == Format::Human {
         println!("selftest: the reference adapter on a private socket in {}", adapter.dir().display());
     }
     run_and_report(&target, &run)
+}
+
+fn list_faults(format: MatrixFormat) -> anyhow::Result<u8> {
+    let mut out = std::io::stdout().lock();
+    for f in Fault::ALL {
+        match format {
+            MatrixFormat::Json => {
+                writeln!(out, "{}", json!({"fault": f.name(), "clause": f.clause(), "description": f.description()}))?
+            }
+            _ => writeln!(out, "{:<28} {:<13} {}", f.name(), f.clause(), f.description())?,
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+fn kill_matrix(only: Vec<Fault>, format: MatrixFormat, expect: Option<PathBuf>, time_scale: f64) -> anyhow::Result<u8> {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use pi_conform::conform::selftest::{kill_row, must_clause_kills, parse_kill_matrix, render_kill_matrix};
+    if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
+        anyhow::bail!("--time-scale must be a number in (0, 100]");
+    }
+    let expected = match &expect {
+        Some(p) => Some(
+            parse_kill_matrix(
+                &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let all = only.is_empty();
+    let faults: Vec<Fault> = Fault::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
+    let catalogue = pi_conform::conform::adapter::catalogue();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut rows = Vec::new();
+    for (i, f) in faults.iter().enumerate() {
+        if tty {
+            eprint!("\r\x1b[2K[{}/{}] {f}", i + 1, faults.len());
+        }
+        rows.push(kill_row(*f, &catalogue, time_scale));
+    }
+    if tty {
+        eprintln!();
+    }
+    let kills: BTreeMap<String, BTreeSet<String>> =
+        rows.iter().map(|r| (r.fault.clone(), r.killed.iter().cloned().collect())).collect();
+    let clauses = must_clause_kills(&catalogue, &kills);
+    let survivors: Vec<&str> = rows.iter().filter(|r| r.killed.is_empty()).map(|r| r.fault.as_str()).collect();
+    let unkilled: Vec<&str> = if all {
+        clauses.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect()
+    } else {
+        vec![]
+    };
+    let errors: Vec<String> =
+        rows.iter().flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.fault))).collect();
+    let mut differences = Vec::new();
+    if let Some(exp) = &expected {
+        for r in &rows {
+            let got: BTreeSet<String> = r.killed.iter().cloned().collect();
+            let Some(want) = exp.get(&r.fault) else {
+                differences.push(format!("{}: not in the expected matrix", r.fault));
+                continue;
+            };
+            let missing: Vec<&String> = want.difference(&got).collect();
+            let extra: Vec<&String> = got.difference(want).collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                differences
+                    .push(format!("{}: expected but passed {missing:?}; failed unexpectedly {extra:?}", r.fault));
+            }
+        }
+        if all {
+            for name in exp.keys().filter(|n| !kills.contains_key(*n)) {
+                differences.push(format!("{name}: expected but not run"));
+            }
+        }
+    }
+    let code = if !errors.is_empty() {
+        EXIT_USAGE
+    } else if survivors.is_empty() && unkilled.is_empty() && differences.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_INVALID
+    };
+    let mut out = std::io::stdout().lock();
+    match format {
+        MatrixFormat::Lines => out.write_all(render_kill_matrix(&rows).as_bytes())?,
+        MatrixFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "faults": rows,
+                "mustClauses": clauses,
+                "survivors": survivors,
+                "unkilledClauses": unkilled,
+                "harnessErrors": errors,
+                "differences": differences,
+                "exitCode": code,
+            }))?
+        )?,
+        MatrixFormat::Human => {
+            writeln!(
+                out,
+                "kill matrix: the adapter suite ({} cases) against the reference adapter, once per fault",
+                catalogue.len()
+            )?;
+            for r in &rows {
+                writeln!(out, "\n{} ({}; {:.1} s): {}", r.fault, r.clause, r.millis as f64 / 1000.0, r.description)?;
+                match r.killed.len() {
+                    0 => writeln!(out, "  SURVIVED: no case failed")?,
+                    n => writeln!(out, "  kills {n}: {}", r.killed.join(" "))?,
+                }
+                for e in &r.errors {
+                    writeln!(out, "  HARNESS ERROR {e}")?;
+                }
+            }
+            writeln!(out, "\nMUST clauses of the catalogue and the faults that kill them:")?;
+            for c in &clauses {
+                let by = if c.killed_by.is_empty() { "NOT KILLED".to_string() } else { c.killed_by.join(" ") };
+                writeln!(out, "  {:<14} {by}", c.clause)?;
+            }
+            for d in &differences {
+                writeln!(out, "DIFFERS {d}")?;
+            }
+            let verdict = match code {
+                EXIT_OK => "every fault is caught and every MUST clause is killed".to_string(),
+                EXIT_USAGE => format!("INCONCLUSIVE: {} harness errors", errors.len()),
+                _ => format!(
+                    "NOT PROVEN: {} surviving faults, {} unkilled MUST clauses, {} differences from the expected matrix",
+                    survivors.len(),
+                    unkilled.len(),
+                    differences.len()
+                ),
+            };
+            writeln!(out, "\nverdict: {verdict}")?;
+        }
+    }
+    Ok(code)
+}
+
+fn load_baseline(run: &RunnerOpts) -> anyhow::Result<Option<pi_conform::conform::run::Baseline>> {
+    match &run.baseline {
+        Some(p) => Ok(Some(pi_conform::conform::run::Baseline::parse(
+            &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read baseline {}: {e}", p.display()))?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// Progress on a terminal: one rewritten line per case.
+fn progress_printer() -> impl FnMut(usize, usize, &pi_conform::conform::case::CaseResult) {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    move |i, n, r| {
+        if tty {
+            eprint!("\r\x1b[2K[{i}/{n}] {} {}", r.status.as_str(), r.id);
+            if i == n {
+                eprintln!();
+            }
+        }
+    }
+}
+
+fn emit_report(rep: &pi_conform::conform::run::Report, run: &RunnerOpts) -> anyhow::Result<u8> {
+    use pi_conform::conform::report;
+    match run.format {
+        Format::Human => print!("{}", report::human(rep, run.verbose)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(rep))?),
+    }
+    if let Some(path) = &run.junit {
+        let xml = report::junit(rep).map_err(|e| anyhow::anyhow!("cannot render JUnit: {e}"))?;
+        std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(rep.exit_code())
+}
+
+fn daemon_runner(
+    socket: Option<PathBuf>,
+    cwd: Option<PathBuf>,
+    wake_template: String,
+    restart_cmd: Option<String>,
+    model: Option<String>,
+    run: RunnerOpts,
+) -> anyhow::Result<u8> {
+    use pi_conform::conform::run as engine;
+    let filter = runner_filter(&run)?;
+    let catalogue = pi_conform::conform::daemon::catalogue();
+    if run.list {
+        let mut out = std::io::stdout().lock();
+        for m in catalogue.iter().filter(|m| filter.keeps(m)) {
+            match run.format {
+                Format::Json => writeln!(out, "{}", serde_json::to_string(m)?)?,
+                Format::Human => writeln!(
+                    out,
+                    "{:<52} {:<6} {:<8} [{}] accepts {}",
+                    m.id,
+                    format!("{:?}", m.level).to_uppercase(),
+                    m.clause,
+                    m.tags.join(","),
+                    m.accepted.join(" | ")
+                )?,
+            }
+        }
+        return Ok(EXIT_OK);
+    }
+    if !catalogue.iter().any(|m| filter.keeps(m)) {
+        anyhow::bail!("no case matches the filters");
+    }
+    let socket = socket.ok_or_else(|| anyhow::anyhow!("give the daemon's socket (or --list)"))?;
+    let model = match model {
+        Some(m) => {
+            let (p, id) = m.split_once('/').ok_or_else(|| anyhow::anyhow!("--model must be PROVIDER/ID"))?;
+            Some(json!({"provider": p, "id": id}))
+        }
+        None => None,
+    };
+    let _tmp;
+    let cwd = match cwd {
+        Some(c) => c,
+        None => {
+            let t = tempfile::Builder::new().prefix("pi-conform-daemon-cwd").tempdir()?;
+            let p = t.path().to_path_buf();
+            _tmp = t;
+            p
+        }
+    };
+    let target = pi_conform::conform::daemon::DaemonTarget {
+        socket,
+        cwd,
+        wake_template,
+        restart_cmd,
+        model,
+        step: std::time::Duration::from_secs_f64((2.0 * run.time_scale).max(0.05)),
+    };
+    let baseline = load_baseline(&run)?;
+    let progress = progress_printer();
+    let rep = match engine::run_daemon(&target, &catalogue, &filter, baseline.as_ref(), progress) {
+        Ok(r) => r,
+        Err(engine::RunError::Unreachable(m)) => {
+            eprintln!("pi-conform: target unreachable: {m}");
+            return Ok(engine::EXIT_UNREACHABLE);
+        }
+        Err(e) => {
+            eprintln!("pi-conform: {e}");
+            return Ok(engine::EXIT_HARNESS);
+        }
+    };
+    emit_report(&rep, &run)
+}
+
+fn daemon_state(state_dir: PathBuf, session: Option<String>, reconcile: bool) -> anyhow::Result<u8> {
+    let store = pi_conform::daemon::store::Store::open(&state_dir)?;
+    if reconcile {
+        let mut n = 0;
+        for mut w in store.wakes()? {
+            if w.state == "indeterminate" || w.state == "accepted" {
+                w.state = "reconciled".into();
+                store.put_wake(&w)?;
+                n += 1;
+            }
+        }
+        eprintln!("reconciled {n} indeterminate wakes");
+    }
+    let sessions: Vec<_> =
+        store.sessions()?.into_iter().filter(|s| session.as_ref().is_none_or(|id| &s.session_id == id)).collect();
+    let wakes: Vec<_> =
+        store.wakes()?.into_iter().filter(|w| session.as_ref().is_none_or(|id| &w.session_id == id)).collect();
+    println!("{}", serde_json::to_string_pretty(&json!({"sessions": sessions, "wakes": wakes}))?);
+    Ok(EXIT_OK)
 }
 
 fn init_logs(format: LogFormat) {
@@ -602,6 +979,7 @@ fn serve_adapter(
     adapter_id: String,
     adapter_version: String,
     op_delay_ms: u64,
+    faults: Vec<Fault>,
 ) -> anyhow::Result<u8> {
     init_logs(log_format);
     let cfg = pi_conform::adapter::server::ServeConfig {
@@ -612,7 +990,7 @@ fn serve_adapter(
         handle_signals: true,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(pi_conform::adapter::server::serve(cfg, None))?;
+    rt.block_on(pi_conform::adapter::server::serve_with(cfg, faults.into_iter().collect(), None))?;
     Ok(EXIT_OK)
 }
 

@@ -21,7 +21,12 @@ fn catalogue_and_implementations_are_one_to_one() {
 fn ids_levels_clauses_and_outcomes_are_well_formed() {
     let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/SPEC.md")).unwrap();
     for m in pi_conform::conform::adapter::catalogue() {
-        assert!(m.id.starts_with("adapter.") && m.id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'), "{}", m.id);
+        assert!(
+            m.id.starts_with("adapter.")
+                && m.id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'),
+            "{}",
+            m.id
+        );
         let heading = spec.lines().any(|l| l.starts_with('#') && l.contains(&format!(" {} ", m.clause)));
         assert!(heading, "{}: clause {} is not a heading of conformance/SPEC.md", m.id, m.clause);
         assert!(!m.accepted.is_empty(), "{}: no accepted outcome", m.id);

@@ -11,7 +11,11 @@ use support::{bin, Adapter, Opts};
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin()).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -33,7 +37,11 @@ fn selftest_is_conformant_with_json_and_junit_reports() {
     loop {
         match reader.read_event().expect("well-formed JUnit XML") {
             quick_xml::events::Event::Eof => break,
-            quick_xml::events::Event::Start(e) | quick_xml::events::Event::Empty(e) if e.name().as_ref() == b"testcase" => cases += 1,
+            quick_xml::events::Event::Start(e) | quick_xml::events::Event::Empty(e)
+                if e.name().as_ref() == b"testcase" =>
+            {
+                cases += 1
+            }
             _ => {}
         }
     }
@@ -64,14 +72,30 @@ fn unreachable_target_exits_4_and_bad_usage_exits_2() {
     let d = a.dir.path().join("d.json");
     std::fs::write(&d, serde_json::to_vec(&a.descriptor).unwrap()).unwrap();
     let missing = a.dir.path().join("nothing.sock");
-    let (code, _, err) = run(&["adapter", missing.to_str().unwrap(), "--descriptor", d.to_str().unwrap(), "--root", a.root.to_str().unwrap()]);
+    let (code, _, err) = run(&[
+        "adapter",
+        missing.to_str().unwrap(),
+        "--descriptor",
+        d.to_str().unwrap(),
+        "--root",
+        a.root.to_str().unwrap(),
+    ]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("unreachable"), "{err}");
     let (code, _, _) = run(&["adapter", a.socket.to_str().unwrap(), "--root", a.root.to_str().unwrap()]);
     assert_eq!(code, 2);
     // A root holding someone's files is never wiped.
     std::fs::write(a.root.join("precious.txt"), "mine").unwrap();
-    let (code, _, err) = run(&["adapter", a.socket.to_str().unwrap(), "--descriptor", d.to_str().unwrap(), "--root", a.root.to_str().unwrap(), "--id", "adapter.stat"]);
+    let (code, _, err) = run(&[
+        "adapter",
+        a.socket.to_str().unwrap(),
+        "--descriptor",
+        d.to_str().unwrap(),
+        "--root",
+        a.root.to_str().unwrap(),
+        "--id",
+        "adapter.stat",
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("refusing to wipe"), "{err}");
     assert_eq!(std::fs::read_to_string(a.root.join("precious.txt")).unwrap(), "mine");
@@ -82,13 +106,21 @@ fn a_separate_adapter_process_passes_and_a_stale_baseline_is_reported() {
     let a = Adapter::start(Opts::default());
     let d = a.dir.path().join("d.json");
     std::fs::write(&d, serde_json::to_vec(&a.descriptor).unwrap()).unwrap();
-    let args = ["adapter", a.socket.to_str().unwrap(), "--descriptor", d.to_str().unwrap(), "--root", a.root.to_str().unwrap()];
+    let args = [
+        "adapter",
+        a.socket.to_str().unwrap(),
+        "--descriptor",
+        d.to_str().unwrap(),
+        "--root",
+        a.root.to_str().unwrap(),
+    ];
     let (code, out, err) = run(&[&args[..], &["--id", "adapter.read", "--id", "adapter.bind"]].concat());
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("verdict: CONFORMANT"), "{out}");
     let baseline = a.dir.path().join("baseline.txt");
     std::fs::write(&baseline, "# known failures\nadapter.read.window\n").unwrap();
-    let (code, out, _) = run(&[&args[..], &["--id", "adapter.read", "--baseline", baseline.to_str().unwrap()]].concat());
+    let (code, out, _) =
+        run(&[&args[..], &["--id", "adapter.read", "--baseline", baseline.to_str().unwrap()]].concat());
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("STALE adapter.read.window"), "{out}");
 }
@@ -158,10 +190,21 @@ fn a_broken_adapter_fails_with_named_cases_and_transcripts() {
         "0.25",
     ]);
     assert_eq!(code, 1, "{out}\n{err}");
-    for id in ["adapter.path.dotdot-escape", "adapter.path.dotdot-inner", "adapter.invoke.unknown-frame-key", "adapter.stat.file"] {
+    for id in [
+        "adapter.path.dotdot-escape",
+        "adapter.path.dotdot-inner",
+        "adapter.invoke.unknown-frame-key",
+        "adapter.stat.file",
+    ] {
         assert!(out.contains(&format!("FAIL {id} ")), "{id} not failed:\n{out}");
     }
-    assert!(out.contains("Requirement:") && out.contains("Expected:") && out.contains("Actual:") && out.contains("Transcript:"), "{out}");
+    assert!(
+        out.contains("Requirement:")
+            && out.contains("Expected:")
+            && out.contains("Actual:")
+            && out.contains("Transcript:"),
+        "{out}"
+    );
     assert!(out.contains("observed `result:ok`"), "{out}");
     assert!(!out.contains(&a.handle()), "the report must redact the handle");
     assert!(out.contains("<handle>"));

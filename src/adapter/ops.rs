@@ -1,8 +1,11 @@
 //! Run one validated job against a confined root: read the payload fields (already checked
 //! by `contract::frame::check_invoke_payload`) and call the filesystem operation.
 
+use std::path::Path;
+
 use serde_json::Value;
 
+use super::faults::{self, Fault, Faults};
 use super::fs::Root;
 use super::session::Job;
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -10,6 +13,92 @@ use crate::contract::{validate_relative_path, AdapterCode, AdapterError, PathSid
 
 /// Execute `job` (blocking).
 pub fn execute(root: &Root, job: &Job) -> Result<Value, AdapterError> {
+    run(root, job, Faults::NONE)
+}
+
+/// [`execute`] with fault switches (test aid: production passes [`Faults::NONE`]). `dir` is
+/// the grant's root path: only the deliberately broken fault code touches it, with plain
+/// `std::fs`.
+pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Result<Value, AdapterError> {
+    if faults.is_empty() {
+        return execute(root, job);
+    }
+    let path = job.payload.get("path").and_then(Value::as_str).unwrap_or_default();
+    let mut out = match run(root, job, faults) {
+        Err(e)
+            if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && faults::has_dotdot(path) =>
+        {
+            faults::plain_execute(dir, job).unwrap_or(Err(e))
+        }
+        o => o,
+    };
+    let op = job.operation;
+    out = match out {
+        Err(e) if e.code == AdapterCode::SymlinkRefused && faults.has(Fault::FollowSymlinks) => {
+            faults::plain_execute(dir, job).unwrap_or(Err(e))
+        }
+        Err(e) if e.code == AdapterCode::NotUtf8 && op == ToolOperation::FsRead && faults.has(Fault::ReadLossy) => {
+            faults::lossy_read(dir, job).unwrap_or(Err(e))
+        }
+        Err(e)
+            if e.code == AdapterCode::EditAmbiguous
+                && op == ToolOperation::FsEdit
+                && faults.has(Fault::EditFirstOccurrence) =>
+        {
+            faults::plain_edit(&dir.join(path), job, true)
+        }
+        Err(e)
+            if matches!(e.code, AdapterCode::EditNotFound | AdapterCode::EditAmbiguous)
+                && op == ToolOperation::FsEdit
+                && faults.has(Fault::EditPartial) =>
+        {
+            // Apply the edits before the failing one and write them, then fail anyway.
+            if let Some(n) = faults::failing_edit(&e).filter(|n| *n > 1) {
+                let mut partial = job.clone();
+                if let Some(edits) = partial.payload.get_mut("edits").and_then(Value::as_array_mut) {
+                    edits.truncate(n - 1);
+                }
+                let _ = run(root, &partial, faults);
+            }
+            Err(e)
+        }
+        Err(e) if e.code == AdapterCode::NotFound && faults.has(Fault::WrongNotFoundCode) => {
+            Err(AdapterError::new(AdapterCode::IoError, e.message))
+        }
+        o => o,
+    };
+    let Ok(mut data) = out else { return out };
+    match op {
+        ToolOperation::FsList => {
+            if faults.has(Fault::ListIncludesSymlinks) {
+                data = faults::list_add(dir, job, data, |t| t.is_symlink());
+            }
+            if faults.has(Fault::ListIncludesSpecialFiles) {
+                data = faults::list_add(dir, job, data, |t| !t.is_symlink() && !t.is_dir() && !t.is_file());
+            }
+            if faults.has(Fault::ListUnsorted) {
+                if let Some(a) = data["entries"].as_array_mut() {
+                    a.reverse();
+                }
+            }
+        }
+        ToolOperation::FsSearch => {
+            if faults.has(Fault::SearchOverlapping) {
+                data = faults::search_overlapping(job, data);
+            }
+            if faults.has(Fault::SearchByteColumns) {
+                data = faults::search_byte_columns(data);
+            }
+        }
+        ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {
+            faults::reset_mode(dir, job);
+        }
+        _ => {}
+    }
+    Ok(data)
+}
+
+fn run(root: &Root, job: &Job, faults: Faults) -> Result<Value, AdapterError> {
     let p = &job.payload;
     let bad = || AdapterError::new(AdapterCode::InvalidRequest, "payload does not match the operation");
     let path = p.get("path").and_then(Value::as_str).ok_or_else(bad)?;
@@ -29,7 +118,7 @@ pub fn execute(root: &Root, job: &Job) -> Result<Value, AdapterError> {
             s("content").ok_or_else(bad)?,
             b("create"),
             b("overwrite"),
-            s("expectedDigest"),
+            s("expectedDigest").filter(|_| !faults.has(Fault::WriteIgnoresDigest)),
             budget,
             cancel,
         ),
@@ -42,7 +131,8 @@ pub fn execute(root: &Root, job: &Job) -> Result<Value, AdapterError> {
                 .map(|e| Some((e.get("oldText")?.as_str()?.to_string(), e.get("newText")?.as_str()?.to_string())))
                 .collect::<Option<_>>()
                 .ok_or_else(bad)?;
-            root.edit(&path, &edits, s("expectedDigest"), budget, cancel)
+            let digest = s("expectedDigest").filter(|_| !faults.has(Fault::EditIgnoresDigest));
+            root.edit(&path, &edits, digest, budget, cancel)
         }
     }
 }

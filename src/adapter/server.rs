@@ -12,10 +12,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::faults::{self, Fault, Faults};
 use super::fs::Root;
 use super::grants;
-use super::ops::execute;
-use super::session::{handle_bind, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
+use super::ops::execute_with;
+use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
+use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
 use crate::wire::LineDecoder;
 
@@ -102,7 +104,23 @@ type SharedGrants = Arc<RwLock<Arc<Vec<Grant>>>>;
 
 /// Run the adapter until SIGTERM/SIGINT (or `shutdown` fires). Returns when every connection
 /// has been revoked and the socket removed.
-pub async fn serve(cfg: ServeConfig, mut shutdown: Option<watch::Receiver<bool>>) -> Result<(), ServeError> {
+pub async fn serve(cfg: ServeConfig, shutdown: Option<watch::Receiver<bool>>) -> Result<(), ServeError> {
+    serve_with(cfg, Faults::NONE, shutdown).await
+}
+
+/// [`serve`] with fault switches: a test aid that breaks the adapter on purpose (see
+/// [`crate::adapter::faults`]). Production passes [`Faults::NONE`].
+///
+/// The faults travel beside [`ServeConfig`] rather than in it so that existing
+/// `ServeConfig { .. }` literals (the benchmark's) keep compiling.
+pub async fn serve_with(
+    cfg: ServeConfig,
+    faults: Faults,
+    mut shutdown: Option<watch::Receiver<bool>>,
+) -> Result<(), ServeError> {
+    if !faults.is_empty() {
+        warn!(faults = %faults, "FAULT SWITCHES ON: this adapter is broken on purpose (test aid)");
+    }
     let loaded = grants::load(&cfg.grants)?;
     info!(grants = loaded.len(), "grants loaded");
     let grants: SharedGrants = Arc::new(RwLock::new(Arc::new(loaded)));
@@ -139,7 +157,7 @@ pub async fn serve(cfg: ServeConfig, mut shutdown: Option<watch::Receiver<bool>>
                 next_conn += 1;
                 let g = grants.read().map(|g| g.clone()).unwrap_or_default();
                 let ident = cfg.identity.clone();
-                tasks.spawn(connection(next_conn, stream, g, ident, cfg.op_delay, stop_rx.clone()));
+                tasks.spawn(connection(next_conn, stream, g, ident, cfg.op_delay, faults, stop_rx.clone()));
             }
             Some(_) = recv(&mut hup) => {
                 match grants::load(&cfg.grants) {
@@ -173,17 +191,39 @@ async fn recv(s: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
 
 type Done = (String, Result<serde_json::Value, AdapterError>, Instant);
 
-fn spawn_job(root: &Arc<Root>, job: super::session::Job, tx: &mpsc::UnboundedSender<Done>, delay: std::time::Duration) {
-    let root = root.clone();
+/// What a connection needs to run jobs.
+#[derive(Clone)]
+struct Runner {
+    root: Arc<Root>,
+    /// The grant's root path (only fault code uses it).
+    dir: Arc<PathBuf>,
+    delay: std::time::Duration,
+    faults: Faults,
+}
+
+fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Done>) {
+    let r = r.clone();
     let tx = tx.clone();
+    let mut delay = r.delay;
+    if r.faults.has(Fault::AbortSendsResult) && job.operation == ToolOperation::FsWrite {
+        delay = delay.max(faults::SLOW_WRITE);
+    }
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         while started.elapsed() < delay && !job.cancel.is_cancelled() {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        let out = execute(&root, &job);
+        let out = execute_with(&r.root, &r.dir, &job, r.faults);
         let _ = tx.send((job.request_id.clone(), out, started));
     });
+}
+
+/// Under [`Fault::IgnoreFramesBeforeBind`]: a JSON object of another kind than `bind`.
+fn skippable_before_bind(line: &[u8]) -> bool {
+    crate::wire::decode_strict(line)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(serde_json::Value::as_str).map(|k| k != "bind"))
+        .unwrap_or(false)
 }
 
 async fn connection(
@@ -192,6 +232,7 @@ async fn connection(
     grants: Arc<Vec<Grant>>,
     me: AdapterIdentity,
     delay: std::time::Duration,
+    faults: Faults,
     mut stop: watch::Receiver<bool>,
 ) {
     let (mut rd, mut wr) = stream.into_split();
@@ -200,6 +241,9 @@ async fn connection(
     // The first line must be a bind.
     let first = loop {
         if let Some(line) = decoder.next_line() {
+            if faults.has(Fault::IgnoreFramesBeforeBind) && line.as_deref().is_ok_and(skippable_before_bind) {
+                continue;
+            }
             break line;
         }
         tokio::select! {
@@ -214,7 +258,7 @@ async fn connection(
         info!(conn = id, reason = "oversize_bind", "bind refused");
         return;
     };
-    let (binding, gi, bound) = match handle_bind(&first, &grants, &me) {
+    let (binding, gi, bound) = match handle_bind_with(&first, &grants, &me, faults) {
         Ok(x) => x,
         Err(r) => {
             info!(conn = id, reason = r.as_str(), "bind refused");
@@ -222,6 +266,7 @@ async fn connection(
         }
     };
     let root_path = grants[gi].root.clone();
+    let dir = Arc::new(root_path.clone());
     let root = match tokio::task::spawn_blocking(move || Root::open(&root_path)).await {
         Ok(Ok(r)) => Arc::new(r),
         _ => {
@@ -229,12 +274,14 @@ async fn connection(
             return;
         }
     };
+    let runner = Runner { root, dir, delay, faults };
     info!(conn = id, session = %binding.identity.session_id, generation = binding.identity.generation, "bound");
-    let mut session = Session::new(binding);
+    let mut session = Session::with_faults(binding, faults);
     if wr.write_all(&bound).await.is_err() {
         return;
     }
-    let mut next = LineDecoder::new(session.max_line());
+    let limit = if faults.has(Fault::NoLineLimit) { faults::NO_LINE_LIMIT } else { session.max_line() };
+    let mut next = LineDecoder::new(limit);
     next.push(decoder.remainder());
     let mut decoder = next;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
@@ -247,7 +294,7 @@ async fn connection(
                 Err(_) => actions.extend(session.handle_line_error()),
             }
         }
-        if eof {
+        if eof && !faults.has(Fault::EofIgnored) {
             actions.extend(session.handle_eof());
         }
         for a in actions {
@@ -258,7 +305,7 @@ async fn connection(
                         return;
                     }
                 }
-                Action::Execute(job) => spawn_job(&root, job, &done_tx, delay),
+                Action::Execute(job) => spawn_job(&runner, job, &done_tx),
                 Action::Close(reason) => {
                     let reason = match reason {
                         CloseReason::Revoked => "revoked",
@@ -292,7 +339,7 @@ async fn connection(
                 for a in session.handle_done(Instant::now(), &rid, outcome) {
                     match a {
                         Action::Send(line) => { if wr.write_all(&line).await.is_err() { return; } }
-                        Action::Execute(job) => spawn_job(&root, job, &done_tx, delay),
+                        Action::Execute(job) => spawn_job(&runner, job, &done_tx),
                         Action::Close(_) => { let _ = wr.shutdown().await; return; }
                     }
                 }

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
 use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
 use crate::contract::descriptor::{bound_frame, Limits};
@@ -91,6 +92,18 @@ pub fn handle_bind(
     grants: &[Grant],
     me: &AdapterIdentity,
 ) -> Result<(Binding, usize, Vec<u8>), BindRefusal> {
+    handle_bind_with(line, grants, me, Faults::NONE)
+}
+
+/// [`handle_bind`] with fault switches (test aid: production passes [`Faults::NONE`]).
+pub fn handle_bind_with(
+    line: &[u8],
+    grants: &[Grant],
+    me: &AdapterIdentity,
+    faults: Faults,
+) -> Result<(Binding, usize, Vec<u8>), BindRefusal> {
+    let rewritten = faults::lenient_bind_line(line, faults);
+    let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
     let digest = handle_digest(req.handle.expose());
     // Constant time in the handle: every grant is compared, and the comparison itself is
@@ -101,25 +114,42 @@ pub fn handle_bind(
             found = Some(i);
         }
     }
+    if found.is_none() && faults.has(Fault::AcceptAnyHandle) && !grants.is_empty() {
+        found = Some(0);
+    }
     let i = found.ok_or(BindRefusal::UnknownHandle)?;
     let g = &grants[i];
     let id = &req.identity;
-    if id.adapter_id != me.adapter_id || id.adapter_version != me.adapter_version {
+    if (id.adapter_id != me.adapter_id || id.adapter_version != me.adapter_version)
+        && !faults.has(Fault::IgnoreAdapterIdentity)
+    {
         return Err(BindRefusal::WrongAdapter);
     }
-    if id.host_instance_id != g.host_instance_id || id.session_id != g.session_id || id.generation != g.generation {
+    if (id.host_instance_id != g.host_instance_id || id.session_id != g.session_id || id.generation != g.generation)
+        && !faults.has(Fault::IgnoreBindIdentity)
+    {
         return Err(BindRefusal::WrongIdentity);
     }
     if req.operations.iter().any(|op| !g.operations.contains(op)) {
         return Err(BindRefusal::OperationNotGranted);
     }
-    if req.limits.values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max) {
+    if req.limits.values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max)
+        && !faults.has(Fault::AcceptLimitsAboveGrant)
+    {
         return Err(BindRefusal::LimitAboveCeiling);
     }
     let binding =
         Binding { identity: req.identity, handle: req.handle, operations: req.operations, limits: req.limits };
-    let bound = encode_line(&bound_frame(&binding.identity, &binding.operations_json(), &binding.limits.to_json()));
-    Ok((binding, i, bound))
+    let mut bound = if faults.has(Fault::BoundEchoesGrant) {
+        let ops = Value::Array(g.operations.iter().map(|o| Value::String(o.to_string())).collect());
+        bound_frame(&binding.identity, &ops, &g.ceilings.to_json())
+    } else {
+        bound_frame(&binding.identity, &binding.operations_json(), &binding.limits.to_json())
+    };
+    if faults.has(Fault::BoundLeaksHandle) {
+        bound["capabilityHandle"] = Value::String(binding.handle.expose().to_string());
+    }
+    Ok((binding, i, encode_line(&bound)))
 }
 
 /// A job for the shell to run (on a blocking thread) and report with
@@ -176,6 +206,9 @@ struct Inflight {
     payload: Value,
     stage: Stage,
     aborted: bool,
+    /// Aborts that arrived after the commit point: `aborted:false` is sent only once the
+    /// result is, since a daemon treats a result after `aborted` as fatal (SPEC §4.3, §4.5).
+    late_aborts: Vec<String>,
 }
 
 /// Counters for logs and tests.
@@ -204,6 +237,7 @@ pub struct Session {
     finished: VecDeque<String>,
     closed: bool,
     counters: Counters,
+    faults: Faults,
 }
 
 fn is_mutating(op: ToolOperation) -> bool {
@@ -213,6 +247,11 @@ fn is_mutating(op: ToolOperation) -> bool {
 impl Session {
     /// A session for a binding accepted by [`handle_bind`].
     pub fn new(binding: Binding) -> Self {
+        Self::with_faults(binding, Faults::NONE)
+    }
+
+    /// [`Session::new`] with fault switches (test aid: production passes [`Faults::NONE`]).
+    pub fn with_faults(binding: Binding, faults: Faults) -> Self {
         let l = binding.limits;
         Self {
             cache: IdempotencyCache::new(l.max_idempotency_keys as usize, Duration::from_millis(l.idempotency_ttl_ms)),
@@ -223,6 +262,7 @@ impl Session {
             finished: VecDeque::new(),
             closed: false,
             counters: Counters::default(),
+            faults,
         }
     }
 
@@ -284,6 +324,11 @@ impl Session {
         let frame = match parse_adapter_frame(line, &self.binding, Direction::ToAdapter) {
             Ok(f) => f,
             Err(e) => {
+                if !self.faults.is_empty() {
+                    if let Some(i) = faults::lenient_invoke(line, &self.binding, self.faults) {
+                        return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
+                    }
+                }
                 if e.disposition == Disposition::Reply {
                     if let Some(a) = &e.attribution {
                         if self.inflight.contains_key(&a.request_id) {
@@ -300,10 +345,19 @@ impl Session {
             }
         };
         match frame {
+            AdapterFrame::BindFrame(_) if self.faults.has(Fault::AcceptSecondBind) => {
+                let b = &self.binding;
+                vec![Action::Send(encode_line(&bound_frame(&b.identity, &b.operations_json(), &b.limits.to_json())))]
+            }
             AdapterFrame::BindFrame(_) => self.close(CloseReason::ProtocolViolation("second_bind")),
             AdapterFrame::RevokeFrame(_) => {
+                if self.faults.has(Fault::RevokeNoReply) {
+                    return self.close(CloseReason::Revoked);
+                }
                 let mut out = vec![Action::Send(encode_line(&self.binding.identity.frame("revoked", [])))];
-                out.extend(self.close(CloseReason::Revoked));
+                if !self.faults.has(Fault::KeepWorkingAfterRevoke) {
+                    out.extend(self.close(CloseReason::Revoked));
+                }
                 out
             }
             AdapterFrame::AbortFrame(a) => {
@@ -333,7 +387,11 @@ impl Session {
             return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
         }
         let fp = fingerprint(op, &payload);
-        let lookup = self.cache.begin(now, &key, fp, &request_id);
+        let lookup = match self.cache.begin(now, &key, fp, &request_id) {
+            Lookup::Replay(_) | Lookup::Wait(_) if self.faults.has(Fault::NoIdempotency) => Lookup::New,
+            Lookup::Conflict if self.faults.has(Fault::NoIdempotencyConflict) => Lookup::New,
+            l => l,
+        };
         let is_new = lookup == Lookup::New;
         let waiting = match lookup {
             Lookup::Conflict => {
@@ -355,9 +413,11 @@ impl Session {
             Lookup::Replay(_) | Lookup::Wait(_) | Lookup::New => false,
         };
         let l = self.binding.limits;
+        let queue_cap = if self.faults.has(Fault::BusyEarly) { 0 } else { l.max_queued_requests as usize };
         if !waiting
+            && !self.faults.has(Fault::NoBusy)
             && self.running >= l.max_concurrent_requests as usize
-            && self.queue.len() >= l.max_queued_requests as usize
+            && self.queue.len() >= queue_cap
         {
             self.counters.busy += 1;
             if is_new {
@@ -369,7 +429,10 @@ impl Session {
         }
         self.counters.admitted += 1;
         let stage = if waiting { Stage::Waiting } else { Stage::Queued };
-        self.inflight.insert(request_id.clone(), Inflight { key, operation: op, payload, stage, aborted: false });
+        self.inflight.insert(
+            request_id.clone(),
+            Inflight { key, operation: op, payload, stage, aborted: false, late_aborts: Vec::new() },
+        );
         if waiting {
             return vec![];
         }
@@ -400,6 +463,9 @@ impl Session {
 
     /// Bytes left for `data` in a result line for this request.
     fn data_budget(&self, request_id: &str) -> usize {
+        if self.faults.has(Fault::NoResponseBudget) {
+            return faults::NO_BUDGET;
+        }
         let Some(f) = self.inflight.get(request_id) else { return 0 };
         let shell = self.result_frame(request_id, &f.key, f.operation, Ok(json!({})));
         let overhead = crate::wire::encoded_len(&shell).saturating_sub(2);
@@ -440,12 +506,12 @@ impl Session {
         outcome: Result<Value, AdapterError>,
     ) -> Vec<Action> {
         let mut line = encode_line(&self.result_frame(request_id, key, op, outcome));
-        if self.binding.handle.occurs_in(&line) {
+        if self.binding.handle.occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
             line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
         }
-        if line.len() as u64 > self.binding.limits.max_response_bytes {
+        if line.len() as u64 > self.binding.limits.max_response_bytes && !self.faults.has(Fault::NoResponseBudget) {
             let e = AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit maxResponseBytes");
             line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
             if line.len() as u64 > self.binding.limits.max_response_bytes || self.binding.handle.occurs_in(&line) {
@@ -478,6 +544,9 @@ impl Session {
             let keep = is_mutating(f.operation);
             self.cache.finish(now, &f.key, outcome.clone(), keep);
             out.extend(self.send_result(request_id, &f.key, f.operation, outcome.clone()));
+            for abort_id in &f.late_aborts {
+                out.push(Action::Send(self.aborted_frame(abort_id, request_id, false, None)));
+            }
             let waiters: Vec<String> = self
                 .inflight
                 .iter()
@@ -538,17 +607,19 @@ impl Session {
                 return vec![Action::Send(self.aborted_frame(&request_id, &target, false, None))];
             }
             let e = AdapterError::new(AdapterCode::UnknownRequest, "no such request in flight");
-            return vec![Action::Send(self.aborted_frame(&request_id, &target, false, Some(e)))];
+            let e = Some(e).filter(|_| !self.faults.has(Fault::AbortUnknownNoError));
+            return vec![Action::Send(self.aborted_frame(&request_id, &target, false, e))];
         };
         let (cancelled, running) = match &f.stage {
             Stage::Running(c) => (c.cancel(), true),
             Stage::Queued | Stage::Waiting => (true, false),
         };
         if !cancelled {
-            // Past its commit point: its result follows.
-            return vec![Action::Send(self.aborted_frame(&request_id, &target, false, None))];
+            // Past its commit point: its result follows, then `aborted:false` (see Inflight).
+            f.late_aborts.push(request_id);
+            return vec![];
         }
-        if running {
+        if running && !self.faults.has(Fault::AbortSendsResult) {
             f.aborted = true; // handle_done drops its outcome
         }
         self.counters.aborted += 1;

@@ -2,6 +2,7 @@
 
 pub mod adapter;
 pub mod case;
+pub mod daemon;
 pub mod report;
 pub mod run;
 pub mod selftest;

@@ -234,6 +234,17 @@ fn run_one(target: &Target, meta: &CaseMeta, f: CaseFn, state: &mut FixtureState
         oracle.push("the adapter revealed the absolute root path".into());
     }
     let transcript = ctx.transcript.borrow().clone();
+    Ok(classify(meta, outcome, oracle, transcript, started.elapsed()))
+}
+
+/// Turn an outcome (plus problems found by the engine) into a case result.
+pub fn classify(
+    meta: &CaseMeta,
+    outcome: Outcome,
+    oracle: Vec<String>,
+    transcript: Vec<super::case::WireLine>,
+    duration: std::time::Duration,
+) -> CaseResult {
     let expected = meta.accepted.join(" | ");
     let (status, actual, reason) = match outcome {
         Outcome::Skip(why) => (Status::Skip, "skipped".to_string(), why),
@@ -255,7 +266,7 @@ fn run_one(target: &Target, meta: &CaseMeta, f: CaseFn, state: &mut FixtureState
         }
     };
     let keep = !matches!(status, Status::Pass | Status::Skip);
-    Ok(CaseResult {
+    CaseResult {
         id: meta.id.clone(),
         clause: meta.clause.clone(),
         level: meta.level,
@@ -265,7 +276,46 @@ fn run_one(target: &Target, meta: &CaseMeta, f: CaseFn, state: &mut FixtureState
         actual,
         reason,
         transcript: if keep { transcript } else { Vec::new() },
-        duration: started.elapsed(),
+        duration,
         baselined: false,
-    })
+    }
+}
+
+/// Run the daemon suite against `target`.
+pub fn run_daemon(
+    target: &super::daemon::DaemonTarget,
+    catalogue: &[CaseMeta],
+    filter: &Filter,
+    baseline: Option<&Baseline>,
+    mut progress: impl FnMut(usize, usize, &CaseResult),
+) -> Result<Report, RunError> {
+    let mut host = super::daemon::read_host(&target.socket, target.step)
+        .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
+    std::fs::create_dir_all(&target.cwd)
+        .map_err(|e| RunError::Harness(format!("cannot create the session cwd: {e}")))?;
+    let probe = super::daemon::probe::Probe::start(&target.cwd)
+        .map_err(|e| RunError::Harness(format!("cannot start the probe adapter: {e}")))?;
+    let reg = super::daemon::cases::registry();
+    let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
+    let mut results = Vec::new();
+    for (i, meta) in selected.iter().enumerate() {
+        let Some((_, f)) = reg.iter().find(|(id, _)| *id == meta.id) else {
+            return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
+        };
+        let started = Instant::now();
+        let mut ctx = super::daemon::DCtx::new(target, &probe, host.clone(), i);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx)))
+            .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
+        host = ctx.host.clone();
+        let mut oracle = Vec::new();
+        let received = ctx.received.borrow().clone();
+        if ctx.handles.iter().any(|h| memchr::memmem::find(&received, h.as_bytes()).is_some()) {
+            oracle.push("the daemon sent a capability handle to a client".into());
+        }
+        let transcript = ctx.transcript.borrow().clone();
+        let r = classify(meta, outcome, oracle, transcript, started.elapsed());
+        progress(i + 1, selected.len(), &r);
+        results.push(r);
+    }
+    Ok(finish("daemon", target.socket.display().to_string(), results, catalogue, baseline))
 }

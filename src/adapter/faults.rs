@@ -1,0 +1,681 @@
+//! Fault switches: deliberate, test-only breakages of the reference adapter.
+//!
+//! Each [`Fault`] breaks exactly one rule of SPEC §4.5, §5 or §7 in the reference adapter, so
+//! that the adapter conformance runner can be shown to fail: `pi-conform kill-matrix` runs the
+//! adapter suite once per fault and reports which cases each one kills, and
+//! `tests/kill_matrix.rs` pins that matrix to `conformance/kill-matrix.txt`.
+//!
+//! Production runs with [`Faults::NONE`]. Faults are reachable only through the hidden
+//! `--fault NAME` flag of `serve-adapter` and `selftest`, through
+//! [`crate::adapter::server::serve_with`] and through `ReferenceAdapter::start_with`.
+//!
+//! The helpers below are broken on purpose — they resolve `..` and follow symlinks with plain
+//! `std::fs` against the root path, read lossily, and so on. None of them runs unless its
+//! fault is switched on.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::session::Job;
+use crate::contract::frame::{check_adapter_frame, Binding, Direction};
+use crate::contract::text::is_frame_id;
+use crate::contract::types::tool_adapter::ToolOperation;
+use crate::contract::{AdapterCode, AdapterError};
+use crate::wire::decode_strict;
+
+macro_rules! faults {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, $clause:literal, $rule:literal; )*) => {
+        /// One deliberate breakage of the reference adapter (see the module docs).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Fault {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Fault {
+            /// Every fault, in matrix order.
+            pub const ALL: &'static [Fault] = &[ $( Fault::$variant, )* ];
+
+            /// The stable kebab-case name (`--fault NAME`, `conformance/kill-matrix.txt`).
+            pub fn name(self) -> &'static str {
+                match self { $( Fault::$variant => $name, )* }
+            }
+
+            /// The clause of `conformance/SPEC.md` whose rule it breaks.
+            pub fn clause(self) -> &'static str {
+                match self { $( Fault::$variant => $clause, )* }
+            }
+
+            /// One line: the rule it breaks, as the broken adapter behaves.
+            pub fn description(self) -> &'static str {
+                match self { $( Fault::$variant => $rule, )* }
+            }
+        }
+    };
+}
+
+faults! {
+    // ---- bind
+    /// `bound` echoes the grant's operations and ceilings, not the bind's.
+    BoundEchoesGrant = "bound-echoes-grant", "PC-4.5",
+        "bound echoes the grant's operations and limit ceilings instead of the bind's";
+    /// `bound` carries the capability handle.
+    BoundLeaksHandle = "bound-leaks-handle", "PC-4.2",
+        "bound carries the bind's capabilityHandle";
+    /// A bind with an unknown handle is bound to the first grant.
+    AcceptAnyHandle = "accept-any-handle", "PC-4.5",
+        "a bind whose handle matches no grant is accepted (bound to the first grant)";
+    /// Host, session and generation of a bind are not checked.
+    IgnoreBindIdentity = "ignore-bind-identity", "PC-4.5",
+        "the bind's hostInstanceId/sessionId/generation are not checked against the grant";
+    /// adapterId and adapterVersion of a bind are not checked.
+    IgnoreAdapterIdentity = "ignore-adapter-identity", "PC-4.5",
+        "the bind's adapterId/adapterVersion are not checked against this adapter";
+    /// Limits above the grant's ceilings are accepted.
+    AcceptLimitsAboveGrant = "accept-limits-above-grant", "PC-4.5",
+        "a bind asking for limits above the grant's ceilings is accepted";
+    /// Unknown keys of a bind are dropped.
+    AcceptBindUnknownKeys = "accept-bind-unknown-keys", "PC-7.3",
+        "unknown keys in a bind are dropped and the bind accepted instead of closing";
+    /// Lines before the bind are skipped.
+    IgnoreFramesBeforeBind = "ignore-frames-before-bind", "PC-4.5",
+        "frames of another kind before the bind are skipped instead of closing the connection";
+    /// A second bind is answered with another `bound`.
+    AcceptSecondBind = "accept-second-bind", "PC-4.5",
+        "a second bind on a bound connection is answered with bound instead of closing";
+    // ---- invoke hygiene
+    /// Unknown keys of an invoke frame are stripped and the invoke processed.
+    AcceptUnknownFrameKeys = "accept-unknown-frame-keys", "PC-4.5",
+        "extra keys in an invoke frame are stripped and the invoke processed instead of closing";
+    /// Unknown payload keys are stripped and the invoke processed.
+    AcceptUnknownPayloadKeys = "accept-unknown-payload-keys", "PC-4.5",
+        "extra payload keys are stripped and the invoke executed instead of invalid_request";
+    /// Payload numbers and booleans given as strings are converted.
+    CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
+        "payload integers/booleans given as strings are converted instead of invalid_request";
+    /// requestId / idempotencyKey patterns and lengths are not checked.
+    AcceptBadIds = "accept-bad-ids", "PC-4.5",
+        "invoke requestId/idempotencyKey that break the id pattern or length are processed";
+    /// The identity of an invoke is not checked against the binding.
+    IgnoreInvokeIdentity = "ignore-invoke-identity", "PC-4.5",
+        "an invoke whose identity (adapter version, generation, …) differs from the binding is processed";
+    /// An invoke carrying the handle is processed.
+    AcceptHandleInInvoke = "accept-handle-in-invoke", "PC-4.5",
+        "an invoke carrying the capability handle (outside bind) is processed instead of closing";
+    /// Operations the bind did not grant are executed.
+    AcceptUngrantedOperation = "accept-ungranted-operation", "PC-4.5",
+        "an operation the bind did not grant is executed instead of operation_not_granted";
+    /// Lines over maxRequestBytes are processed.
+    NoLineLimit = "no-line-limit", "PC-1.2",
+        "invoke lines over maxRequestBytes are read and processed instead of closing";
+    // ---- paths and the six operations
+    /// `..` paths are resolved with plain std::fs against the root path.
+    DotdotAllowed = "dotdot-allowed", "PC-5.1",
+        "a path with `..` segments is resolved with plain std::fs against the root path (escapes it)";
+    /// symlink_refused results are redone through std::fs, following the link.
+    FollowSymlinks = "follow-symlinks", "PC-7.2",
+        "an operation refused with symlink_refused is redone with std::fs, following the link";
+    /// fs.list entries come back in reverse order.
+    ListUnsorted = "list-unsorted", "PC-5.3.list",
+        "fs.list entries are not sorted bytewise (they come back reversed)";
+    /// fs.list includes symlinks.
+    ListIncludesSymlinks = "list-includes-symlinks", "PC-5.3.list",
+        "fs.list includes symbolic links (typed by their targets)";
+    /// fs.list includes FIFOs, sockets and devices.
+    ListIncludesSpecialFiles = "list-includes-special-files", "PC-5.3.list",
+        "fs.list includes FIFOs, sockets and devices (as files)";
+    /// not_utf8 reads are answered with lossy content.
+    ReadLossy = "read-lossy", "PC-5.3.read",
+        "fs.read of non-UTF-8 bytes returns lossy content (U+FFFD) instead of not_utf8";
+    /// fs.search reports overlapping occurrences.
+    SearchOverlapping = "search-overlapping", "PC-5.3.search",
+        "fs.search reports overlapping occurrences instead of non-overlapping ones";
+    /// fs.search columns count bytes.
+    SearchByteColumns = "search-byte-columns", "PC-5.3.search",
+        "fs.search columns count UTF-8 bytes instead of Unicode scalar values";
+    /// fs.write ignores expectedDigest.
+    WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
+        "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";
+    /// fs.write resets the permission bits of a replaced file.
+    WriteResetsMode = "write-resets-mode", "PC-5.3.write",
+        "fs.write does not keep an existing file's permission bits (resets them to 0644)";
+    /// Ambiguous edits replace the first occurrence.
+    EditFirstOccurrence = "edit-first-occurrence", "PC-5.3.edit",
+        "an ambiguous fs.edit replaces the first occurrence instead of edit_ambiguous";
+    /// Edits up to the failing one are applied and written.
+    EditPartial = "edit-partial", "PC-5.3.edit",
+        "a failing fs.edit writes the edits before the failing one (not all-or-nothing)";
+    /// fs.edit ignores expectedDigest.
+    EditIgnoresDigest = "edit-ignores-digest", "PC-5.3.edit",
+        "fs.edit ignores expectedDigest (no digest_mismatch guard)";
+    /// not_found is reported as io_error.
+    WrongNotFoundCode = "wrong-not-found-code", "PC-5.3",
+        "a missing file or parent is reported as io_error instead of not_found";
+    // ---- limits
+    /// The response budget is ignored and oversize lines are sent.
+    NoResponseBudget = "no-response-budget", "PC-4.5",
+        "the response budget is ignored: result lines over maxResponseBytes are sent";
+    /// The queue is unbounded: never busy.
+    NoBusy = "no-busy", "PC-4.5",
+        "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";
+    /// The queue is treated as 0: busy as soon as every slot runs.
+    BusyEarly = "busy-early", "PC-4.5",
+        "maxQueuedRequests is treated as 0: busy as soon as maxConcurrentRequests run";
+    // ---- abort
+    /// aborted:true is sent, then the result anyway (writes take 300 ms under this fault).
+    AbortSendsResult = "abort-sends-result", "PC-4.5",
+        "after aborted:true the target's result is still sent (fs.write is slowed to 300 ms)";
+    /// An unknown abort target gets aborted:false without unknown_request.
+    AbortUnknownNoError = "abort-unknown-no-error", "PC-4.5",
+        "an abort of an unknown request is answered aborted:false without the unknown_request error";
+    // ---- idempotency
+    /// Replays execute again.
+    NoIdempotency = "no-idempotency", "PC-4.5",
+        "a mutating request replayed under the same key and payload is executed again";
+    /// A key reused with another payload is executed.
+    NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
+        "a key reused with another payload is executed instead of idempotency_conflict";
+    // ---- revoke and EOF
+    /// revoke closes without answering revoked.
+    RevokeNoReply = "revoke-no-reply", "PC-4.5",
+        "revoke closes the connection without answering revoked";
+    /// After revoked the connection keeps working.
+    KeepWorkingAfterRevoke = "keep-working-after-revoke", "PC-4.5",
+        "after answering revoked the connection stays open and keeps executing invokes";
+    /// EOF from the daemon is ignored.
+    EofIgnored = "eof-ignored", "PC-4.5",
+        "the connection is kept open after the daemon's EOF (no revocation)";
+    // ---- secrets
+    /// Results containing the handle are sent.
+    NoCapabilityScan = "no-capability-scan", "PC-7.1",
+        "results whose content contains the capability handle are sent instead of capability_in_content";
+}
+
+const _: () = assert!(Fault::ALL.len() <= 64, "Faults is a u64 bitset");
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Fault::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown fault {s:?} (`pi-conform kill-matrix --list` lists them)"))
+    }
+}
+
+/// A set of faults (production: [`Faults::NONE`]).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Faults(u64);
+
+impl Faults {
+    /// No fault: the conforming reference adapter.
+    pub const NONE: Faults = Faults(0);
+
+    /// Whether `f` is switched on.
+    pub fn has(self, f: Fault) -> bool {
+        self.0 & (1 << f as u32) != 0
+    }
+
+    /// This set plus `f`.
+    pub fn with(self, f: Fault) -> Faults {
+        Faults(self.0 | (1 << f as u32))
+    }
+
+    /// Whether no fault is on.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The faults switched on, in [`Fault::ALL`] order.
+    pub fn iter(self) -> impl Iterator<Item = Fault> {
+        Fault::ALL.iter().copied().filter(move |f| self.has(*f))
+    }
+}
+
+impl From<Fault> for Faults {
+    fn from(f: Fault) -> Self {
+        Faults::NONE.with(f)
+    }
+}
+
+impl FromIterator<Fault> for Faults {
+    fn from_iter<I: IntoIterator<Item = Fault>>(iter: I) -> Self {
+        iter.into_iter().fold(Faults::NONE, Faults::with)
+    }
+}
+
+impl fmt::Display for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(Fault::name).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl fmt::Debug for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Faults({self})")
+    }
+}
+
+/// How long `fs.write` waits before running under [`Fault::AbortSendsResult`], so that an
+/// abort sent right behind it always lands while it is in flight.
+pub const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Longest line read after the bind under [`Fault::NoLineLimit`].
+pub const NO_LINE_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The data budget handed to operations under [`Fault::NoResponseBudget`] (1 GiB: ignored).
+pub const NO_BUDGET: usize = 1 << 30;
+
+// ------------------------------------------------------------------ bind and invoke lines
+
+const IDENTITY_KEYS: [&str; 6] =
+    ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
+
+/// The first line as a faulty adapter reads it under [`Fault::AcceptBindUnknownKeys`]: the
+/// bind with its unknown keys dropped.
+pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> {
+    if !faults.has(Fault::AcceptBindUnknownKeys) {
+        return None;
+    }
+    let mut v = decode_strict(line).ok()?;
+    v.as_object_mut()?.retain(|k, _| {
+        k == "kind"
+            || IDENTITY_KEYS.contains(&k.as_str())
+            || ["capabilityHandle", "operations", "limits"].contains(&k.as_str())
+    });
+    serde_json::to_vec(&v).ok()
+}
+
+/// An invoke a faulty adapter accepts although the contract refused it.
+pub(crate) struct LenientInvoke {
+    /// Its `requestId` as sent.
+    pub request_id: String,
+    /// Its `idempotencyKey` as sent.
+    pub key: String,
+    /// Its operation.
+    pub op: ToolOperation,
+    /// The payload to execute (stripped or coerced by the faults).
+    pub payload: Value,
+}
+
+fn payload_keys(op: ToolOperation) -> &'static [&'static str] {
+    match op {
+        ToolOperation::FsList => &["path", "maxEntries"],
+        ToolOperation::FsStat => &["path"],
+        ToolOperation::FsRead => &["path", "offset", "maxBytes"],
+        ToolOperation::FsSearch => &["path", "query", "maxResults"],
+        ToolOperation::FsWrite => &["path", "content", "create", "overwrite", "expectedDigest"],
+        ToolOperation::FsEdit => &["path", "edits", "expectedDigest"],
+    }
+}
+
+/// Whether a path has a `..` segment.
+pub(crate) fn has_dotdot(path: &str) -> bool {
+    path.split('/').any(|s| s == "..")
+}
+
+/// Re-judge an invoke line the contract refused with the rules the active faults break
+/// switched off: each fault rewrites only what its own rule looks at, and the rewritten frame
+/// must then pass every other rule (`check_adapter_frame`). `None`: refuse as usual.
+pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> Option<LenientInvoke> {
+    if line.len() as u64 + 1 > binding.limits.max_request_bytes && !faults.has(Fault::NoLineLimit) {
+        return None;
+    }
+    if binding.handle.occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
+        return None;
+    }
+    let v = decode_strict(line).ok()?;
+    let obj = v.as_object()?;
+    if obj.get("kind")?.as_str()? != "invoke" {
+        return None;
+    }
+    let request_id = obj.get("requestId")?.as_str()?.to_string();
+    let key = obj.get("idempotencyKey")?.as_str()?.to_string();
+    let op: ToolOperation = obj.get("operation")?.as_str()?.parse().ok()?;
+    let mut payload = obj.get("payload")?.clone();
+    if faults.has(Fault::AcceptUnknownPayloadKeys) {
+        if let Value::Object(p) = &mut payload {
+            p.retain(|k, _| payload_keys(op).contains(&k.as_str()));
+        }
+    }
+    if faults.has(Fault::CoercePayloadTypes) {
+        if let Value::Object(p) = &mut payload {
+            for (k, v) in p.iter_mut() {
+                let Some(s) = v.as_str() else { continue };
+                match k.as_str() {
+                    "maxEntries" | "offset" | "maxBytes" | "maxResults" => {
+                        if let Ok(n) = s.trim().parse::<u64>() {
+                            *v = n.into();
+                        }
+                    }
+                    "create" | "overwrite" => {
+                        if let Ok(b) = s.trim().parse::<bool>() {
+                            *v = b.into();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut check = obj.clone();
+    check.insert("payload".into(), payload.clone());
+    if faults.has(Fault::AcceptUnknownFrameKeys) {
+        check.retain(|k, _| {
+            k == "kind"
+                || IDENTITY_KEYS.contains(&k.as_str())
+                || ["requestId", "idempotencyKey", "operation", "payload"].contains(&k.as_str())
+        });
+    }
+    if faults.has(Fault::IgnoreInvokeIdentity) {
+        let id = &binding.identity;
+        check.insert("protocolVersion".into(), id.protocol_version.clone().into());
+        check.insert("adapterId".into(), id.adapter_id.clone().into());
+        check.insert("adapterVersion".into(), id.adapter_version.clone().into());
+        check.insert("hostInstanceId".into(), id.host_instance_id.clone().into());
+        check.insert("sessionId".into(), id.session_id.clone().into());
+        check.insert("generation".into(), id.generation.into());
+    }
+    if faults.has(Fault::AcceptBadIds) {
+        if !(request_id.len() <= 128 && is_frame_id(&request_id)) {
+            check.insert("requestId".into(), "fault-request".into());
+        }
+        if !(key.len() <= 512 && is_frame_id(&key)) {
+            check.insert("idempotencyKey".into(), "fault-key".into());
+        }
+    }
+    if faults.has(Fault::DotdotAllowed) {
+        if let Some(p) = check.get_mut("payload").and_then(|p| p.get_mut("path")) {
+            if let Some(s) = p.as_str().filter(|s| has_dotdot(s)) {
+                let masked: Vec<&str> = s.split('/').map(|seg| if seg == ".." { "dotdot" } else { seg }).collect();
+                *p = masked.join("/").into();
+            }
+        }
+    }
+    let mut check = Value::Object(check);
+    if faults.has(Fault::AcceptHandleInInvoke) {
+        let text = serde_json::to_string(&check).ok()?;
+        let h = binding.handle.expose();
+        check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
+    }
+    let mut b = binding.clone();
+    if faults.has(Fault::AcceptUngrantedOperation) && !b.operations.contains(&op) {
+        b.operations.push(op);
+    }
+    check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
+    Some(LenientInvoke { request_id, key, op, payload })
+}
+
+// ------------------------------------------------------------------ operations through std::fs
+
+fn io_err(e: std::io::Error) -> AdapterError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => AdapterError::new(AdapterCode::NotFound, "no such file or directory"),
+        std::io::ErrorKind::IsADirectory => AdapterError::new(AdapterCode::NotAFile, "not a regular file"),
+        std::io::ErrorKind::NotADirectory => AdapterError::new(AdapterCode::NotADirectory, "not a directory"),
+        std::io::ErrorKind::PermissionDenied => AdapterError::new(AdapterCode::PermissionDenied, "permission denied"),
+        _ => AdapterError::new(AdapterCode::IoError, "input/output error"),
+    }
+}
+
+fn digest(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+fn payload_path(job: &Job) -> Option<&str> {
+    job.payload.get("path").and_then(Value::as_str)
+}
+
+/// Run `job` with plain `std::fs` on `dir.join(path)`: following every symlink and
+/// resolving `..` (the broken code of [`Fault::DotdotAllowed`] and [`Fault::FollowSymlinks`]).
+/// `None` for `fs.search` (not redone).
+pub(crate) fn plain_execute(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let p = &job.payload;
+    let path = dir.join(payload_path(job)?);
+    let u = |k: &str| p.get(k).and_then(Value::as_u64);
+    Some(match job.operation {
+        ToolOperation::FsStat => std::fs::metadata(&path).map_err(io_err).map(|m| {
+            let (kind, size) = if m.is_dir() { ("directory", 0) } else { ("file", m.len()) };
+            json!({"type": kind, "size": size})
+        }),
+        ToolOperation::FsRead => {
+            std::fs::read(&path).map_err(io_err).and_then(|bytes| window(&bytes, u("offset"), u("maxBytes"), false))
+        }
+        ToolOperation::FsList => plain_list(&path, u("maxEntries")),
+        ToolOperation::FsWrite => {
+            let content = p.get("content").and_then(Value::as_str).unwrap_or_default();
+            let existed = path.exists();
+            std::fs::write(&path, content).map_err(io_err).map(
+                |()| json!({"created": !existed, "bytesWritten": content.len(), "digest": digest(content.as_bytes())}),
+            )
+        }
+        ToolOperation::FsEdit => plain_edit(&path, job, false),
+        ToolOperation::FsSearch => return None,
+    })
+}
+
+/// The `fs.read` data of `bytes[offset..offset + max_bytes]`: strict UTF-8 (the window is
+/// cut back to a character boundary) or, when `lossy`, with U+FFFD for bad bytes.
+fn window(bytes: &[u8], offset: Option<u64>, max_bytes: Option<u64>, lossy: bool) -> Result<Value, AdapterError> {
+    let start = (offset.unwrap_or(0) as usize).min(bytes.len());
+    let max = max_bytes.unwrap_or(4 * 1024 * 1024) as usize;
+    let mut w = &bytes[start..bytes.len().min(start.saturating_add(max))];
+    let content = if lossy {
+        String::from_utf8_lossy(w).into_owned()
+    } else {
+        match std::str::from_utf8(w) {
+            Ok(s) => s.to_string(),
+            Err(e) if e.error_len().is_none() => {
+                w = &w[..e.valid_up_to()];
+                String::from_utf8_lossy(w).into_owned()
+            }
+            Err(_) => return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8")),
+        }
+    };
+    Ok(json!({"content": content, "bytesRead": w.len(), "eof": start + w.len() == bytes.len()}))
+}
+
+fn plain_list(path: &Path, max_entries: Option<u64>) -> Result<Value, AdapterError> {
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(path).map_err(io_err)? {
+        let e = e.map_err(io_err)?;
+        let Ok(name) = e.file_name().into_string() else { continue };
+        entries.push(entry_following(&e.path(), name));
+    }
+    Ok(sort_and_cut(json!({"entries": entries, "truncated": false}), max_entries))
+}
+
+/// An `fs.list` entry for `path`, typed by what it points to.
+fn entry_following(path: &Path, name: String) -> Value {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => json!({"name": name, "type": "directory"}),
+        Ok(m) => json!({"name": name, "type": "file", "size": m.len()}),
+        Err(_) => json!({"name": name, "type": "file", "size": 0}),
+    }
+}
+
+fn sort_and_cut(mut data: Value, max_entries: Option<u64>) -> Value {
+    let max = max_entries.unwrap_or(1000) as usize;
+    if let Some(a) = data["entries"].as_array_mut() {
+        a.sort_by(|x, y| x["name"].as_str().unwrap_or("").as_bytes().cmp(y["name"].as_str().unwrap_or("").as_bytes()));
+        if a.len() > max {
+            a.truncate(max);
+            data["truncated"] = true.into();
+        }
+    }
+    data
+}
+
+/// Apply `job`'s edits to the file at `path` with plain `std::fs`. `first`: an ambiguous
+/// `oldText` replaces its first occurrence ([`Fault::EditFirstOccurrence`]).
+pub(crate) fn plain_edit(path: &Path, job: &Job, first: bool) -> Result<Value, AdapterError> {
+    let edits = job.payload.get("edits").and_then(Value::as_array).cloned().unwrap_or_default();
+    let bytes = std::fs::read(path).map_err(io_err)?;
+    let mut text =
+        String::from_utf8(bytes).map_err(|_| AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8"))?;
+    for (i, e) in edits.iter().enumerate() {
+        let old = e["oldText"].as_str().unwrap_or_default();
+        let new = e["newText"].as_str().unwrap_or_default();
+        let Some(at) = text.find(old).filter(|_| !old.is_empty()) else {
+            return Err(AdapterError::new(AdapterCode::EditNotFound, format!("edit {}: oldText not found", i + 1)));
+        };
+        if !first && text[at + 1..].contains(old) {
+            return Err(AdapterError::new(
+                AdapterCode::EditAmbiguous,
+                format!("edit {}: oldText occurs more than once", i + 1),
+            ));
+        }
+        text.replace_range(at..at + old.len(), new);
+    }
+    std::fs::write(path, &text).map_err(io_err)?;
+    Ok(json!({"replacements": edits.len(), "digest": digest(text.as_bytes())}))
+}
+
+/// [`Fault::ReadLossy`]: the window read again with std::fs, bad bytes replaced.
+pub(crate) fn lossy_read(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let path = dir.join(payload_path(job)?);
+    let u = |k: &str| job.payload.get(k).and_then(Value::as_u64);
+    Some(std::fs::read(path).map_err(io_err).and_then(|b| window(&b, u("offset"), u("maxBytes"), true)))
+}
+
+/// [`Fault::ListIncludesSymlinks`] / [`Fault::ListIncludesSpecialFiles`]: add the directory's
+/// entries of the kinds `pick` selects to a successful `fs.list` result.
+pub(crate) fn list_add(dir: &Path, job: &Job, mut data: Value, pick: fn(&std::fs::FileType) -> bool) -> Value {
+    let Some(rel) = payload_path(job) else { return data };
+    let Ok(rd) = std::fs::read_dir(dir.join(rel)) else { return data };
+    let mut extra = Vec::new();
+    for e in rd.flatten() {
+        let (Ok(t), Ok(name)) = (e.file_type(), e.file_name().into_string()) else { continue };
+        if pick(&t) {
+            extra.push(entry_following(&e.path(), name));
+        }
+    }
+    if let Some(a) = data["entries"].as_array_mut() {
+        a.extend(extra);
+    }
+    sort_and_cut(data, job.payload.get("maxEntries").and_then(Value::as_u64))
+}
+
+/// [`Fault::SearchOverlapping`]: every line with a match reports every overlapping
+/// occurrence (whole lines only: a 4096-character window is left as it is).
+pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
+    let query = job.payload.get("query").and_then(Value::as_str).unwrap_or_default();
+    let max = job.payload.get("maxResults").and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let Some(matches) = data["matches"].as_array().cloned() else { return data };
+    let mut out: Vec<Value> = Vec::new();
+    let mut last: Option<(Value, Value)> = None;
+    for m in matches {
+        let here = (m["path"].clone(), m["line"].clone());
+        let text = m["text"].as_str().unwrap_or_default();
+        if query.is_empty() || text.chars().count() >= 4096 {
+            out.push(m);
+            continue;
+        }
+        if last.as_ref() == Some(&here) {
+            continue; // this line was expanded already
+        }
+        for (i, _) in text.char_indices().filter(|(i, _)| text[*i..].starts_with(query)) {
+            let mut n = m.clone();
+            n["column"] = (text[..i].chars().count() + 1).into();
+            out.push(n);
+        }
+        last = Some(here);
+    }
+    if out.len() > max {
+        out.truncate(max);
+        data["truncated"] = true.into();
+    }
+    data["matches"] = Value::Array(out);
+    data
+}
+
+/// [`Fault::SearchByteColumns`]: columns count UTF-8 bytes (whole lines only).
+pub(crate) fn search_byte_columns(mut data: Value) -> Value {
+    if let Some(a) = data["matches"].as_array_mut() {
+        for m in a {
+            let text = m["text"].as_str().unwrap_or_default().to_string();
+            let col = m["column"].as_u64().unwrap_or(1) as usize;
+            if text.chars().count() < 4096 {
+                if let Some((b, _)) = text.char_indices().nth(col.saturating_sub(1)) {
+                    m["column"] = (b + 1).into();
+                }
+            }
+        }
+    }
+    data
+}
+
+/// [`Fault::EditPartial`]: the 1-based index of the failing edit in an
+/// `edit N: …` message.
+pub(crate) fn failing_edit(e: &AdapterError) -> Option<usize> {
+    e.message.strip_prefix("edit ")?.split(':').next()?.parse().ok()
+}
+
+/// [`Fault::WriteResetsMode`]: reset the replaced file's permission bits.
+pub(crate) fn reset_mode(dir: &Path, job: &Job) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(rel) = payload_path(job) {
+        let _ = std::fs::set_permissions(dir.join(rel), std::fs::Permissions::from_mode(0o644));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = std::collections::BTreeSet::new();
+        for f in Fault::ALL {
+            assert_eq!(f.name().parse::<Fault>(), Ok(*f));
+            assert!(seen.insert(f.name()), "{} twice", f.name());
+            assert!(f.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{}", f.name());
+            assert!(f.clause().starts_with("PC-"));
+            assert!(!f.description().is_empty());
+        }
+        assert!("no-such-fault".parse::<Fault>().is_err());
+    }
+
+    #[test]
+    fn the_set_holds_what_was_added() {
+        let s: Faults = [Fault::NoBusy, Fault::EofIgnored].into_iter().collect();
+        assert!(s.has(Fault::NoBusy) && s.has(Fault::EofIgnored) && !s.has(Fault::BusyEarly));
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![Fault::NoBusy, Fault::EofIgnored]);
+        assert_eq!(s.to_string(), "no-busy,eof-ignored");
+        assert!(Faults::NONE.is_empty() && !s.is_empty());
+    }
+
+    #[test]
+    fn overlapping_and_byte_columns() {
+        let job = |q: &str| Job {
+            request_id: "r".into(),
+            operation: ToolOperation::FsSearch,
+            payload: json!({"path": "x", "query": q}),
+            budget: 1 << 20,
+            cancel: crate::adapter::fs::Cancel::new(),
+        };
+        let d = json!({"matches": [{"path": "x", "line": 1, "column": 1, "text": "aaaa"},
+                                   {"path": "x", "line": 1, "column": 3, "text": "aaaa"}], "truncated": false});
+        let cols: Vec<u64> = search_overlapping(&job("aa"), d)["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["column"].as_u64().unwrap())
+            .collect();
+        assert_eq!(cols, vec![1, 2, 3]);
+        let d = json!({"matches": [{"path": "u", "line": 1, "column": 4, "text": "é€😀needle"}], "truncated": false});
+        assert_eq!(search_byte_columns(d)["matches"][0]["column"], 10);
+    }
+}

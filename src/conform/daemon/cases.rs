@@ -1,0 +1,669 @@
+//! The daemon cases. Each returns the observed outcome token (compared with the catalogue)
+//! and any further problems; the engine adds the secret scan (no handle minted by the case
+//! may come back from the daemon).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::probe::{BoundMode, InvokeMode};
+use super::{rtoken, DCtx};
+use crate::conform::adapter::conn::Recv;
+use crate::conform::case::Outcome;
+
+/// A case implementation.
+pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
+
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(o) => return o,
+        }
+    };
+}
+
+fn data(r: &Recv) -> Value {
+    r.frame().map(|v| v["data"].clone()).unwrap_or(Value::Null)
+}
+
+fn one(c: &mut DCtx<'_>, v: Value) -> Result<Recv, Outcome> {
+    let mut conn = c.connect()?;
+    Ok(c.call(&mut conn, v))
+}
+
+fn tok(r: Result<Recv, Outcome>) -> Outcome {
+    match r {
+        Ok(r) => Outcome::token(rtoken(&r)),
+        Err(o) => o,
+    }
+}
+
+fn closed_after(c: &mut DCtx<'_>, conn: &mut crate::conform::adapter::conn::Conn) -> bool {
+    let step = c.target.step;
+    loop {
+        match conn.recv_within(step) {
+            Recv::Closed => return true,
+            Recv::Frame(..) | Recv::Garbage(_) => continue,
+            Recv::Timeout => return false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- handshake
+
+fn hs_payload_required(c: &mut DCtx<'_>) -> Outcome {
+    let rid = c.rid();
+    tok(one(c, json!({"protocolVersion": "2.0", "requestId": rid, "operation": "handshake"})))
+}
+fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("2.0", "handshake", json!({}));
+    let r = tryo!(one(c, v));
+    let d = data(&r);
+    let has = |k: &str| d[k].as_array().is_some_and(|a| a.contains(&json!("1.0")) && a.contains(&json!("2.0")));
+    if has("supportedVersions") {
+        Outcome::token("advertised")
+    } else if has("supportedProtocolVersions") {
+        Outcome::with(
+            "only-supportedProtocolVersions",
+            vec!["observed the Pi Daemon 0.3.3 variant: `supportedProtocolVersions` instead of the protocol text's `supportedVersions` (SPEC §9)".into()],
+        )
+    } else {
+        Outcome::token(rtoken(&r))
+    }
+}
+fn hs_v2_capabilities(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("2.0", "handshake", json!({}));
+    let r = tryo!(one(c, v));
+    let caps = &data(&r)["capabilities"];
+    let mut p = Vec::new();
+    for (k, want) in
+        [("hostToolAdapter", json!(true)), ("hostToolOperationCount", json!(6)), ("configuredOpen", json!(true))]
+    {
+        if caps[k] != want {
+            p.push(format!("capabilities.{k} should be {want}, got {}", caps[k]));
+        }
+    }
+    Outcome::with(rtoken(&r), p)
+}
+fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("2.0", "handshake", json!({}));
+    let r = tryo!(one(c, v));
+    let d = data(&r);
+    let mut p = Vec::new();
+    if let Err(e) = crate::contract::validate_handshake_data(&d) {
+        p.push(format!("handshake data breaks the schema: {} at {}", e.message, e.field()));
+    }
+    Outcome::with(rtoken(&r), p)
+}
+
+// ---------------------------------------------------------------- envelope
+
+fn env_echo_minor(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("2.7", "handshake", json!({}));
+    let r = tryo!(one(c, v));
+    Outcome::token(format!("version:{}", r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")))
+}
+fn env_echo_on_error(c: &mut DCtx<'_>) -> Outcome {
+    let s = c.session.clone();
+    let v = c.cmd("2.3", "wake", json!({"sessionId": s, "generation": 1, "payload": {"prompt": "x"}}));
+    let r = tryo!(one(c, v));
+    Outcome::token(format!(
+        "{}@{}",
+        rtoken(&r),
+        r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")
+    ))
+}
+fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Silence, InvokeMode::Normal);
+    let d = c.descriptor(
+        1,
+        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+        "maxQueuedRequests": 16, "requestTimeoutMs": 1500, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
+    );
+    let open = c.open(1, super::DCtx::host_adapter(&d));
+    let rid = open["requestId"].as_str().unwrap_or("").to_string();
+    let mut conn = tryo!(c.connect());
+    conn.send(&open);
+    std::thread::sleep(Duration::from_millis(200));
+    let second = c.cmd("2.0", "handshake", json!({"requestId": rid}));
+    conn.send(&second);
+    let r = conn.recv_for(&rid);
+    let out = match r.frame() {
+        Some(v) if v["error"]["code"] == "duplicate_request_id" => match v["protocolVersion"].as_str() {
+            Some("2.0") => Outcome::token("duplicate_request_id@2.0"),
+            Some(x) => Outcome::with(
+                format!("duplicate_request_id@{x}"),
+                vec![format!("answered as {x}: the Pi Daemon 0.3.3 variant (SPEC §9); the protocol text requires the accepted version 2.0")],
+            ),
+            None => Outcome::token("duplicate_request_id@none"),
+        },
+        _ => Outcome::token(rtoken(&r)),
+    };
+    let _ = conn.recv_for(&rid);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn env_unknown_fields(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("2.0", "handshake", json!({"futureField": {"x": 1}, "payload": {"alsoFuture": true}}));
+    tok(one(c, v))
+}
+fn env_incompatible_closes(c: &mut DCtx<'_>) -> Outcome {
+    let v = c.cmd("3.0", "handshake", json!({}));
+    let mut conn = tryo!(c.connect());
+    let r = c.call(&mut conn, v);
+    let t = rtoken(&r);
+    let closed = closed_after(c, &mut conn);
+    Outcome::token(format!("{t}{}", if closed { "+closed" } else { "+open" }))
+}
+fn env_bad_json_closes(c: &mut DCtx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    conn.send_raw(b"{\"protocolVersion\":\"2.0\",\n");
+    let r = conn.recv_within(c.target.step * 2);
+    let t = rtoken(&r);
+    let rid_ok = r.frame().and_then(|f| f["requestId"].as_str()).is_some_and(|s| s.starts_with("invalid-"));
+    let closed = closed_after(c, &mut conn);
+    let p = if rid_ok || r.frame().is_none() {
+        vec![]
+    } else {
+        vec!["the requestId of a decoder error must be invalid-<uuid>".into()]
+    };
+    Outcome::with(format!("{t}{}", if closed { "+closed" } else { "+open" }), p)
+}
+fn env_oversize_closes(c: &mut DCtx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    let mut big = vec![b' '; 1024 * 1024 + 16];
+    big.push(b'\n');
+    conn.send_raw(&big);
+    let r = conn.recv_within(c.target.step * 2);
+    let t = rtoken(&r);
+    let closed = closed_after(c, &mut conn);
+    Outcome::token(format!("{t}{}", if closed { "+closed" } else { "+open" }))
+}
+fn env_validation_keeps_open(c: &mut DCtx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    let bad = c.cmd("2.0", "explode", json!({}));
+    let r1 = c.call(&mut conn, bad);
+    let good = c.cmd("2.0", "handshake", json!({}));
+    let r2 = c.call(&mut conn, good);
+    Outcome::token(format!("{}+{}", rtoken(&r1), rtoken(&r2)))
+}
+fn env_request_id_echo(c: &mut DCtx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    conn.send(&json!({"protocolVersion": "2.0", "requestId": 42, "operation": "handshake", "payload": {}}));
+    let r = conn.recv();
+    let ok = r.frame().and_then(|f| f["requestId"].as_str()).is_some_and(|s| s.starts_with("invalid-"));
+    Outcome::token(if ok { "invalid-uuid" } else { "other" })
+}
+
+// ---------------------------------------------------------------- v1 / v2 resources
+
+fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
+    let rid = c.rid();
+    json!({"protocolVersion": "1.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
+        "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}})
+}
+fn v1_tools_string(c: &mut DCtx<'_>) -> Outcome {
+    let v = v1_open(c, json!("all"));
+    tok(one(c, v))
+}
+fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
+    let d = c.descriptor(1, None);
+    let before = c.probe.seen().connections;
+    let v = v1_open(c, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    let p = if c.probe.seen().connections != before { vec!["a v1 open reached the adapter".into()] } else { vec![] };
+    Outcome::with(rtoken(&r), p)
+}
+fn v2_no_tools_storage(c: &mut DCtx<'_>) -> Outcome {
+    let agent = c.target.cwd.join(format!(".pc-agent-{}", c.session));
+    let _ = std::fs::create_dir_all(agent.join("sessions"));
+    let rid = c.rid();
+    let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
+        "payload": {"cwd": c.target.cwd.join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": agent.join("sessions").join(&c.session)},
+        "resources": {"tools": "none"}}});
+    tok(one(c, v))
+}
+
+// ---------------------------------------------------------------- admission
+
+fn admission(c: &mut DCtx<'_>, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
+    let mut d = c.descriptor(1, None);
+    let host = c.host.clone();
+    mutate(&mut d, &host);
+    let before = c.probe.seen().connections;
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut p = Vec::new();
+    if c.probe.seen().connections != before {
+        p.push("a refused descriptor reached the adapter: admission must answer before any connection".into());
+    }
+    let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str().map(str::to_string)).unwrap_or_default();
+    Outcome::with(format!("{}@{field}", rtoken(&r)), p)
+}
+fn adm_1(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["token"] = json!("smuggled"))
+}
+fn adm_2(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["protocolVersion"] = json!("2.0"))
+}
+fn adm_3(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["adapterId"] = json!("-bad"))
+}
+fn adm_4(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["adapterVersion"] = json!("01.2.0"))
+}
+fn adm_5(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
+}
+fn adm_6(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["binding"]["extra"] = json!(1))
+}
+fn adm_7(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["binding"]["capabilityHandle"] = json!("tooShort"))
+}
+fn adm_8(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, h| d["binding"]["hostInstanceId"] = json!(format!("{h}-previous")))
+}
+fn adm_9(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
+}
+fn adm_10(c: &mut DCtx<'_>) -> Outcome {
+    admission(c, |d, _| d["limits"]["maxConcurrentRequests"] = json!(65))
+}
+fn adm_11(c: &mut DCtx<'_>) -> Outcome {
+    // SPEC §3.3: 256 × € in the session id makes `bound` larger than 1024 bytes, so limits
+    // 2048/1024 pass the range check and fail the fit check on maxResponseBytes.
+    c.session = "\u{20ac}".repeat(256);
+    admission(c, |d, _| {
+        d["limits"]["maxRequestBytes"] = json!(2048);
+        d["limits"]["maxResponseBytes"] = json!(1024);
+    })
+}
+
+// ---------------------------------------------------------------- binding at open
+
+fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    let seen = c.probe.seen();
+    let mut p = Vec::new();
+    let binds: Vec<(usize, &Value)> =
+        seen.frames.iter().enumerate().filter(|(_, (_, f))| f["kind"] == "bind").map(|(i, (_, f))| (i, f)).collect();
+    let Some((i, bind)) = binds.last().copied() else {
+        return Outcome::with(rtoken(&r), vec!["the daemon answered the open without binding".into()]);
+    };
+    let admitted = crate::contract::admit_descriptor(&d, None);
+    if let Ok(a) = admitted {
+        if *bind != a.bind_frame() {
+            p.push(
+                "the bind frame is not the descriptor's normalized bind (identity, handle, operation order, limits)"
+                    .into(),
+            );
+        }
+        if seen.sizes[i] as u64 > a.limits.max_request_bytes {
+            p.push("the bind line exceeds maxRequestBytes".into());
+        }
+    }
+    Outcome::with(if rtoken(&r) == "ok" { "bound-before-answer".to_string() } else { rtoken(&r) }, p)
+}
+fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
+    c.probe.set(mode, InvokeMode::Normal);
+    let d = c.descriptor(
+        1,
+        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+        "maxQueuedRequests": 16, "requestTimeoutMs": 800, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
+    );
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let t = rtoken(&r);
+    let mut p = Vec::new();
+    if t == "ok" {
+        p.push("a bound violation must fail the open".into());
+    } else if let Some(f) = r.frame() {
+        let cause = f["error"]["details"]["cause"]["code"].as_str().unwrap_or("");
+        if !cause.starts_with("adapter_") {
+            p.push(format!(
+                "the open failed ({t}) without details.cause.code naming the adapter_* reason (the generic-cause variant of Pi Daemon 0.3.3, SPEC §9)"
+            ));
+        }
+    }
+    // No usable binding: a wake of this generation may not reach the adapter.
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let before = c.probe.seen().frames.iter().filter(|(_, f)| f["kind"] == "invoke").count();
+    let _ = one(c, w);
+    if c.probe.seen().frames.iter().filter(|(_, f)| f["kind"] == "invoke").count() != before {
+        p.push("a tool call reached the adapter after a failed bind".into());
+    }
+    Outcome::with(if t == "ok" { "opened".to_string() } else { "open-refused".to_string() }, p)
+}
+fn bound_wrong_limits(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::WrongLimits)
+}
+fn bound_reordered(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::ReorderedOps)
+}
+fn bound_wrong_generation(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::WrongGeneration)
+}
+fn bound_echo_handle(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::EchoHandle)
+}
+fn bound_close(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::Close)
+}
+fn bound_silence(c: &mut DCtx<'_>) -> Outcome {
+    bound_violation(c, BoundMode::Silence)
+}
+fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o666));
+    let before = c.probe.seen().connections;
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = one(c, v);
+    let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o600));
+    let r = tryo!(r);
+    let p = if c.probe.seen().connections != before {
+        vec!["the daemon connected to a socket others can write".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with(if rtoken(&r) == "ok" { "opened".to_string() } else { "open-refused".to_string() }, p)
+}
+fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < wait {
+        if c.probe.seen().frames.iter().any(|(n, f)| *n == conn_index && f["kind"] == "revoke") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outcome> {
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let d = c.descriptor(generation, None);
+    let v = c.open(generation, super::DCtx::host_adapter(&d));
+    let r = one(c, v)?;
+    if rtoken(&r) != "ok" {
+        return Err(Outcome::with(format!("open-{}", rtoken(&r)), vec!["a valid host-adapter open failed".into()]));
+    }
+    let idx = c.probe.seen().connections.saturating_sub(1);
+    Ok((d, idx))
+}
+fn revoke_on_close(c: &mut DCtx<'_>) -> Outcome {
+    let (_, idx) = tryo!(open_bound(c, 1));
+    let s = c.session.clone();
+    let v = c.cmd("2.0", "close", json!({"sessionId": s, "generation": 1}));
+    let r = tryo!(one(c, v));
+    let t = rtoken(&r);
+    Outcome::token(if revoke_seen_within(c, idx, c.target.step) {
+        "revoked".to_string()
+    } else {
+        format!("close-{t}-no-revoke")
+    })
+}
+fn revoke_on_replacement(c: &mut DCtx<'_>) -> Outcome {
+    let (_, idx) = tryo!(open_bound(c, 1));
+    if let Err(o) = open_bound(c, 2) {
+        return o;
+    }
+    Outcome::token(if revoke_seen_within(c, idx, c.target.step) { "revoked" } else { "no-revoke" })
+}
+fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
+    let (d, _) = tryo!(open_bound(c, 1));
+    let conns = c.probe.seen().connections;
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    let mut p = Vec::new();
+    if c.probe.seen().connections != conns {
+        p.push("a re-open at the same generation and policy rebound the adapter".into());
+    }
+    Outcome::with(format!("created:{}", data(&r)["created"]), p)
+}
+fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Close, InvokeMode::Normal);
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let _ = tryo!(one(c, v));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let v = c.open(1, json!("none"));
+    tok(one(c, v))
+}
+fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
+    let (_, _) = tryo!(open_bound(c, 1));
+    let mut d = c.descriptor(1, None);
+    d["limits"]["maxQueuedRequests"] = json!(15);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    tok(one(c, v))
+}
+fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
+    let (_, _) = tryo!(open_bound(c, 2));
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    tok(one(c, v))
+}
+
+// ---------------------------------------------------------------- tool traffic
+
+fn invokes(c: &DCtx<'_>) -> Vec<Value> {
+    c.probe.seen().frames.into_iter().filter(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f).collect()
+}
+fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
+    let (d, _) = tryo!(open_bound(c, 1));
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let r = tryo!(one(c, w));
+    let Some(inv) = invokes(c).into_iter().last() else {
+        return Outcome::with(rtoken(&r), vec!["the wake made no tool call through the adapter".into()]);
+    };
+    let admitted = match crate::contract::admit_descriptor(&d, None) {
+        Ok(a) => a,
+        Err(e) => return Outcome::Error(format!("minted descriptor refused: {e}")),
+    };
+    let b = crate::contract::Binding::from(&admitted);
+    let line = serde_json::to_vec(&inv).unwrap_or_default();
+    let mut p = Vec::new();
+    if let Err(e) = crate::contract::parse_adapter_frame(&line, &b, crate::contract::Direction::ToAdapter) {
+        p.push(format!("the invoke breaks the frame rules: {} at {}", e.error.code, e.error.field()));
+    }
+    Outcome::with("invoked", p)
+}
+fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let d = c.descriptor(
+        1,
+        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+        "maxQueuedRequests": 16, "requestTimeoutMs": 300, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
+    );
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+        return Outcome::with(rtoken(&r), vec!["a valid open failed".into()]);
+    }
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let _ = one(c, w);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let frames = c.probe.seen().frames;
+    let inv = frames.iter().rev().find(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f["requestId"].clone());
+    let abort = frames.iter().any(|(_, f)| f["kind"] == "abort" && Some(&f["targetRequestId"]) == inv.as_ref());
+    Outcome::token(if abort { "abort-sent" } else { "no-abort" })
+}
+fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode) -> Outcome {
+    let _ = tryo!(open_bound(c, 1));
+    c.probe.set(BoundMode::Exact, mode);
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let r1 = tryo!(one(c, w));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    // The connection must be failed: a later call never succeeds through it.
+    let before = invokes(c).len();
+    let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let _ = tryo!(one(c, w2));
+    let reached = invokes(c).len() != before;
+    let t1 = rtoken(&r1);
+    let leaked_ok = r1
+        .frame()
+        .is_some_and(|f| f.to_string().contains("\"ok\":true") && f["data"]["result"]["toolCalls"][0]["ok"] == true);
+    let mut p = Vec::new();
+    if leaked_ok {
+        p.push(format!("the bad adapter frame was accepted as a successful tool result ({t1})"));
+    }
+    if reached {
+        p.push("the connection was not failed: a later tool call still reached the adapter".into());
+    }
+    Outcome::with("failed-closed", p)
+}
+fn tools_mismatch(c: &mut DCtx<'_>) -> Outcome {
+    fail_closed(c, InvokeMode::MismatchKey)
+}
+fn tools_unsolicited(c: &mut DCtx<'_>) -> Outcome {
+    fail_closed(c, InvokeMode::Unsolicited)
+}
+fn tools_reflected(c: &mut DCtx<'_>) -> Outcome {
+    fail_closed(c, InvokeMode::ReflectHandle)
+}
+fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let d = c.descriptor(
+        1,
+        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+        "maxQueuedRequests": 16, "requestTimeoutMs": 300, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
+    );
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return Outcome::with(rtoken(&r), vec!["a valid open failed".into()]);
+    }
+    c.probe.set(BoundMode::Exact, InvokeMode::ResultAfterAborted);
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let _ = one(c, w);
+    std::thread::sleep(Duration::from_millis(100));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let before = invokes(c).len();
+    let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let _ = tryo!(one(c, w2));
+    let reached = invokes(c).len() != before;
+    Outcome::with(
+        "failed-closed",
+        if reached { vec!["a result after aborted did not fail the connection".into()] } else { vec![] },
+    )
+}
+
+// ---------------------------------------------------------------- restart
+
+fn restart_flow(c: &mut DCtx<'_>) -> Result<Value, Outcome> {
+    let (d, _) = open_bound(c, 1)?;
+    c.restart()?;
+    Ok(d)
+}
+fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let _ = tryo!(restart_flow(c));
+    let v = c.cmd("2.0", "handshake", json!({}));
+    let r = tryo!(one(c, v));
+    let q = data(&r)["host"]["recovery"]["quarantinedSessions"].clone();
+    let listed = q.as_array().is_some_and(|a| {
+        a.iter().any(|x| {
+            x["sessionId"] == c.session.as_str()
+                && x["generation"] == 1
+                && x["code"] == "tool_adapter_reprovision_required"
+        })
+    });
+    Outcome::token(if listed { "quarantined" } else { "not-listed" })
+}
+fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let _ = tryo!(restart_flow(c));
+    let v = c.open(1, json!("none"));
+    tok(one(c, v))
+}
+fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let d = tryo!(restart_flow(c));
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    tok(one(c, v))
+}
+fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let _ = tryo!(restart_flow(c));
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    let v = c.cmd("2.0", "handshake", json!({}));
+    let h = tryo!(one(c, v));
+    let still = data(&h)["host"]["recovery"]["quarantinedSessions"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x["sessionId"] == c.session.as_str()));
+    let p = if still { vec!["the quarantine was not cleared by a successful reprovision".into()] } else { vec![] };
+    Outcome::with(rtoken(&r), p)
+}
+
+/// Every daemon case implementation by id.
+pub fn registry() -> Vec<(&'static str, DCaseFn)> {
+    vec![
+        ("daemon.handshake.payload-required", hs_payload_required),
+        ("daemon.handshake.supported-versions", hs_supported_versions),
+        ("daemon.handshake.v2-capabilities", hs_v2_capabilities),
+        ("daemon.handshake.host-snapshot", hs_host_snapshot),
+        ("daemon.envelope.echo-minor", env_echo_minor),
+        ("daemon.envelope.echo-on-validation-error", env_echo_on_error),
+        ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
+        ("daemon.envelope.unknown-fields-tolerated", env_unknown_fields),
+        ("daemon.envelope.incompatible-closes", env_incompatible_closes),
+        ("daemon.envelope.invalid-json-closes", env_bad_json_closes),
+        ("daemon.envelope.oversize-line-closes", env_oversize_closes),
+        ("daemon.envelope.validation-keeps-open", env_validation_keeps_open),
+        ("daemon.envelope.request-id-echo", env_request_id_echo),
+        ("daemon.v1.tools-string", v1_tools_string),
+        ("daemon.v1.tools-object", v1_tools_object),
+        ("daemon.v2.no-tools-storage", v2_no_tools_storage),
+        ("daemon.admission.check-1-closed-descriptor", adm_1),
+        ("daemon.admission.check-2-protocol-version", adm_2),
+        ("daemon.admission.check-3-adapter-id", adm_3),
+        ("daemon.admission.check-4-adapter-version", adm_4),
+        ("daemon.admission.check-5-endpoint", adm_5),
+        ("daemon.admission.check-6-binding", adm_6),
+        ("daemon.admission.check-7-capability", adm_7),
+        ("daemon.admission.check-8-binding-mismatch", adm_8),
+        ("daemon.admission.check-9-operations", adm_9),
+        ("daemon.admission.check-10-limits", adm_10),
+        ("daemon.admission.check-11-fit", adm_11),
+        ("daemon.bind.before-open-answer", bind_before_answer),
+        ("daemon.bind.bound-wrong-limits", bound_wrong_limits),
+        ("daemon.bind.bound-reordered-operations", bound_reordered),
+        ("daemon.bind.bound-wrong-generation", bound_wrong_generation),
+        ("daemon.bind.bound-echoes-handle", bound_echo_handle),
+        ("daemon.bind.close-before-bound", bound_close),
+        ("daemon.bind.silence", bound_silence),
+        ("daemon.bind.endpoint-insecure", endpoint_insecure),
+        ("daemon.bind.revoke-on-close", revoke_on_close),
+        ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
+        ("daemon.policy.reopen-same", policy_reopen_same),
+        ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
+        ("daemon.policy.summary-mismatch", policy_summary_mismatch),
+        ("daemon.policy.lower-generation", policy_lower_generation),
+        ("daemon.tools.invoke-shape", tools_invoke_shape),
+        ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
+        ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
+        ("daemon.tools.unsolicited-result-fails-closed", tools_unsolicited),
+        ("daemon.tools.reflected-handle-fails-closed", tools_reflected),
+        ("daemon.tools.result-after-aborted-fails-closed", tools_result_after_aborted),
+        ("daemon.restart.quarantine-listed", restart_quarantine_listed),
+        ("daemon.restart.no-tools-reopen-refused", restart_no_tools_refused),
+        ("daemon.restart.old-host-descriptor-refused", restart_old_host_refused),
+        ("daemon.restart.reprovision-clears", restart_reprovision),
+    ]
+}

@@ -1,0 +1,208 @@
+//! The daemon suite: the runner plays a client of the daemon and hosts a probe adapter
+//! that records every frame the daemon sends (SPEC §1–§4, §6).
+
+pub mod cases;
+pub mod probe;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use self::probe::Probe;
+use super::adapter::conn::{Conn, Recv};
+use super::case::{CaseMeta, Outcome, WireLine};
+
+/// The daemon case catalogue (`conformance/daemon-cases.json`), built in.
+pub const CATALOGUE: &str = include_str!("../../../conformance/daemon-cases.json");
+
+/// Parse the built-in catalogue.
+pub fn catalogue() -> Vec<CaseMeta> {
+    serde_json::from_str(CATALOGUE).expect("the built-in daemon catalogue is valid")
+}
+
+/// What the runner is pointed at.
+#[derive(Clone, Debug)]
+pub struct DaemonTarget {
+    /// The daemon's socket.
+    pub socket: PathBuf,
+    /// Directory the runner's sessions use as cwd (the probe's root).
+    pub cwd: PathBuf,
+    /// Prompt template for one tool call (`{tool}` and `{args}` are replaced).
+    pub wake_template: String,
+    /// Shell command that restarts the daemon (restart cases skip without it).
+    pub restart_cmd: Option<String>,
+    /// `payload.model` for opens (`{provider, id}`), for daemons that need one.
+    pub model: Option<Value>,
+    /// One step's budget.
+    pub step: Duration,
+}
+
+/// Everything one daemon case may use.
+pub struct DCtx<'a> {
+    /// The target.
+    pub target: &'a DaemonTarget,
+    /// The probe adapter.
+    pub probe: &'a Probe,
+    /// The daemon's hostInstanceId (re-read after a restart).
+    pub host: String,
+    /// Transcript.
+    pub transcript: Rc<RefCell<Vec<WireLine>>>,
+    /// Every byte received from the daemon.
+    pub received: Rc<RefCell<Vec<u8>>>,
+    /// Handles minted in this case (redacted, and never allowed back).
+    pub handles: Vec<String>,
+    /// A session id unique to this case.
+    pub session: String,
+    seq: u64,
+}
+
+impl<'a> DCtx<'a> {
+    /// A fresh context.
+    pub fn new(target: &'a DaemonTarget, probe: &'a Probe, host: String, case_no: usize) -> Self {
+        let mut r = [0u8; 4];
+        let _ = getrandom::fill(&mut r);
+        DCtx {
+            target,
+            probe,
+            host,
+            transcript: Rc::default(),
+            received: Rc::default(),
+            handles: Vec::new(),
+            session: format!("pc-{case_no}-{}", hex::encode(r)),
+            seq: 0,
+        }
+    }
+
+    /// A new client connection to the daemon.
+    pub fn connect(&mut self) -> Result<Conn, Outcome> {
+        let h = self.handles.first().cloned().unwrap_or_default();
+        Conn::connect(&self.target.socket, &h, self.target.step, self.transcript.clone(), self.received.clone())
+            .map_err(|e| Outcome::Error(format!("cannot connect to the daemon: {e}")))
+    }
+
+    /// A fresh request id.
+    pub fn rid(&mut self) -> String {
+        self.seq += 1;
+        format!("pc-req-{}", self.seq)
+    }
+
+    /// Send `v` on `c` and wait for the response to its requestId.
+    pub fn call(&mut self, c: &mut Conn, v: Value) -> Recv {
+        let rid = v["requestId"].as_str().unwrap_or("").to_string();
+        c.send(&v);
+        loop {
+            let r = c.recv_within(self.target.step * 3);
+            match r.frame() {
+                Some(f) if f["kind"] == "event" => continue,
+                Some(f) if f["requestId"] == rid.as_str() => return r,
+                Some(_) => continue,
+                None => return r,
+            }
+        }
+    }
+
+    /// Mint a descriptor for the probe, bound to this host, the case session and `generation`.
+    pub fn descriptor(&mut self, generation: u64, limits: Option<Value>) -> Value {
+        let mut b = [0u8; 32];
+        let _ = getrandom::fill(&mut b);
+        let handle = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        self.handles.push(handle.clone());
+        json!({
+            "protocolVersion": "1.0",
+            "adapterId": "pi-conform-probe",
+            "adapterVersion": "1.0.0",
+            "endpoint": {"transport": "unix", "path": self.probe.socket},
+            "binding": {"hostInstanceId": self.host, "sessionId": self.session, "generation": generation, "capabilityHandle": handle},
+            "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
+            "limits": limits.unwrap_or_else(|| json!({
+                "maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+                "maxQueuedRequests": 16, "requestTimeoutMs": 3000, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000
+            })),
+        })
+    }
+
+    /// A v2 open of the case session.
+    pub fn open(&mut self, generation: u64, tools: Value) -> Value {
+        let rid = self.rid();
+        let mut v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": self.session, "generation": generation,
+            "payload": {"cwd": self.target.cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}});
+        if let Some(m) = &self.target.model {
+            v["payload"]["model"] = m.clone();
+        }
+        v
+    }
+
+    /// The tools policy for a descriptor.
+    pub fn host_adapter(d: &Value) -> Value {
+        json!({"mode": "host-adapter", "descriptor": d})
+    }
+
+    /// A v2 wake of the case session whose prompt makes one tool call.
+    pub fn wake(&mut self, generation: u64, tool: &str, args: &Value) -> Value {
+        let rid = self.rid();
+        let prompt = self.target.wake_template.replace("{tool}", tool).replace("{args}", &args.to_string());
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "wake", "sessionId": self.session, "generation": generation,
+            "idempotencyKey": format!("{rid}-wake"), "payload": {"prompt": prompt}})
+    }
+
+    /// A command with envelope fields and payload.
+    pub fn cmd(&mut self, version: &str, op: &str, extra: Value) -> Value {
+        let rid = self.rid();
+        let mut v = json!({"protocolVersion": version, "requestId": rid, "operation": op, "payload": {}});
+        if let Value::Object(m) = extra {
+            for (k, x) in m {
+                v[k] = x;
+            }
+        }
+        v
+    }
+
+    /// Restart the daemon with the restart command and reconnect; refresh `host`.
+    pub fn restart(&mut self) -> Result<(), Outcome> {
+        let Some(cmd) = self.target.restart_cmd.clone() else {
+            return Err(Outcome::Skip("no --restart-cmd given".into()));
+        };
+        let st = std::process::Command::new("sh").arg("-c").arg(&cmd).status();
+        if !st.is_ok_and(|s| s.success()) {
+            return Err(Outcome::Error("the restart command failed".into()));
+        }
+        let t = std::time::Instant::now();
+        loop {
+            if let Ok(h) = read_host(&self.target.socket, self.target.step) {
+                self.host = h;
+                return Ok(());
+            }
+            if t.elapsed() > self.target.step * 10 {
+                return Err(Outcome::Error("the daemon did not come back after the restart".into()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Read the daemon's hostInstanceId with a v2 handshake.
+pub fn read_host(socket: &Path, step: Duration) -> Result<String, String> {
+    let mut c = Conn::connect(socket, "", step, Rc::default(), Rc::default()).map_err(|e| e.to_string())?;
+    c.send(&json!({"protocolVersion": "2.0", "requestId": "pc-hs", "operation": "handshake", "payload": {}}));
+    match c.recv() {
+        Recv::Frame(v, _) => v["data"]["host"]["hostInstanceId"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| "the handshake has no data.host.hostInstanceId".to_string()),
+        other => Err(format!("no handshake response: {}", other.describe())),
+    }
+}
+
+/// A response's outcome token: `ok`, or `error:<code>`; `closed` / `timeout` otherwise.
+pub fn rtoken(r: &Recv) -> String {
+    match r.frame() {
+        Some(v) if v["ok"] == true => "ok".into(),
+        Some(v) if v["ok"] == false => format!("error:{}", v["error"]["code"].as_str().unwrap_or("?")),
+        Some(_) => "frame".into(),
+        None => r.describe(),
+    }
+}

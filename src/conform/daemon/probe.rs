@@ -1,0 +1,290 @@
+//! The probe adapter: an owner-private socket the daemon suite creates, which records every
+//! frame the daemon sends and answers — correctly, or wrongly on purpose, per case.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::adapter::fs::{Cancel, Root};
+use crate::adapter::session::Job;
+
+/// How the probe answers `bind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundMode {
+    /// The exact echo.
+    Exact,
+    /// One limit changed.
+    WrongLimits,
+    /// Operations reversed.
+    ReorderedOps,
+    /// Generation + 1.
+    WrongGeneration,
+    /// The handle echoed back.
+    EchoHandle,
+    /// Close without `bound`.
+    Close,
+    /// Never answer.
+    Silence,
+}
+
+/// How the probe answers `invoke`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvokeMode {
+    /// Run it on the probe's root and answer correctly.
+    Normal,
+    /// Never answer (the daemon's timeout must fire).
+    Ignore,
+    /// Answer with another idempotencyKey.
+    MismatchKey,
+    /// Answer correctly, preceded by a result for a request that does not exist.
+    Unsolicited,
+    /// Answer with the handle inside the data.
+    ReflectHandle,
+    /// Never answer the invoke; answer an abort with `aborted:true`, then send the result.
+    ResultAfterAborted,
+}
+
+/// What the probe saw.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeLog {
+    /// Connections accepted.
+    pub connections: usize,
+    /// Every frame received, in order (connection index, frame).
+    pub frames: Vec<(usize, Value)>,
+    /// Raw byte lengths of each received line (LF included), parallel to `frames`.
+    pub sizes: Vec<usize>,
+}
+
+/// A running probe adapter.
+pub struct Probe {
+    /// Private directory (0700) holding the socket.
+    pub dir: tempfile::TempDir,
+    /// The socket (0600).
+    pub socket: PathBuf,
+    /// How to answer bind.
+    pub bound: Arc<Mutex<BoundMode>>,
+    /// How to answer invokes.
+    pub invoke: Arc<Mutex<InvokeMode>>,
+    /// What was seen.
+    pub log: Arc<Mutex<ProbeLog>>,
+    root: PathBuf,
+}
+
+impl Probe {
+    /// Start a probe whose operations run on `root`.
+    pub fn start(root: &Path) -> std::io::Result<Probe> {
+        let dir = tempfile::Builder::new().prefix("pi-conform-probe").tempdir()?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        let socket = dir.path().join("probe.sock");
+        let listener = UnixListener::bind(&socket)?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+        let p = Probe {
+            dir,
+            socket,
+            bound: Arc::new(Mutex::new(BoundMode::Exact)),
+            invoke: Arc::new(Mutex::new(InvokeMode::Normal)),
+            log: Arc::default(),
+            root: root.to_path_buf(),
+        };
+        let (bound, invoke, log, root) = (p.bound.clone(), p.invoke.clone(), p.log.clone(), p.root.clone());
+        std::thread::spawn(move || {
+            for (n, s) in listener.incoming().enumerate() {
+                let Ok(s) = s else { break };
+                if let Ok(mut l) = log.lock() {
+                    l.connections += 1;
+                }
+                let (bound, invoke, log, root) = (bound.clone(), invoke.clone(), log.clone(), root.clone());
+                std::thread::spawn(move || serve(n, s, bound, invoke, log, root));
+            }
+        });
+        Ok(p)
+    }
+
+    /// Snapshot of the log.
+    pub fn seen(&self) -> ProbeLog {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Set the modes for the next connections.
+    pub fn set(&self, b: BoundMode, i: InvokeMode) {
+        if let Ok(mut x) = self.bound.lock() {
+            *x = b;
+        }
+        if let Ok(mut x) = self.invoke.lock() {
+            *x = i;
+        }
+    }
+}
+
+fn serve(
+    n: usize,
+    s: UnixStream,
+    bound: Arc<Mutex<BoundMode>>,
+    invoke: Arc<Mutex<InvokeMode>>,
+    log: Arc<Mutex<ProbeLog>>,
+    root: PathBuf,
+) {
+    let Ok(mut w) = s.try_clone() else { return };
+    let reader = BufReader::new(s);
+    let mut identity: Option<Value> = None;
+    let mut handle = String::new();
+    let mut held: Vec<Value> = Vec::new();
+    let root = Root::open(&root).ok();
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { break };
+        let Ok(f) = serde_json::from_slice::<Value>(&line) else { break };
+        if let Ok(mut l) = log.lock() {
+            l.frames.push((n, f.clone()));
+            l.sizes.push(line.len() + 1);
+        }
+        let send = |w: &mut UnixStream, v: &Value| {
+            let mut b = serde_json::to_vec(v).unwrap_or_default();
+            b.push(b'\n');
+            w.write_all(&b).is_ok()
+        };
+        match f["kind"].as_str() {
+            Some("bind") => {
+                let bmode = bound.lock().map(|b| *b).unwrap_or(BoundMode::Exact);
+                handle = f["capabilityHandle"].as_str().unwrap_or("").to_string();
+                let mut b = f.clone();
+                let m = b.as_object_mut().map(|m| {
+                    m.remove("capabilityHandle");
+                    m.insert("kind".into(), json!("bound"));
+                });
+                if m.is_none() {
+                    return;
+                }
+                let mut id = b.clone();
+                if let Some(m) = id.as_object_mut() {
+                    m.remove("operations");
+                    m.remove("limits");
+                    m.remove("kind");
+                }
+                identity = Some(id);
+                match bmode {
+                    BoundMode::Exact => {}
+                    BoundMode::WrongLimits => {
+                        let q = b["limits"]["maxQueuedRequests"].as_u64().unwrap_or(0);
+                        b["limits"]["maxQueuedRequests"] = json!(if q == 0 { 1 } else { q - 1 });
+                    }
+                    BoundMode::ReorderedOps => {
+                        if let Some(a) = b["operations"].as_array_mut() {
+                            a.reverse();
+                            if a.len() < 2 {
+                                a.push(json!("fs.stat"));
+                            }
+                        }
+                    }
+                    BoundMode::WrongGeneration => b["generation"] = json!(b["generation"].as_u64().unwrap_or(0) + 1),
+                    BoundMode::EchoHandle => b["capabilityHandle"] = json!(handle),
+                    BoundMode::Close => return,
+                    BoundMode::Silence => {
+                        std::thread::sleep(Duration::from_secs(3600));
+                        return;
+                    }
+                }
+                if !send(&mut w, &b) {
+                    return;
+                }
+            }
+            Some("invoke") => {
+                let imode = invoke.lock().map(|b| *b).unwrap_or(InvokeMode::Normal);
+                let Some(id) = &identity else { return };
+                let result = |data: Result<Value, Value>| {
+                    let mut r = id.clone();
+                    r["kind"] = json!("result");
+                    for k in ["requestId", "idempotencyKey", "operation"] {
+                        r[k] = f[k].clone();
+                    }
+                    match data {
+                        Ok(d) => {
+                            r["ok"] = json!(true);
+                            r["data"] = d;
+                        }
+                        Err(e) => {
+                            r["ok"] = json!(false);
+                            r["error"] = e;
+                        }
+                    }
+                    r
+                };
+                let run = || -> Result<Value, Value> {
+                    let Some(root) = &root else {
+                        return Err(json!({"code": "io_error", "message": "no root", "retryable": true}));
+                    };
+                    let job = Job {
+                        request_id: f["requestId"].as_str().unwrap_or("").into(),
+                        operation: f["operation"]
+                            .as_str()
+                            .and_then(|o| o.parse().ok())
+                            .unwrap_or(crate::contract::types::tool_adapter::ToolOperation::FsStat),
+                        payload: f["payload"].clone(),
+                        budget: 512 * 1024,
+                        cancel: Cancel::new(),
+                    };
+                    crate::adapter::ops::execute(root, &job).map_err(|e| e.body())
+                };
+                match imode {
+                    InvokeMode::Normal => {
+                        if !send(&mut w, &result(run())) {
+                            return;
+                        }
+                    }
+                    InvokeMode::Ignore => {}
+                    InvokeMode::MismatchKey => {
+                        let mut r = result(run());
+                        r["idempotencyKey"] = json!("tool-not-the-key");
+                        let _ = send(&mut w, &r);
+                    }
+                    InvokeMode::Unsolicited => {
+                        let mut r = result(run());
+                        r["requestId"] = json!("00000000-0000-4000-8000-000000000000");
+                        let _ = send(&mut w, &r);
+                    }
+                    InvokeMode::ReflectHandle => {
+                        let _ = send(
+                            &mut w,
+                            &result(Ok(json!({"content": format!("leak {handle}"), "bytesRead": 1, "eof": true}))),
+                        );
+                    }
+                    InvokeMode::ResultAfterAborted => held.push(f.clone()),
+                }
+            }
+            Some("abort") => {
+                let Some(id) = &identity else { return };
+                let mut a = id.clone();
+                a["kind"] = json!("aborted");
+                a["requestId"] = f["requestId"].clone();
+                a["targetRequestId"] = f["targetRequestId"].clone();
+                a["aborted"] = json!(true);
+                let _ = send(&mut w, &a);
+                if !held.is_empty() {
+                    for h in held.drain(..) {
+                        let mut r = id.clone();
+                        r["kind"] = json!("result");
+                        for k in ["requestId", "idempotencyKey", "operation"] {
+                            r[k] = h[k].clone();
+                        }
+                        r["ok"] = json!(false);
+                        r["error"] = json!({"code": "io_error", "message": "late", "retryable": true});
+                        let _ = send(&mut w, &r);
+                    }
+                }
+            }
+            Some("revoke") => {
+                if let Some(id) = &identity {
+                    let mut r = id.clone();
+                    r["kind"] = json!("revoked");
+                    let _ = send(&mut w, &r);
+                }
+                return;
+            }
+            _ => return,
+        }
+    }
+}

@@ -1,0 +1,961 @@
+//! The reference daemon's host: sessions, dispatch of the eleven operations, events, the
+//! scripted agent, durable wakes and restart recovery (SPEC §2, §3.4, §6). The socket shell
+//! is `daemon::server`; every envelope rule comes from `contract::parse_command`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, watch};
+
+use super::link::AdapterLink;
+use super::store::{SessionRecord, Store, WakeRecord};
+use crate::contract::command::{Command, OPERATIONS};
+use crate::contract::types::tool_adapter::ToolOperation;
+use crate::contract::{validate_relative_path, Descriptor, PathSide};
+
+/// Bounds of the daemon socket (SPEC §1.1).
+pub const MAX_CONNECTIONS: usize = 64;
+/// In-flight requests per connection.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Largest command line, LF excluded.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+/// Largest response record.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+/// Largest event record.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
+/// Queued outbound bytes per connection before a slow reader is disconnected.
+pub const MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
+
+/// A dispatch error: the protocol's error body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DErr {
+    /// Code.
+    pub code: String,
+    /// Message (content-free).
+    pub message: String,
+    /// Retryable.
+    pub retryable: bool,
+    /// Details.
+    pub details: Map<String, Value>,
+}
+
+impl DErr {
+    /// An error.
+    pub fn new(code: &str, message: &str) -> Self {
+        DErr { code: code.into(), message: message.into(), retryable: false, details: Map::new() }
+    }
+    fn retry(mut self) -> Self {
+        self.retryable = true;
+        self
+    }
+    fn detail(mut self, k: &str, v: Value) -> Self {
+        self.details.insert(k.into(), v);
+        self
+    }
+    /// The body.
+    pub fn body(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("code".into(), json!(self.code));
+        m.insert("message".into(), json!(self.message));
+        m.insert("retryable".into(), json!(self.retryable));
+        if !self.details.is_empty() {
+            m.insert("details".into(), Value::Object(self.details.clone()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// A record for one connection's writer.
+#[derive(Debug)]
+pub struct Out {
+    /// The line (LF included).
+    pub line: Vec<u8>,
+    /// Close the connection after writing it.
+    pub close: bool,
+}
+
+/// A connection as the host sees it (for event delivery).
+pub struct ConnEntry {
+    tx: mpsc::UnboundedSender<Out>,
+    queued: Arc<AtomicUsize>,
+    attachments: HashSet<(String, u64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SState {
+    Active,
+    Dormant,
+}
+
+struct Session {
+    id: String,
+    generation: u64,
+    open_version: String,
+    cwd: String,
+    mode: String,
+    policy: Option<Value>,
+    link: Option<AdapterLink>,
+    handle: Option<crate::contract::CapabilityHandle>,
+    state: SState,
+    recovery: Option<Value>,
+    seq: u64,
+    turn: Option<Arc<AtomicBool>>,
+}
+
+impl Session {
+    fn record(&self) -> SessionRecord {
+        SessionRecord {
+            session_id: self.id.clone(),
+            generation: self.generation,
+            open_version: self.open_version.clone(),
+            cwd: self.cwd.clone(),
+            mode: self.mode.clone(),
+            policy: self.policy.clone(),
+            state: match self.state {
+                SState::Active => "active".into(),
+                SState::Dormant => "dormant".into(),
+            },
+            recovery: self.recovery.clone(),
+        }
+    }
+
+    fn resource(&self) -> Value {
+        let mut v = json!({
+            "sessionId": self.id,
+            "generation": self.generation,
+            "protocolVersion": self.open_version,
+            "state": match self.state { SState::Active => "active", SState::Dormant => "dormant" },
+            "busy": self.turn.is_some(),
+            "sequence": self.seq,
+            "tools": match &self.policy { Some(p) => json!({"mode": "host-adapter", "policy": p}), None => json!("none") },
+        });
+        if let Some(r) = &self.recovery {
+            v["recovery"] = r.clone();
+        }
+        v
+    }
+}
+
+type WakeOutcome = Option<Result<Value, DErr>>;
+
+/// The host.
+pub struct Host {
+    /// This incarnation's id.
+    pub id: String,
+    started: Instant,
+    started_at: String,
+    store: Store,
+    sessions: Mutex<HashMap<String, Session>>,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
+    next_conn: AtomicU64,
+    draining: AtomicBool,
+    active_turns: AtomicUsize,
+    wakes_running: Mutex<HashMap<(String, u64, String), watch::Receiver<WakeOutcome>>>,
+    indeterminate: AtomicUsize,
+    failed_wakes: AtomicUsize,
+    counters: Mutex<HashMap<&'static str, u64>>,
+}
+
+fn quarantine_condition() -> Value {
+    json!({"state": "reprovision_required", "code": "tool_adapter_reprovision_required", "retryable": true})
+}
+
+fn fingerprint(v: &Value) -> String {
+    fn canon(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for k in keys {
+                    out.extend(serde_json::to_vec(k).unwrap_or_default());
+                    out.push(b':');
+                    canon(&m[k], out);
+                    out.push(b',');
+                }
+                out.push(b'}');
+            }
+            Value::Array(a) => {
+                out.push(b'[');
+                for x in a {
+                    canon(x, out);
+                    out.push(b',');
+                }
+                out.push(b']');
+            }
+            o => out.extend(serde_json::to_vec(o).unwrap_or_default()),
+        }
+    }
+    let mut b = Vec::new();
+    canon(v, &mut b);
+    hex::encode(Sha256::digest(&b))
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // civil-from-days (Howard Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+impl Host {
+    /// Start a host over a state directory: load the catalog and apply restart recovery
+    /// (SPEC §6): host-adapter sessions are quarantined, queued wakes fail terminally,
+    /// accepted wakes become indeterminate.
+    pub fn start(store: Store, id: Option<String>) -> Result<Arc<Host>, super::store::StoreError> {
+        let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
+        let mut sessions = HashMap::new();
+        let mut quarantined = HashSet::new();
+        for mut r in store.sessions()? {
+            if r.state == "closed" {
+                continue;
+            }
+            if r.policy.is_some() {
+                r.recovery = Some(quarantine_condition());
+                quarantined.insert((r.session_id.clone(), r.generation));
+            }
+            r.state = "dormant".into();
+            store.put_session(&r)?;
+            sessions.insert(
+                r.session_id.clone(),
+                Session {
+                    id: r.session_id.clone(),
+                    generation: r.generation,
+                    open_version: r.open_version.clone(),
+                    cwd: r.cwd.clone(),
+                    mode: r.mode.clone(),
+                    policy: r.policy.clone(),
+                    link: None,
+                    handle: None,
+                    state: SState::Dormant,
+                    recovery: r.recovery.clone(),
+                    seq: 0,
+                    turn: None,
+                },
+            );
+        }
+        let (mut failed, mut indeterminate) = (0, 0);
+        for mut w in store.wakes()? {
+            match w.state.as_str() {
+                "queued" => {
+                    let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
+                        "tool_adapter_reprovision_required"
+                    } else {
+                        "host_restarted"
+                    };
+                    w.state = "failed".into();
+                    w.error = Some(
+                        DErr::new(code, "the host restarted before this wake started; resubmit under a new key").body(),
+                    );
+                    store.put_wake(&w)?;
+                    failed += 1;
+                }
+                "accepted" => {
+                    w.state = "indeterminate".into();
+                    store.put_wake(&w)?;
+                    indeterminate += 1;
+                }
+                "indeterminate" => indeterminate += 1,
+                _ => {}
+            }
+        }
+        Ok(Arc::new(Host {
+            id,
+            started: Instant::now(),
+            started_at: now_rfc3339(),
+            store,
+            sessions: Mutex::new(sessions),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+            active_turns: AtomicUsize::new(0),
+            wakes_running: Mutex::new(HashMap::new()),
+            indeterminate: AtomicUsize::new(indeterminate),
+            failed_wakes: AtomicUsize::new(failed),
+            counters: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn count(&self, k: &'static str) {
+        if let Ok(mut c) = self.counters.lock() {
+            *c.entry(k).or_default() += 1;
+        }
+    }
+
+    /// Register a connection; `None` when the cap is reached.
+    pub fn add_conn(&self, tx: mpsc::UnboundedSender<Out>, queued: Arc<AtomicUsize>) -> Option<u64> {
+        let mut c = self.conns.lock().ok()?;
+        if c.len() >= MAX_CONNECTIONS {
+            return None;
+        }
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new() });
+        Some(id)
+    }
+
+    /// Forget a connection.
+    pub fn remove_conn(&self, id: u64) {
+        if let Ok(mut c) = self.conns.lock() {
+            c.remove(&id);
+        }
+    }
+
+    /// Every capability handle the host holds (for the outgoing scan).
+    pub fn live_handles(&self) -> Vec<crate::contract::CapabilityHandle> {
+        self.sessions.lock().map(|s| s.values().filter_map(|x| x.handle.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Queue a line for a connection with the outbound byte bound; false when the reader is
+    /// too slow (the caller closes the connection).
+    pub fn push(tx: &mpsc::UnboundedSender<Out>, queued: &AtomicUsize, out: Out) -> bool {
+        let n = out.line.len();
+        if queued.fetch_add(n, Ordering::SeqCst) + n > MAX_OUTBOUND_BYTES {
+            return false;
+        }
+        tx.send(out).is_ok()
+    }
+
+    fn emit(&self, sid: &str, generation: u64, event: &str, request_id: Option<&str>, data: Value) {
+        let (version, seq) = {
+            let Ok(mut s) = self.sessions.lock() else { return };
+            let Some(sess) = s.get_mut(sid).filter(|x| x.generation == generation) else { return };
+            sess.seq += 1;
+            (sess.open_version.clone(), sess.seq)
+        };
+        let mut rec = json!({
+            "protocolVersion": version, "kind": "event", "event": event, "hostInstanceId": self.id,
+            "sessionId": sid, "generation": generation, "sequence": seq,
+        });
+        if let Some(r) = request_id {
+            rec["requestId"] = json!(r);
+        }
+        rec["data"] = data;
+        let mut line = crate::wire::encode_line(&rec);
+        if line.len() > MAX_EVENT_BYTES {
+            rec = json!({
+                "protocolVersion": version, "kind": "event", "event": "eventDropped", "hostInstanceId": self.id,
+                "sessionId": sid, "generation": generation, "sequence": seq,
+                "data": {"originalEvent": event, "error": DErr::new("outbound_record_too_large", "the event exceeded maxEventBytes").body()},
+            });
+            line = crate::wire::encode_line(&rec);
+        }
+        if let Ok(c) = self.conns.lock() {
+            for e in c.values() {
+                if e.attachments.contains(&(sid.to_string(), generation)) {
+                    let _ = Host::push(&e.tx, &e.queued, Out { line: line.clone(), close: false });
+                }
+            }
+        }
+    }
+
+    /// The host snapshot (handshake and host status; SPEC §2.4).
+    pub fn snapshot(&self) -> Value {
+        let sessions = self.sessions.lock();
+        let (resident, dormant, quarantined) = match &sessions {
+            Ok(s) => {
+                let q: Vec<Value> = s
+                    .values()
+                    .filter(|x| x.recovery.is_some())
+                    .map(|x| {
+                        json!({"sessionId": x.id, "generation": x.generation, "state": "reprovision_required",
+                        "code": "tool_adapter_reprovision_required", "retryable": true})
+                    })
+                    .collect();
+                (
+                    s.values().filter(|x| x.state == SState::Active).count(),
+                    s.values().filter(|x| x.state == SState::Dormant).count(),
+                    q,
+                )
+            }
+            Err(_) => (0, 0, vec![]),
+        };
+        drop(sessions);
+        let indeterminate = self.indeterminate.load(Ordering::Relaxed);
+        let failed = self.failed_wakes.load(Ordering::Relaxed);
+        let phase = if indeterminate > 0 { "degraded" } else { "ready" };
+        let mut codes = Vec::new();
+        if indeterminate > 0 {
+            codes.push("request_indeterminate");
+        }
+        let counters: Map<String, Value> = self
+            .counters
+            .lock()
+            .map(|c| c.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect())
+            .unwrap_or_default();
+        json!({
+            "hostInstanceId": self.id,
+            "ready": indeterminate == 0,
+            "durable": true,
+            "draining": self.draining.load(Ordering::Relaxed),
+            "activeTurns": self.active_turns.load(Ordering::Relaxed),
+            "queuedTurns": 0,
+            "startedAt": self.started_at,
+            "uptimeMs": self.started.elapsed().as_millis() as u64,
+            "recovery": {
+                "phase": phase,
+                "failedWakes": failed,
+                "indeterminateWakes": indeterminate,
+                "failureCodes": codes,
+                "quarantinedSessions": quarantined,
+            },
+            "sessions": {"resident": resident, "dormant": dormant},
+            "counters": counters,
+        })
+    }
+
+    fn handshake(&self, v2: bool) -> Value {
+        let mut caps = json!({"operations": OPERATIONS, "transport": "unix-ndjson", "durable": true});
+        if v2 {
+            let m = caps.as_object_mut().unwrap_or_else(|| unreachable!());
+            m.insert("hostToolAdapter".into(), json!(true));
+            m.insert("hostToolAdapterQueueTelemetry".into(), json!(true));
+            m.insert(
+                "hostToolAdapterRecommendedQueueLimits".into(),
+                json!({"maxConcurrentRequests": 4, "maxQueuedRequests": 16}),
+            );
+            m.insert("hostToolOperationCount".into(), json!(6));
+            m.insert("configuredOpen".into(), json!(true));
+            m.insert("sessionDir".into(), json!(true));
+        }
+        json!({
+            "protocolVersion": "1.0",
+            "supportedVersions": ["1.0", "2.0"],
+            "supportedProtocolVersions": ["1.0", "2.0"],
+            "capabilities": caps,
+            "limits": {
+                "maxConnections": MAX_CONNECTIONS,
+                "maxInFlightRequestsPerConnection": MAX_IN_FLIGHT,
+                "maxLineBytes": MAX_LINE_BYTES,
+                "maxEventBytes": MAX_EVENT_BYTES,
+                "maxResponseBytes": MAX_RESPONSE_BYTES,
+                "maxOutboundBytesPerConnection": MAX_OUTBOUND_BYTES,
+                "multiplexer": "requestId",
+            },
+            "host": self.snapshot(),
+        })
+    }
+
+    /// Dispatch one accepted command for connection `conn`.
+    pub async fn dispatch(self: &Arc<Self>, conn: u64, cmd: Command) -> Result<Value, DErr> {
+        self.count("commands");
+        match cmd.operation.as_str() {
+            "handshake" => Ok(self.handshake(cmd.version.major == 2)),
+            "open" => self.open(cmd).await,
+            "wake" => self.wake(cmd).await,
+            "steer" | "followUp" => self.queue_message(&cmd),
+            "status" => self.status(&cmd),
+            "abort" => self.abort(&cmd),
+            "attach" => self.attach(conn, &cmd, true),
+            "detach" => self.attach(conn, &cmd, false),
+            "close" => self.close(&cmd).await,
+            "drain" => self.drain(&cmd).await,
+            _ => Err(DErr::new("unknown_operation", "operation is not one of the eleven")),
+        }
+    }
+
+    fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
+        let sid = cmd.session_id.clone().unwrap_or_default();
+        let generation = cmd.generation.unwrap_or(0);
+        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        match s.get(&sid) {
+            Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid, generation)),
+            Some(x) if x.state == SState::Active && generation < x.generation => {
+                Err(DErr::new("stale_generation", "a newer generation of this session is open")
+                    .detail("currentGeneration", json!(x.generation))
+                    .detail("receivedGeneration", json!(generation)))
+            }
+            _ => Err(DErr::new("session_not_found", "no such live session generation")),
+        }
+    }
+
+    async fn open(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
+        let sid = cmd.session_id.clone().unwrap_or_default();
+        let generation = cmd.generation.unwrap_or(0);
+        let p = &cmd.payload;
+        let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
+        check_session_dir(p)?;
+        let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
+        let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
+        let mut old_link = None;
+        let mut rebind_existing = false;
+        {
+            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            if let Some(x) = s.get_mut(&sid) {
+                if generation < x.generation {
+                    return Err(DErr::new("stale_generation", "a newer generation of this session exists")
+                        .detail("currentGeneration", json!(x.generation))
+                        .detail("receivedGeneration", json!(generation)));
+                }
+                if generation == x.generation {
+                    match (&x.policy, &summary) {
+                        (Some(_), None) => {
+                            return Err(DErr::new(
+                                "tool_adapter_reprovision_required",
+                                "this generation needs its tool adapter: open it again with a descriptor",
+                            )
+                            .retry());
+                        }
+                        (Some(a), Some(b)) if a != b => {
+                            return Err(DErr::new(
+                                "session_policy_conflict",
+                                "the tool policy differs from the retained one",
+                            ));
+                        }
+                        (None, Some(_)) => {
+                            return Err(DErr::new(
+                                "session_policy_conflict",
+                                "this generation was opened without tools",
+                            ));
+                        }
+                        _ => {}
+                    }
+                    let linked = x.link.as_ref().is_some_and(|l| l.failed().is_none());
+                    if x.state == SState::Active && (x.policy.is_none() || linked) {
+                        return Ok(json!({"created": false, "session": x.resource()}));
+                    }
+                    if x.policy.is_none() {
+                        x.state = SState::Active;
+                        x.open_version = cmd.version.text.clone();
+                        let _ = self.persist(x);
+                        return Ok(json!({"created": false, "session": x.resource()}));
+                    }
+                    rebind_existing = true;
+                } else {
+                    old_link = x.link.take();
+                    s.remove(&sid);
+                }
+            }
+            if !rebind_existing {
+                let sess = Session {
+                    id: sid.clone(),
+                    generation,
+                    open_version: cmd.version.text.clone(),
+                    cwd: cwd.clone(),
+                    mode: mode.clone(),
+                    policy: summary.clone(),
+                    link: None,
+                    handle: None,
+                    state: if summary.is_some() { SState::Dormant } else { SState::Active },
+                    recovery: None,
+                    seq: 0,
+                    turn: None,
+                };
+                // The retained policy is recorded before binding (SPEC §3.4).
+                self.persist(&sess).map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+                s.insert(sid.clone(), sess);
+            }
+        }
+        if let Some(l) = old_link {
+            l.revoke().await;
+        }
+        if let Some(d) = &cmd.descriptor {
+            match AdapterLink::open(d).await {
+                Ok(link) => {
+                    let orphan = {
+                        let mut s =
+                            self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+                        match s.get_mut(&sid).filter(|x| x.generation == generation) {
+                            Some(x) => {
+                                x.link = Some(link);
+                                x.handle = Some(d.handle.clone());
+                                x.state = SState::Active;
+                                x.recovery = None;
+                                x.open_version = cmd.version.text.clone();
+                                let _ = self.persist(x);
+                                None
+                            }
+                            None => Some(link),
+                        }
+                    };
+                    if let Some(link) = orphan {
+                        link.revoke().await;
+                        return Err(DErr::new("open_failed", "the session was replaced while binding"));
+                    }
+                }
+                Err(e) => {
+                    self.count("bindFailures");
+                    tracing::info!(session = %sid, generation, cause = e.code, "adapter bind failed");
+                    return Err(DErr::new("open_failed", "the tool adapter binding failed").detail(
+                        "cause",
+                        json!({"name": "AdapterError", "message": "the tool adapter binding failed", "code": e.code}),
+                    ));
+                }
+            }
+        }
+        if rebind_existing {
+            let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            return Ok(json!({"created": false, "session": s.get(&sid).map(Session::resource)}));
+        }
+        self.emit(&sid, generation, "opened", Some(&cmd.request_id), json!({"created": true}));
+        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        Ok(json!({"created": true, "session": s.get(&sid).map(Session::resource)}))
+    }
+
+    fn persist(&self, s: &Session) -> Result<(), super::store::StoreError> {
+        if s.mode == "memory" {
+            return Ok(());
+        }
+        self.store.put_session(&s.record())
+    }
+
+    async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(DErr::new("host_draining", "the host is draining").retry());
+        }
+        let (sid, generation) = self.live(&cmd)?;
+        let key = cmd.idempotency_key.clone().unwrap_or_default();
+        let payload = Value::Object(cmd.payload.clone());
+        let fp = fingerprint(&json!({"prompt": payload["prompt"], "source": payload.get("source")}));
+        let wait = payload.get("waitForTerminal").and_then(Value::as_bool).unwrap_or(true);
+        let rkey = (sid.clone(), generation, key.clone());
+        // A running wake with this key: join it.
+        let running = self.wakes_running.lock().ok().and_then(|w| w.get(&rkey).cloned());
+        if let Some(mut rx) = running {
+            let rec = self.store.wake(&sid, generation, &key).ok().flatten();
+            if rec.as_ref().is_some_and(|r| r.fingerprint != fp) {
+                return Err(DErr::new("idempotency_conflict", "this idempotency key was used with another payload"));
+            }
+            if !wait {
+                return Ok(
+                    json!({"ticket": {"sessionId": sid, "generation": generation, "idempotencyKey": key, "state": "accepted"}}),
+                );
+            }
+            let _ = rx.wait_for(Option::is_some).await;
+            return self.wake_reply(&sid, rx.borrow().clone().unwrap_or(Err(DErr::new("internal_error", "lost"))));
+        }
+        if let Some(rec) =
+            self.store.wake(&sid, generation, &key).map_err(|_| DErr::new("internal_error", "journal unreadable"))?
+        {
+            if rec.fingerprint != fp {
+                return Err(DErr::new("idempotency_conflict", "this idempotency key was used with another payload"));
+            }
+            return match rec.state.as_str() {
+                "completed" => self.wake_reply(&sid, Ok(rec.result.unwrap_or(Value::Null))),
+                "failed" => Err(body_to_err(rec.error.as_ref())),
+                _ => Err(DErr::new("request_indeterminate", "this wake's outcome is unknown; it is never replayed")),
+            };
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        {
+            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let x = s.get_mut(&sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+            if x.turn.is_some() {
+                return Err(DErr::new("session_busy", "a turn is running").retry());
+            }
+            x.turn = Some(abort.clone());
+        }
+        let mut rec = WakeRecord {
+            session_id: sid.clone(),
+            generation,
+            idempotency_key: key.clone(),
+            fingerprint: fp,
+            state: "queued".into(),
+            result: None,
+            error: None,
+        };
+        let journal =
+            |r: &WakeRecord| self.store.put_wake(r).map_err(|_| DErr::new("internal_error", "cannot journal the wake"));
+        if let Err(e) = journal(&rec) {
+            self.end_turn(&sid);
+            return Err(e);
+        }
+        rec.state = "accepted".into();
+        if let Err(e) = journal(&rec) {
+            self.end_turn(&sid);
+            return Err(e);
+        }
+        let (tx, rx) = watch::channel(None);
+        if let Ok(mut w) = self.wakes_running.lock() {
+            w.insert(rkey.clone(), rx.clone());
+        }
+        let host = self.clone();
+        let prompt = payload["prompt"].as_str().unwrap_or("").to_string();
+        let request_id = cmd.request_id.clone();
+        let task = tokio::spawn(async move {
+            host.active_turns.fetch_add(1, Ordering::Relaxed);
+            let outcome = host.run_turn(&sid, generation, &key, &prompt, &request_id, &abort).await;
+            host.active_turns.fetch_sub(1, Ordering::Relaxed);
+            match &outcome {
+                Ok(r) => {
+                    rec.state = "completed".into();
+                    rec.result = Some(r.clone());
+                }
+                Err(e) => {
+                    rec.state = "failed".into();
+                    rec.error = Some(e.body());
+                }
+            }
+            let _ = host.store.put_wake(&rec);
+            host.end_turn(&sid);
+            if let Ok(mut w) = host.wakes_running.lock() {
+                w.remove(&rkey);
+            }
+            let _ = tx.send(Some(outcome));
+        });
+        if !wait {
+            drop(task);
+            let (sid, generation, key) =
+                (cmd.session_id.unwrap_or_default(), generation, cmd.idempotency_key.unwrap_or_default());
+            return Ok(
+                json!({"ticket": {"sessionId": sid, "generation": generation, "idempotencyKey": key, "state": "accepted"}}),
+            );
+        }
+        let _ = task.await;
+        let outcome = rx.borrow().clone().unwrap_or(Err(DErr::new("internal_error", "lost")));
+        self.wake_reply(cmd.session_id.as_deref().unwrap_or(""), outcome)
+    }
+
+    fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
+        let r = outcome?;
+        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        Ok(json!({"result": r, "session": s.get(sid).map(Session::resource)}))
+    }
+
+    fn end_turn(&self, sid: &str) {
+        if let Ok(mut s) = self.sessions.lock() {
+            if let Some(x) = s.get_mut(sid) {
+                x.turn = None;
+            }
+        }
+    }
+
+    /// The scripted agent: `TOOL <fs_x> <json>` lines become tool calls through the adapter;
+    /// other lines are echoed as assistant text.
+    async fn run_turn(
+        &self,
+        sid: &str,
+        generation: u64,
+        wake_key: &str,
+        prompt: &str,
+        request_id: &str,
+        abort: &AtomicBool,
+    ) -> Result<Value, DErr> {
+        self.emit(sid, generation, "promptAccepted", Some(request_id), json!({}));
+        self.emit(sid, generation, "agentStart", Some(request_id), json!({}));
+        let link = self.sessions.lock().ok().and_then(|s| s.get(sid).and_then(|x| x.link.clone()));
+        let mut text = Vec::new();
+        let mut calls = Vec::new();
+        let call_prefix = &hex::encode(Sha256::digest(format!("{generation}\0{wake_key}").as_bytes()))[..16];
+        let mut aborted = false;
+        for (i, line) in prompt.lines().enumerate() {
+            if abort.load(Ordering::Relaxed) {
+                aborted = true;
+                break;
+            }
+            let Some(rest) = line.strip_prefix("TOOL ") else {
+                text.push(line.to_string());
+                continue;
+            };
+            let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            let call_id = format!("call-{call_prefix}-{i}");
+            self.emit(sid, generation, "toolCallStart", Some(request_id), json!({"toolCallId": call_id, "tool": tool}));
+            let outcome = self.tool_call(link.as_ref(), tool, args, &call_id).await;
+            let mut entry = json!({"toolCallId": call_id, "tool": tool, "ok": outcome.is_ok()});
+            match outcome {
+                Ok(d) => entry["data"] = d,
+                Err(e) => entry["error"] = e.body(),
+            }
+            self.emit(
+                sid,
+                generation,
+                "toolCallEnd",
+                Some(request_id),
+                json!({"toolCallId": call_id, "tool": tool, "ok": entry["ok"], "code": entry["error"]["code"]}),
+            );
+            calls.push(entry);
+        }
+        self.emit(sid, generation, "agentEnd", Some(request_id), json!({"aborted": aborted}));
+        self.emit(sid, generation, "sessionIdle", None, json!({}));
+        if aborted {
+            return Err(DErr::new("aborted", "the turn was aborted"));
+        }
+        Ok(json!({"text": text.join("\n"), "toolCalls": calls}))
+    }
+
+    async fn tool_call(
+        &self,
+        link: Option<&AdapterLink>,
+        tool: &str,
+        args: &str,
+        call_id: &str,
+    ) -> Result<Value, DErr> {
+        let op: ToolOperation = tool.replacen('_', ".", 1).parse().map_err(|_| {
+            DErr::new("unknown_tool", "the tool is not one of fs_list fs_stat fs_read fs_search fs_write fs_edit")
+        })?;
+        let payload: Value = serde_json::from_str(args)
+            .map_err(|_| DErr::new("invalid_tool_arguments", "tool arguments must be a JSON object"))?;
+        if !payload.is_object() {
+            return Err(DErr::new("invalid_tool_arguments", "tool arguments must be a JSON object"));
+        }
+        if let Some(p) = payload.get("path").and_then(Value::as_str) {
+            validate_relative_path(p, PathSide::Daemon, "path").map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
+        }
+        let link = link.ok_or_else(|| DErr::new("tool_unavailable", "this session has no tool adapter"))?;
+        link.call(op, payload, call_id).await.map_err(|e| {
+            let mut d = DErr::new(&e.code, &e.message);
+            d.retryable = e.retryable;
+            if e.indeterminate {
+                d.details.insert("indeterminate".into(), json!(true));
+            }
+            if let Some(ms) = e.retry_after_ms {
+                d.details.insert("retryAfterMs".into(), json!(ms));
+            }
+            d
+        })
+    }
+
+    fn queue_message(&self, cmd: &Command) -> Result<Value, DErr> {
+        self.live(cmd)?;
+        Ok(json!({"queued": true}))
+    }
+
+    fn status(&self, cmd: &Command) -> Result<Value, DErr> {
+        let Some(sid) = &cmd.session_id else { return Ok(self.snapshot()) };
+        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        match s.get(sid).filter(|x| x.state == SState::Active) {
+            Some(x) => {
+                let mut r = x.resource();
+                if let Some(l) = &x.link {
+                    r["toolQueue"] = l.telemetry();
+                }
+                Ok(json!({"session": r}))
+            }
+            None => Err(DErr::new("session_not_found", "no such live session")),
+        }
+    }
+
+    fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
+        let (sid, _) = self.live(cmd)?;
+        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let aborted = s.get(&sid).and_then(|x| x.turn.as_ref()).map(|a| a.swap(true, Ordering::Relaxed)).is_some();
+        Ok(json!({"aborted": aborted}))
+    }
+
+    fn attach(&self, conn: u64, cmd: &Command, on: bool) -> Result<Value, DErr> {
+        let (sid, generation) = if on {
+            self.live(cmd)?
+        } else {
+            (cmd.session_id.clone().unwrap_or_default(), cmd.generation.unwrap_or(0))
+        };
+        let seq = self.sessions.lock().ok().and_then(|s| s.get(&sid).map(|x| x.seq)).unwrap_or(0);
+        let mut c = self.conns.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        if let Some(e) = c.get_mut(&conn) {
+            if on {
+                e.attachments.insert((sid, generation));
+            } else {
+                e.attachments.remove(&(sid, generation));
+            }
+        }
+        let k = if on { "attached" } else { "detached" };
+        Ok(json!({k: true, "generation": generation, "sequence": seq}))
+    }
+
+    async fn close(&self, cmd: &Command) -> Result<Value, DErr> {
+        let (sid, generation) = self.live(cmd)?;
+        let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
+        self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
+        let link = {
+            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let x = s.remove(&sid);
+            if let Some(x) = &x {
+                if retain && x.mode != "memory" {
+                    let mut r = x.record();
+                    r.state = "closed".into();
+                    let _ = self.store.put_session(&r);
+                } else {
+                    let _ = self.store.remove_session(&sid);
+                }
+            }
+            x.and_then(|x| x.link)
+        };
+        if let Some(l) = link {
+            l.revoke().await;
+        }
+        Ok(json!({"closed": true}))
+    }
+
+    async fn drain(&self, cmd: &Command) -> Result<Value, DErr> {
+        let timeout = cmd.payload.get("timeoutMs").and_then(Value::as_u64).unwrap_or(30_000);
+        self.draining.store(true, Ordering::Relaxed);
+        let t = Instant::now();
+        while self.active_turns.load(Ordering::Relaxed) > 0 && t.elapsed() < Duration::from_millis(timeout) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let timed_out = self.active_turns.load(Ordering::Relaxed) > 0;
+        let mut aborted = 0;
+        if timed_out {
+            if let Ok(s) = self.sessions.lock() {
+                for x in s.values() {
+                    if let Some(a) = &x.turn {
+                        a.store(true, Ordering::Relaxed);
+                        aborted += 1;
+                    }
+                }
+            }
+        }
+        Ok(json!({"draining": true, "timeoutMs": timeout, "timedOut": timed_out, "abortedTurns": aborted}))
+    }
+
+    /// Revoke every binding (shutdown).
+    pub async fn shutdown(&self) {
+        let links: Vec<AdapterLink> = self
+            .sessions
+            .lock()
+            .map(|mut s| s.values_mut().filter_map(|x| x.link.take()).collect())
+            .unwrap_or_default();
+        for l in links {
+            l.revoke().await;
+        }
+    }
+}
+
+fn body_to_err(v: Option<&Value>) -> DErr {
+    let v = v.cloned().unwrap_or(Value::Null);
+    let mut e = DErr::new(v["code"].as_str().unwrap_or("internal_error"), v["message"].as_str().unwrap_or("failed"));
+    e.retryable = v["retryable"].as_bool().unwrap_or(false);
+    if let Some(d) = v["details"].as_object() {
+        e.details = d.clone();
+    }
+    e
+}
+
+/// `session.sessionDir` must lie inside `<agentDir>/sessions` and, when it exists, be an
+/// owner-controlled real directory (SPEC §3.1).
+fn check_session_dir(p: &Map<String, Value>) -> Result<(), DErr> {
+    let Some(dir) = p.get("session").and_then(|s| s.get("sessionDir")).and_then(Value::as_str) else { return Ok(()) };
+    let bad = || {
+        DErr::new("invalid_field", "sessionDir must be an owner-controlled directory inside <agentDir>/sessions")
+            .detail("field", json!("payload.session.sessionDir"))
+    };
+    let agent = p.get("agentDir").and_then(Value::as_str).ok_or_else(bad)?;
+    let base = format!("{}/sessions/", agent.trim_end_matches('/'));
+    if !dir.starts_with(&base) || dir.split('/').any(|c| c == ".." || c == ".") {
+        return Err(bad());
+    }
+    let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("");
+    let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
+    if inside(dir, cwd) || inside(cwd, dir) || inside(cwd, agent) {
+        return Err(bad());
+    }
+    if let Ok(m) = std::fs::symlink_metadata(dir) {
+        use std::os::unix::fs::MetadataExt;
+        if !m.file_type().is_dir() || m.uid() != rustix::process::geteuid().as_raw() {
+            return Err(bad());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! The reference daemon (SPEC §1.1, §2, §3, §4.3–§4.4, §6, §7).
+
+pub mod endpoint;
+pub mod host;
+pub mod link;
+pub mod runtime;
+pub mod server;
+pub mod store;

@@ -1,0 +1,138 @@
+//! The daemon runner against the reference daemon (real processes, real sockets, restarts
+//! through a restart command), and against a deliberately broken daemon.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::bin;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn the_reference_daemon_passes_every_case_including_restart() {
+    let dir = tempfile::Builder::new().prefix("pc-drun").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let d = dir.path();
+    let script = d.join("restart.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nkill -9 $(cat {pid} 2>/dev/null) 2>/dev/null\nsleep 0.1\n{bin} serve-daemon --socket {sock} --state-dir {state} >> {log} 2>&1 &\necho $! > {pid}\n",
+            pid = d.join("pid").display(),
+            bin = bin(),
+            sock = d.join("d.sock").display(),
+            state = d.join("state").display(),
+            log = d.join("log").display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(Command::new("sh").arg(&script).status().unwrap().success());
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(d.join("d.sock")).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let junit = d.join("junit.xml");
+    let (code, out, err) = run(&[
+        "daemon",
+        d.join("d.sock").to_str().unwrap(),
+        "--cwd",
+        d.join("cwd").to_str().unwrap(),
+        "--restart-cmd",
+        script.to_str().unwrap(),
+        "--format",
+        "json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    let _ = Command::new("sh").arg("-c").arg(format!("kill -9 $(cat {})", d.join("pid").display())).status();
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["results"].as_array().unwrap().len() >= 50);
+    assert_eq!(v["summary"]["skipped"], 0, "with --restart-cmd nothing is skipped");
+    assert!(std::fs::read_to_string(&junit).unwrap().contains("<testsuite"));
+}
+
+#[test]
+fn restart_cases_skip_without_a_restart_command_and_list_works() {
+    let (code, out, _) = run(&["daemon", "--list"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().count() >= 50);
+    assert!(out.contains("daemon.restart.reprovision-clears"));
+}
+
+/// A broken daemon: it answers every line `ok:true` with an empty data object as version
+/// "1.0", never closes, never binds.
+fn broken_daemon(sock: &std::path::Path) {
+    let l = UnixListener::bind(sock).unwrap();
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { break };
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                for line in BufReader::new(s).lines().map_while(Result::ok) {
+                    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    let rid = v["requestId"].as_str().unwrap_or("x");
+                    let data = if v["operation"] == "handshake" {
+                        json!({"host": {"hostInstanceId": "broken-host"}, "supportedProtocolVersions": ["1.0", "2.0"]})
+                    } else {
+                        json!({})
+                    };
+                    let _ = writeln!(
+                        w,
+                        "{}",
+                        json!({"protocolVersion": "1.0", "kind": "response", "requestId": rid, "hostInstanceId": "broken-host", "ok": true, "data": data})
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_broken_daemon_fails_on_named_cases_with_diagnostics() {
+    let dir = tempfile::Builder::new().prefix("pc-dbroken").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sock = dir.path().join("broken.sock");
+    broken_daemon(&sock);
+    let (code, out, err) = run(&[
+        "daemon",
+        sock.to_str().unwrap(),
+        "--id",
+        "daemon.handshake",
+        "--id",
+        "daemon.envelope.echo",
+        "--id",
+        "daemon.admission.check-8",
+        "--id",
+        "daemon.v1",
+        "--time-scale",
+        "0.25",
+    ]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    for id in [
+        "daemon.handshake.payload-required",
+        "daemon.handshake.supported-versions",
+        "daemon.envelope.echo-minor",
+        "daemon.admission.check-8-binding-mismatch",
+        "daemon.v1.tools-string",
+    ] {
+        assert!(out.contains(&format!("FAIL {id} ")), "{id} not failed:\n{out}");
+    }
+    assert!(out.contains("supportedProtocolVersions"), "the diagnostic names the Pi Daemon 0.3.3 variant:\n{out}");
+}
