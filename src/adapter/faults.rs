@@ -83,6 +83,9 @@ faults! {
     /// Lines before the bind are skipped.
     IgnoreFramesBeforeBind = "ignore-frames-before-bind", "PC-4.5",
         "frames of another kind before the bind are skipped instead of closing the connection";
+    /// A first line that is not strict JSON is skipped.
+    SkipGarbageBeforeBind = "skip-garbage-before-bind", "PC-4.5",
+        "a first line that is not one strict JSON object is skipped instead of closing the connection";
     /// A second bind is answered with another `bound`.
     AcceptSecondBind = "accept-second-bind", "PC-4.5",
         "a second bind on a bound connection is answered with bound instead of closing";

@@ -244,6 +244,11 @@ async fn connection(
             if faults.has(Fault::IgnoreFramesBeforeBind) && line.as_deref().is_ok_and(skippable_before_bind) {
                 continue;
             }
+            if faults.has(Fault::SkipGarbageBeforeBind)
+                && line.as_deref().is_ok_and(|l| crate::wire::decode_strict(l).is_err())
+            {
+                continue;
+            }
             break line;
         }
         tokio::select! {

@@ -177,9 +177,12 @@ fn bind_garbage_first(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(token(&conn.expect_close(c.step())))
 }
 fn bind_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
+    // The bind with its sessionId repeated, with the same valid value: a decoder that takes
+    // either copy sees a correct bind, so only one that refuses duplicates closes.
     let b = c.bind_frame();
     let text = serde_json::to_string(&b).unwrap_or_default();
-    let dup = format!("{},\"sessionId\":\"other\"}}\n", text.trim_end_matches('}'));
+    let Some(body) = text.strip_suffix('}') else { return Outcome::Error("bind is not an object".into()) };
+    let dup = format!("{body},\"sessionId\":{}}}\n", b["sessionId"]);
     let mut conn = tryo!(c.connect());
     conn.send_raw(dup.as_bytes());
     Outcome::token(token(&conn.expect_close(c.step())))
