@@ -23,6 +23,12 @@ macro_rules! tryo {
     };
 }
 
+/// The default limits with another `requestTimeoutMs`.
+fn limits_with_timeout(ms: u64) -> Value {
+    json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
+        "maxQueuedRequests": 16, "requestTimeoutMs": ms, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})
+}
+
 fn data(r: &Recv) -> Value {
     r.frame().map(|v| v["data"].clone()).unwrap_or(Value::Null)
 }
@@ -116,11 +122,7 @@ fn env_echo_on_error(c: &mut DCtx<'_>) -> Outcome {
 }
 fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Silence, InvokeMode::Normal);
-    let d = c.descriptor(
-        1,
-        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": 1500, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
-    );
+    let d = c.descriptor(1, Some(limits_with_timeout(1500)));
     let open = c.open(1, super::DCtx::host_adapter(&d));
     let rid = open["requestId"].as_str().unwrap_or("").to_string();
     let mut conn = tryo!(c.connect());
@@ -312,11 +314,7 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
 }
 fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
     c.probe.set(mode, InvokeMode::Normal);
-    let d = c.descriptor(
-        1,
-        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": 800, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
-    );
+    let d = c.descriptor(1, Some(limits_with_timeout(800)));
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -475,11 +473,7 @@ fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let d = c.descriptor(
-        1,
-        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": 300, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
-    );
+    let d = c.descriptor(1, Some(limits_with_timeout(300)));
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
@@ -529,11 +523,7 @@ fn tools_reflected(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let d = c.descriptor(
-        1,
-        Some(json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": 300, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})),
-    );
+    let d = c.descriptor(1, Some(limits_with_timeout(300)));
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
