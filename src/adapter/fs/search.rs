@@ -3,12 +3,29 @@
 //!
 //! Files are streamed in 256 KiB chunks (a carry of `query.len() - 1` bytes catches
 //! occurrences across chunk boundaries) through one `memmem::Finder`, while the same pass
-//! checks that the file is UTF-8 without NUL. Line and column are tracked by counting
-//! newlines and character starts up to each match; a match's line text is fetched
-//! afterwards with a few small `pread`s, so no file is ever held in memory whole. A file's
-//! matches are reported only once the whole file proved to be text.
+//! checks that the file is UTF-8 without NUL. Line and column are tracked lazily: newlines
+//! are counted in bulk and characters only on the line a match is on, and a file without a
+//! match needs no counting at all. A match's line text is fetched afterwards with a few
+//! small `pread`s, so no file is ever held in memory whole. A file's matches are reported
+//! only once the whole file proved to be text.
+//!
+//! A tree is walked on the calling thread (directories read and sorted, entries classified
+//! by type) and its files are handed out in path order, in batches, to a few scanner
+//! threads, which open each one with `openat(O_NOFOLLOW)` beneath its parent's descriptor,
+//! check it is a regular file and scan it. Their results come back tagged with the batch
+//! number and are merged on the calling thread strictly in path order (match texts are read
+//! there too, after opening the file again), so the outcome is the sequential one. At most
+//! [`WINDOW_PER_SCANNER`] batches per scanner are in flight, which bounds memory (a few
+//! words per occurrence found) and the directories kept open for them; a scanner holds one
+//! file open at a time. A small tree (one batch) is scanned on the calling thread with no
+//! thread started.
 
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
 
 use memchr::memmem::Finder;
 use rustix::buffer::spare_capacity;
@@ -29,6 +46,12 @@ const CHUNK: usize = 256 * 1024;
 const WINDOW_BEFORE: u64 = 1024;
 /// The window of a long line, in characters.
 const WINDOW: u64 = MAX_MATCH_TEXT_CHARS as u64;
+/// Files per batch handed to a scanner thread.
+const BATCH_FILES: usize = 32;
+/// Batches in flight (handed out, not yet merged) per scanner thread.
+const WINDOW_PER_SCANNER: usize = 4;
+/// Most scanner threads one search starts.
+const MAX_SCANNERS: usize = 4;
 
 pub(super) fn search(
     root: &Root,
@@ -45,29 +68,49 @@ pub(super) fn search(
     if !(1..=MAX_ITEMS).contains(&max) {
         return Err(err(AdapterCode::InvalidRequest, "maxResults must be 1-10000"));
     }
-    let (fd, _, kind) = root.open_existing(path, Want::Any)?;
-    let mut searcher =
-        Searcher { finder: Finder::new(query.as_bytes()), out: Bounded::new("matches", max as usize, budget), cancel };
+    let (fd, st, kind) = root.open_existing(path, Want::Any)?;
+    let finder = Finder::new(query.as_bytes());
+    let mut out = Bounded::new("matches", max as usize, budget);
     match kind {
-        Kind::File => searcher.file(&fd, &path.canonical())?,
+        Kind::File => {
+            // One more than still fits under the limit tells whether the result is cut.
+            let want = out.remaining() + 1;
+            let size = resolve::size_of(&st);
+            if let Some(raw) = scan(&fd, size, &finder, want, cancel, &mut Vec::new())? {
+                emit(&mut out, &fd, &path.canonical(), &raw)?;
+            }
+        }
         Kind::Dir => {
             let prefix = if path.is_root() { String::new() } else { path.canonical() };
-            searcher.tree(fd, prefix)?;
+            tree(fd, prefix, &finder, &mut out, cancel)?;
         }
     }
-    searcher.out.finish()
+    out.finish()
 }
 
-struct Searcher<'q, 'c> {
-    finder: Finder<'q>,
-    out: Bounded,
-    cancel: &'c Cancel,
+/// Report one text file's matches, in order, as far as the limit and budget allow; nothing
+/// if the file changed under the search (a line no longer where the scan saw it).
+fn emit(out: &mut Bounded, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<(), AdapterError> {
+    let mut found = Vec::with_capacity(raw.len());
+    for m in raw {
+        let Some(text) = match_text(fd, m)? else {
+            return Ok(()); // the file changed under the search: treat it as not text
+        };
+        found.push(json!({"path": rel, "line": m.line, "column": m.column, "text": text}));
+    }
+    for v in found {
+        if !out.push(v) {
+            break;
+        }
+    }
+    Ok(())
 }
 
-/// A directory being walked: its descriptor, its entries still to visit (sorted so that
-/// `pop` yields them in bytewise path order) and its root-relative path.
+/// A directory being walked: its descriptor (shared with the scanners opening its files),
+/// its entries still to visit (sorted so that `pop` yields them in bytewise path order) and
+/// its root-relative path.
 struct Frame {
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     entries: Vec<Entry>,
     prefix: String,
 }
@@ -100,69 +143,315 @@ fn read_frame(dir: OwnedFd, prefix: String) -> Result<Frame, AdapterError> {
         }
     }
     entries.sort_unstable_by(|a, b| b.key.as_bytes().cmp(a.key.as_bytes()));
-    Ok(Frame { dir, entries, prefix })
+    Ok(Frame { dir: Arc::new(dir), entries, prefix })
 }
 
-impl Searcher<'_, '_> {
-    /// Walk the tree under `dir` depth first in bytewise path order. Entries that vanish,
-    /// change type, turn into symlinks or cannot be opened meanwhile are skipped: a
-    /// directory is only entered through `openat(O_DIRECTORY | O_NOFOLLOW)` on its parent's
-    /// descriptor, so a swapped-in symlink is never followed.
-    fn tree(&mut self, dir: OwnedFd, prefix: String) -> Result<(), AdapterError> {
-        let mut stack = vec![read_frame(dir, prefix)?];
-        while let Some(top) = stack.last_mut() {
-            if self.cancel.is_cancelled() {
+/// A file of the tree, not opened yet: the directory holding it, its root-relative path
+/// (whose last component, from `name_at`, is its name) and how many occurrences to find.
+struct FileJob {
+    dir: Arc<OwnedFd>,
+    rel: String,
+    name_at: usize,
+    want: usize,
+}
+
+/// What scanning one file of the tree gave.
+enum Scanned {
+    /// Nothing to report: no occurrence, not text, gone, not a regular file or unreadable.
+    Nothing,
+    /// A text file's first occurrences. The descriptor is not kept (a window of results
+    /// would otherwise hold as many open files): the merge opens the file again the same
+    /// confined way and reads the texts only if it is still the same file (device, inode).
+    Matches { job: FileJob, id: (u64, u64), raw: Vec<RawMatch> },
+    /// The search was cancelled, or a scanner failed: the search fails with this.
+    Failed(AdapterError),
+}
+
+/// Open an entry of the tree that was seen as a regular file: only through
+/// `openat(O_NOFOLLOW)` on its parent's descriptor, judged on the open descriptor, so an
+/// entry that vanished, changed type or turned into a symlink meanwhile is skipped.
+fn open_file(job: &FileJob) -> Option<(OwnedFd, rustix::fs::Stat)> {
+    let (fd, st) = open_entry(&job.dir, &job.rel[job.name_at..], Kind::File).ok()?;
+    (resolve::classify(&st, false, Want::Any) == Ok(Kind::File)).then_some((fd, st))
+}
+
+/// Open and scan one file of the tree.
+fn scan_entry(job: FileJob, finder: &Finder<'_>, cancel: &Cancel, buf: &mut Vec<u8>) -> Scanned {
+    let Some((fd, st)) = open_file(&job) else { return Scanned::Nothing };
+    match scan(&fd, resolve::size_of(&st), finder, job.want, cancel, buf) {
+        Ok(Some(raw)) if !raw.is_empty() => Scanned::Matches { job, id: resolve::identity(&st), raw },
+        Err(e) if cancel.is_cancelled() => Scanned::Failed(e),
+        // An unreadable file is skipped like a binary one.
+        _ => Scanned::Nothing,
+    }
+}
+
+/// Merge one scanned file into the result; `Ok(true)` once no more matches are wanted.
+fn merge(out: &mut Bounded, scanned: Scanned, cancel: &Cancel) -> Result<bool, AdapterError> {
+    match scanned {
+        Scanned::Nothing => {}
+        Scanned::Matches { job, id, raw } => {
+            // A file replaced since its scan is treated like one that changed under it.
+            if let Some((fd, _)) = open_file(&job).filter(|(_, st)| resolve::identity(st) == id) {
+                if let Err(e) = emit(out, &fd, &job.rel, &raw) {
+                    if cancel.is_cancelled() {
+                        return Err(e);
+                    }
+                    // A file whose texts cannot be read is skipped like an unreadable one.
+                }
+            }
+        }
+        Scanned::Failed(e) => return Err(e),
+    }
+    Ok(!out.wants_more())
+}
+
+/// The depth-first walk of a tree in bytewise path order.
+struct Walker {
+    stack: Vec<Frame>,
+}
+
+impl Walker {
+    /// The next regular file (as seen in its directory) in path order, or `None` at the end.
+    /// A directory is only entered through `openat(O_DIRECTORY | O_NOFOLLOW)` on its parent's
+    /// descriptor, so a swapped-in symlink is never followed; entries that vanish, change
+    /// type or cannot be opened meanwhile are skipped.
+    fn next_file(&mut self, cancel: &Cancel, want: usize) -> Result<Option<FileJob>, AdapterError> {
+        while let Some(top) = self.stack.last_mut() {
+            if cancel.is_cancelled() {
                 return Err(cancelled());
             }
-            if !self.out.wants_more() {
-                break;
-            }
             let Some(entry) = top.entries.pop() else {
-                stack.pop();
+                self.stack.pop();
                 continue;
             };
             let name = entry.name();
-            let child = if top.prefix.is_empty() { name.to_string() } else { format!("{}/{name}", top.prefix) };
+            let (child, name_at) = if top.prefix.is_empty() {
+                (name.to_string(), 0)
+            } else {
+                (format!("{}/{name}", top.prefix), top.prefix.len() + 1)
+            };
             if child.len() > MAX_PATH_BYTES {
                 continue; // not representable as a match path
             }
-            let kind = if entry.is_dir { Kind::Dir } else { Kind::File };
-            let Ok((fd, st)) = open_entry(&top.dir, name, kind) else { continue };
-            if resolve::classify(&st, false, Want::Any) != Ok(kind) {
+            if !entry.is_dir {
+                return Ok(Some(FileJob { dir: top.dir.clone(), rel: child, name_at, want }));
+            }
+            let Ok((fd, st)) = open_entry(&top.dir, name, Kind::Dir) else { continue };
+            if resolve::classify(&st, false, Want::Any) != Ok(Kind::Dir) {
                 continue;
             }
-            if entry.is_dir {
-                if let Ok(frame) = read_frame(fd, child) {
-                    stack.push(frame);
-                }
-            } else if let Err(e) = self.file(&fd, &child) {
-                if self.cancel.is_cancelled() {
-                    return Err(e);
-                }
-                // An unreadable file is skipped like a binary one.
+            if let Ok(frame) = read_frame(fd, child) {
+                self.stack.push(frame);
             }
         }
-        Ok(())
+        Ok(None)
     }
+}
 
-    /// Search one regular file; report its matches only if it is UTF-8 without NUL.
-    fn file(&mut self, fd: &OwnedFd, rel: &str) -> Result<(), AdapterError> {
-        // One more than still fits under the limit tells whether the result is cut.
-        let want = self.out.remaining() + 1;
-        let Some(raw) = scan(fd, &self.finder, want, self.cancel)? else { return Ok(()) };
-        let mut found = Vec::with_capacity(raw.len());
-        for m in &raw {
-            let Some(text) = match_text(fd, m)? else {
-                return Ok(()); // the file changed under the search: treat it as not text
-            };
-            found.push(json!({"path": rel, "line": m.line, "column": m.column, "text": text}));
-        }
-        for v in found {
-            if !self.out.push(v) {
+/// Search the tree under `dir`: the walk and the merge on this thread, the files scanned
+/// by scanner threads (or here, for a tree of at most one batch of files).
+fn tree(
+    dir: OwnedFd,
+    prefix: String,
+    finder: &Finder<'_>,
+    out: &mut Bounded,
+    cancel: &Cancel,
+) -> Result<(), AdapterError> {
+    let mut walker = Walker { stack: vec![read_frame(dir, prefix)?] };
+    // One more than still fits under the limit tells whether the result is cut; the count
+    // only shrinks as matches are merged, so the figure at hand-out time is a safe bound.
+    let mut first = Vec::with_capacity(BATCH_FILES);
+    let mut ended = false;
+    while first.len() < BATCH_FILES {
+        match walker.next_file(cancel, out.remaining() + 1)? {
+            Some(job) => first.push(job),
+            None => {
+                ended = true;
                 break;
             }
         }
-        Ok(())
+    }
+    let scanners = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_SCANNERS);
+    if ended {
+        return sequential(&mut walker, first, finder, out, cancel);
+    }
+    let window = WINDOW_PER_SCANNER * scanners;
+    let (job_tx, job_rx) = mpsc::sync_channel::<Batch>(window);
+    let job_rx = Mutex::new(job_rx);
+    let (done_tx, done_rx) = mpsc::channel::<Done>();
+    let stop = AtomicBool::new(false);
+    let (jobs, halt) = (&job_rx, &stop);
+    std::thread::scope(move |s| {
+        let mut started = 0;
+        for _ in 0..scanners {
+            let done = done_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("fs.search".into())
+                .spawn_scoped(s, move || scanner(jobs, done, finder, cancel, halt));
+            started += usize::from(spawned.is_ok());
+        }
+        drop(done_tx);
+        if started == 0 {
+            drop(job_tx);
+            return sequential(&mut walker, first, finder, out, cancel);
+        }
+        let mut p = Pipeline { job_tx, done_rx, window, sent: 0, merged: 0, ready: VecDeque::new() };
+        let result = p.run(&mut walker, first, out, cancel);
+        // Busy scanners stop at their next file; closing the channels (dropping the
+        // pipeline) makes idle ones return too, and the scope joins them all.
+        halt.store(true, Ordering::Relaxed);
+        drop(p);
+        result
+    })
+}
+
+/// Scan the rest of the tree on this thread, starting with `pending`.
+fn sequential(
+    walker: &mut Walker,
+    pending: Vec<FileJob>,
+    finder: &Finder<'_>,
+    out: &mut Bounded,
+    cancel: &Cancel,
+) -> Result<(), AdapterError> {
+    let mut buf = Vec::new();
+    let mut pending = pending.into_iter();
+    loop {
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
+        let job = match pending.next() {
+            Some(job) => job,
+            None => match walker.next_file(cancel, out.remaining() + 1)? {
+                Some(job) => job,
+                None => return Ok(()),
+            },
+        };
+        if merge(out, scan_entry(job, finder, cancel, &mut buf), cancel)? {
+            return Ok(());
+        }
+    }
+}
+
+/// Files handed to a scanner, numbered in path order.
+struct Batch {
+    id: u64,
+    files: Vec<FileJob>,
+}
+
+/// A batch's results, in the batch's order.
+struct Done {
+    id: u64,
+    files: Vec<Scanned>,
+}
+
+/// A scanner thread: take batches until the channel closes or the search stops.
+fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, finder: &Finder<'_>, cancel: &Cancel, stop: &AtomicBool) {
+    let mut buf = Vec::new();
+    loop {
+        let batch = match jobs.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(batch) = batch else { return };
+        let mut files = Vec::with_capacity(batch.files.len());
+        for job in batch.files {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // A bug must fail this search, not leave the merge waiting for the batch.
+            let scanned = catch_unwind(AssertUnwindSafe(|| scan_entry(job, finder, cancel, &mut buf)))
+                .unwrap_or_else(|_| Scanned::Failed(resolve::io_error()));
+            files.push(scanned);
+        }
+        if done.send(Done { id: batch.id, files }).is_err() {
+            return;
+        }
+    }
+}
+
+/// The calling thread's side of a parallel search: hand out batches in path order, merge
+/// their results back in the same order.
+struct Pipeline {
+    job_tx: SyncSender<Batch>,
+    done_rx: Receiver<Done>,
+    /// Most batches handed out and not yet merged.
+    window: usize,
+    /// Batches handed out.
+    sent: u64,
+    /// Batches merged.
+    merged: u64,
+    /// Results of batches `merged..sent`, as they arrive.
+    ready: VecDeque<Option<Vec<Scanned>>>,
+}
+
+impl Pipeline {
+    fn run(
+        &mut self,
+        walker: &mut Walker,
+        first: Vec<FileJob>,
+        out: &mut Bounded,
+        cancel: &Cancel,
+    ) -> Result<(), AdapterError> {
+        let mut batch = first;
+        let mut walking = true;
+        loop {
+            if cancel.is_cancelled() {
+                return Err(cancelled());
+            }
+            if batch.len() >= BATCH_FILES || (!walking && !batch.is_empty()) {
+                while self.sent - self.merged >= self.window as u64 {
+                    if self.wait(out, cancel)? {
+                        return Ok(());
+                    }
+                }
+                let files = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_FILES));
+                self.job_tx.send(Batch { id: self.sent, files }).map_err(|_| resolve::io_error())?;
+                self.sent += 1;
+                self.ready.push_back(None);
+            }
+            if walking {
+                match walker.next_file(cancel, out.remaining() + 1)? {
+                    Some(job) => batch.push(job),
+                    None => walking = false,
+                }
+                // Merge what has arrived meanwhile, without waiting.
+                while let Ok(done) = self.done_rx.try_recv() {
+                    if self.arrived(done, out, cancel)? {
+                        return Ok(());
+                    }
+                }
+            } else if batch.is_empty() {
+                if self.merged == self.sent {
+                    return Ok(());
+                }
+                if self.wait(out, cancel)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Wait for one batch's results and merge what is in order; `Ok(true)` once done.
+    fn wait(&mut self, out: &mut Bounded, cancel: &Cancel) -> Result<bool, AdapterError> {
+        let done = self.done_rx.recv().map_err(|_| resolve::io_error())?;
+        self.arrived(done, out, cancel)
+    }
+
+    fn arrived(&mut self, done: Done, out: &mut Bounded, cancel: &Cancel) -> Result<bool, AdapterError> {
+        let slot = done.id.checked_sub(self.merged).and_then(|i| self.ready.get_mut(i as usize));
+        let Some(slot) = slot else { return Err(resolve::io_error()) };
+        *slot = Some(done.files);
+        while let Some(Some(_)) = self.ready.front() {
+            let files = self.ready.pop_front().flatten().unwrap_or_default();
+            self.merged += 1;
+            for scanned in files {
+                if merge(out, scanned, cancel)? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -187,6 +476,11 @@ fn count_chars(bytes: &[u8]) -> u64 {
     bytes.iter().filter(|b| !is_continuation(**b)).count() as u64
 }
 
+/// Number of LF bytes (counted in blocks of 255 so the compiler vectorizes the sum).
+fn count_lf(bytes: &[u8]) -> u64 {
+    bytes.chunks(255).map(|c| u64::from(c.iter().fold(0u8, |n, b| n.wrapping_add(u8::from(*b == b'\n'))))).sum()
+}
+
 /// Line and column bookkeeping at a file position.
 struct Cursor {
     /// The file offset reached.
@@ -200,49 +494,118 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Move over `bytes` (the file's bytes from `pos` on); each LF closes the line of the
-    /// matches from `open` on.
+    /// Move over `bytes` (the file's bytes from `pos` on); the first LF closes the line of
+    /// the matches from `open` on. Past that, only the number of LFs and the characters of
+    /// the last (unfinished) line matter, so nothing else is counted.
     fn advance(&mut self, bytes: &[u8], matches: &mut [RawMatch], open: &mut usize) {
-        let mut from = 0;
-        for nl in memchr::memchr_iter(b'\n', bytes) {
-            self.chars += count_chars(&bytes[from..nl]);
+        let mut rest = bytes;
+        if *open < matches.len() {
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                self.chars += count_chars(rest);
+                self.pos += rest.len() as u64;
+                return;
+            };
+            self.chars += count_chars(&rest[..nl]);
             let at = self.pos + nl as u64;
             for m in &mut matches[*open..] {
                 (m.line_end, m.line_chars) = (at, self.chars);
             }
             *open = matches.len();
-            (self.line, self.line_start, self.chars) = (self.line + 1, at + 1, 0);
-            from = nl + 1;
+            (self.line, self.line_start, self.chars, self.pos) = (self.line + 1, at + 1, 0, at + 1);
+            rest = &rest[nl + 1..];
         }
-        self.chars += count_chars(&bytes[from..]);
-        self.pos += bytes.len() as u64;
+        match memchr::memrchr(b'\n', rest) {
+            None => self.chars += count_chars(rest),
+            Some(last) => {
+                self.line += count_lf(&rest[..=last]);
+                self.line_start = self.pos + last as u64 + 1;
+                self.chars = count_chars(&rest[last + 1..]);
+            }
+        }
+        self.pos += rest.len() as u64;
+    }
+}
+
+/// The length of a prefix of `bytes` that is valid UTF-8 and ends on a character boundary:
+/// all of `bytes` when they are valid, else at most up to the first sequence that is invalid
+/// or cut off. ASCII is skipped a block at a time; each multi-byte character is checked
+/// as `std::str::from_utf8` does (no overlong forms, surrogates or values over U+10FFFF).
+fn utf8_valid_prefix(bytes: &[u8]) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let n = bytes.len();
+    let mut i = 0;
+    loop {
+        // Whole 32-byte blocks of ASCII first (the OR of a fixed-size block vectorizes),
+        // then eight bytes at a time to find where the next non-ASCII byte is.
+        while let Some(block) = bytes.get(i..i + 32).and_then(|b| <&[u8; 32]>::try_from(b).ok()) {
+            if block.iter().fold(0u8, |acc, b| acc | b) >= 0x80 {
+                break;
+            }
+            i += 32;
+        }
+        while let Some(word) = bytes.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            let high = u64::from_le_bytes(word) & HIGH;
+            if high != 0 {
+                i += (high.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        let Some(&lead) = bytes.get(i) else { return n };
+        if lead < 0x80 {
+            i += 1;
+            continue;
+        }
+        let width = match lead {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return i,
+        };
+        let Some(seq) = bytes.get(i..i + width) else { return i };
+        let second = match lead {
+            0xE0 => 0xA0..=0xBF,
+            0xED => 0x80..=0x9F,
+            0xF0 => 0x90..=0xBF,
+            0xF4 => 0x80..=0x8F,
+            _ => 0x80..=0xBF,
+        };
+        if !second.contains(&seq[1]) || seq[2..].iter().any(|b| !is_continuation(*b)) {
+            return i;
+        }
+        i += width;
     }
 }
 
 /// Append at least one `pread` worth of bytes (retrying on EINTR) to `buf`, filling its
-/// spare capacity in place; 0 means end of file.
-fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<usize, AdapterError> {
+/// spare capacity in place. Returns the bytes read (0 means end of file) and how many were
+/// asked for.
+fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<(usize, usize), AdapterError> {
     buf.reserve(CHUNK);
+    let asked = buf.capacity() - buf.len();
     loop {
         match rustix::io::pread(fd, spare_capacity(buf), offset) {
-            Ok(n) => return Ok(n),
+            Ok(n) => return Ok((n, asked)),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(resolve::map_errno(e)),
         }
     }
 }
 
-/// Stream a file: `None` if it is not UTF-8 or holds a NUL byte, else its first `want`
-/// non-overlapping occurrences, left to right.
+/// Stream a file of `size` bytes (as seen when it was opened) through `buf` (scratch space,
+/// reused across files): `None` if it is not UTF-8 or holds a NUL byte, else its first
+/// `want` non-overlapping occurrences, left to right.
 fn scan(
     fd: &OwnedFd,
+    size: u64,
     finder: &Finder<'_>,
     want: usize,
     cancel: &Cancel,
+    buf: &mut Vec<u8>,
 ) -> Result<Option<Vec<RawMatch>>, AdapterError> {
     let qlen = finder.needle().len() as u64;
     // `buf` holds the file's bytes from offset `base` on.
-    let mut buf: Vec<u8> = Vec::new();
+    buf.clear();
     let mut base = 0u64;
     let mut read_pos = 0u64;
     // `buf[..valid]` is known to be complete UTF-8 characters.
@@ -260,16 +623,21 @@ fn scan(
             return Err(cancelled());
         }
         let old = buf.len();
-        let n = pread_more(fd, &mut buf, read_pos)?;
+        let (n, asked) = pread_more(fd, buf, read_pos)?;
         read_pos += n as u64;
-        let eof = n == 0;
+        // A read that comes back short once the size seen at open is reached is the end
+        // of the file (at the time of that read), which spares the final empty read.
+        let eof = n == 0 || (n < asked && read_pos >= size);
         if memchr::memchr(0, &buf[old..]).is_some() {
             return Ok(None);
         }
-        match std::str::from_utf8(&buf[valid..]) {
+        // The fast check proves a prefix valid; the standard one judges the rest (nothing,
+        // a character cut by the chunk end, or the first invalid sequence) exactly.
+        let proven = valid + utf8_valid_prefix(&buf[valid..]);
+        match std::str::from_utf8(&buf[proven..]) {
             Ok(_) => valid = buf.len(),
             // A character cut by the chunk end completes with the next chunk.
-            Err(e) if e.error_len().is_none() && !eof => valid += e.valid_up_to(),
+            Err(e) if e.error_len().is_none() && !eof => valid = proven + e.valid_up_to(),
             Err(_) => return Ok(None),
         }
         let matching = tracking && matches.len() < want;
@@ -298,7 +666,8 @@ fn scan(
             search_from = next.max((end + 1).saturating_sub(qlen));
         }
         if eof {
-            if tracking {
+            // Only the lines of matches still open need the rest of the file.
+            if open < matches.len() {
                 let rel = (cur.pos - base) as usize;
                 cur.advance(&buf[rel..], &mut matches, &mut open);
                 for m in &mut matches[open..] {
@@ -389,6 +758,176 @@ fn match_text(fd: &OwnedFd, m: &RawMatch) -> Result<Option<String>, AdapterError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the fast check must agree with: a valid prefix on a character boundary, and
+    /// the whole input when it is valid.
+    fn check_prefix(bytes: &[u8]) {
+        let p = utf8_valid_prefix(bytes);
+        assert!(std::str::from_utf8(&bytes[..p]).is_ok(), "{bytes:02x?}: prefix {p} is not valid");
+        match std::str::from_utf8(bytes) {
+            Ok(_) => assert_eq!(p, bytes.len(), "{bytes:02x?}: valid input not accepted whole"),
+            Err(e) => assert!(p <= e.valid_up_to(), "{bytes:02x?}: prefix {p} past the error"),
+        }
+    }
+
+    #[test]
+    fn utf8_prefix_agrees_with_std() {
+        // Every one- and two-byte input, and every lead byte with every second byte
+        // followed by continuation or not.
+        for a in 0..=255u8 {
+            check_prefix(&[a]);
+            for b in 0..=255u8 {
+                check_prefix(&[a, b]);
+                for c in [0x41u8, 0x80, 0xBF, 0xC0] {
+                    check_prefix(&[a, b, c]);
+                    check_prefix(&[a, b, c, 0x80]);
+                    check_prefix(&[b'x'; 9].iter().copied().chain([a, b, c, 0x80]).collect::<Vec<_>>());
+                }
+            }
+        }
+        // Random mixtures of characters of every width, cut and corrupted anywhere.
+        let pieces = [
+            "a",
+            "abcdefgh",
+            "é",
+            "€",
+            "😀",
+            "\u{7f}",
+            "\u{80}",
+            "\u{7ff}",
+            "\u{800}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{10ffff}",
+            "\u{d7ff}",
+            "\u{e000}",
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..3000 {
+            let mut s = String::new();
+            while s.len() < (next() % 100) as usize {
+                s.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+            }
+            let mut bytes = s.into_bytes();
+            check_prefix(&bytes);
+            if !bytes.is_empty() {
+                let cut = (next() % bytes.len() as u64) as usize;
+                check_prefix(&bytes[..cut]);
+                check_prefix(&bytes[cut..]);
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes[at] = next() as u8;
+                check_prefix(&bytes);
+            }
+        }
+    }
+
+    /// A tree of a few hundred files over many directories: text with and without the
+    /// needle, binary and non-UTF-8 files, empty files, a file over one chunk, names whose
+    /// bytewise order differs from other orders, and symlinks (never followed). Returns the
+    /// number of occurrences of `needle` a search of the root must report.
+    fn tree_fixture(root: &std::path::Path) -> usize {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut expected = 0;
+        for d in 0..9 {
+            for e in ["a", "a.b", "a-b", "B", "é"] {
+                let dir = root.join(format!("d{d}")).join(e);
+                std::fs::create_dir_all(&dir).unwrap();
+                for f in 0..(d * 2 + next(5) as usize) {
+                    let (mut text, mut needles) = (String::new(), 0);
+                    for line in 0..next(20) {
+                        if next(4) == 0 {
+                            text.push_str(&format!("{line} ééé needle x needle\r\n"));
+                            needles += 2;
+                        } else {
+                            text.push_str("plain € line\n");
+                        }
+                    }
+                    let mut bytes = text.into_bytes();
+                    match next(12) {
+                        0 => bytes.extend(b"needle\0"),    // binary: skipped whole
+                        1 => bytes.extend(b"needle \xff"), // not UTF-8: skipped whole
+                        _ => expected += needles,
+                    }
+                    std::fs::write(dir.join(format!("f{f:02}.txt")), bytes).unwrap();
+                }
+            }
+        }
+        for name in ["a", "a.txt", "a-b", "a0"] {
+            std::fs::write(root.join(name), "needle\n").unwrap();
+            expected += 1;
+        }
+        std::fs::write(root.join("empty.txt"), "").unwrap();
+        let big = "x".repeat(CHUNK + 100) + "needle\n";
+        std::fs::write(root.join("d3/big.txt"), big).unwrap();
+        expected += 1;
+        std::os::unix::fs::symlink(root.join("a.txt"), root.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink(root.join("d1"), root.join("d1-link")).unwrap();
+        expected
+    }
+
+    fn run_tree(root: &std::path::Path, query: &str, max: usize, budget: usize, parallel: bool) -> String {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let finder = Finder::new(query.as_bytes());
+        let mut out = Bounded::new("matches", max, budget);
+        let cancel = Cancel::new();
+        let done = if parallel {
+            tree(fd, String::new(), &finder, &mut out, &cancel)
+        } else {
+            let mut walker = Walker { stack: vec![read_frame(fd, String::new()).unwrap()] };
+            sequential(&mut walker, Vec::new(), &finder, &mut out, &cancel)
+        };
+        match done.and_then(|()| out.finish()) {
+            Ok(v) => v.to_string(),
+            Err(e) => format!("error {:?}", e.code),
+        }
+    }
+
+    #[test]
+    fn parallel_tree_search_equals_sequential() {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = tree_fixture(dir.path());
+        let all: Value = serde_json::from_str(&run_tree(dir.path(), "needle", 10_000, 1 << 30, true)).unwrap();
+        let matches = all["matches"].as_array().unwrap();
+        assert_eq!(matches.len(), expected);
+        let paths: Vec<&str> = matches.iter().map(|m| m["path"].as_str().unwrap()).collect();
+        assert!(paths.windows(2).all(|w| w[0].as_bytes() <= w[1].as_bytes()), "bytewise path order");
+        assert!(paths.iter().all(|p| !p.contains("link")), "symlinks are not followed");
+        for query in ["needle", "e", "€ l", "absent"] {
+            for max in [1, 2, 17, 100, 1000, 10_000] {
+                for budget in [1 << 30, 5000, 300, 20] {
+                    let par = run_tree(dir.path(), query, max, budget, true);
+                    let seq = run_tree(dir.path(), query, max, budget, false);
+                    assert_eq!(par, seq, "query {query:?}, maxResults {max}, budget {budget}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_tree_search_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        tree_fixture(dir.path());
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let finder = Finder::new(b"needle");
+        let mut out = Bounded::new("matches", 10_000, 1 << 30);
+        let cancel = Cancel::new();
+        cancel.cancel();
+        assert!(tree(fd, String::new(), &finder, &mut out, &cancel).is_err());
+    }
 
     #[test]
     fn nth_char_from_end_counts_scalars() {
