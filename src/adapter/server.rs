@@ -208,6 +208,17 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
     if r.faults.has(Fault::AbortSendsResult) && job.operation == ToolOperation::FsWrite {
         delay = delay.max(faults::SLOW_WRITE);
     }
+    // Cheap, bounded operations (a stat; a read of at most 64 KiB) run on the connection's
+    // task: a few syscalls that never block (files are opened O_NONBLOCK and FIFOs are never
+    // opened), so a hand-off to the blocking pool would cost more than the work itself.
+    let small_read = job.operation == ToolOperation::FsRead
+        && job.payload.get("maxBytes").and_then(serde_json::Value::as_u64).is_some_and(|n| n <= 64 * 1024);
+    if delay.is_zero() && (job.operation == ToolOperation::FsStat || small_read) {
+        let started = Instant::now();
+        let out = execute_with(&r.root, &r.dir, &job, r.faults);
+        let _ = tx.send((job.request_id.clone(), out, started));
+        return;
+    }
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         while started.elapsed() < delay && !job.cancel.is_cancelled() {
