@@ -11,6 +11,7 @@ use serde_json::json;
 use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::contract::frame::{Binding, Direction};
 use pi_conform::contract::{admit_descriptor, PathSide};
+use pi_conform::daemon::faults::DaemonFault;
 use pi_conform::judge::{judge_line, Context, Kind, Verdict};
 use pi_conform::vectors::{default_dir, meets, VectorSet};
 
@@ -312,6 +313,37 @@ enum Cmd {
         /// Log format on standard error.
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormat,
+        /// Test aid: break one rule of the reference daemon on purpose (repeatable; see
+        /// `daemon-kill-matrix --help`).
+        #[arg(long = "fault", value_name = "NAME", hide = true)]
+        faults: Vec<DaemonFault>,
+    },
+    /// Prove the daemon runner can fail: run the daemon suite against the reference daemon
+    /// once per daemon fault switch (each breaks exactly one rule; the daemon runs as a child
+    /// process `serve-daemon --fault NAME` with a restart script) and print which cases each
+    /// fault kills, then which faults kill each MUST clause of the daemon catalogue.
+    ///
+    /// Exit 0 when every fault kills at least one case, every MUST clause is killed by some
+    /// fault (checked only when no --fault filter is given) and, with --expect, the matrix
+    /// equals the expected one; 1 otherwise; 2 on a usage or harness error. `--list` shows
+    /// the faults. Test aid: hidden.
+    #[command(hide = true)]
+    DaemonKillMatrix {
+        /// Only these faults (repeatable; default: all).
+        #[arg(long = "fault", value_name = "NAME")]
+        faults: Vec<DaemonFault>,
+        /// Output: `human`, `json`, or `lines` (the `conformance/daemon-kill-matrix.txt` format).
+        #[arg(long, value_enum, default_value = "human")]
+        format: MatrixFormat,
+        /// Compare with an expected matrix (`conformance/daemon-kill-matrix.txt`); a difference exits 1.
+        #[arg(long, value_name = "FILE")]
+        expect: Option<PathBuf>,
+        /// Multiply every step's time budget (slow machines: 3).
+        #[arg(long, default_value_t = 1.0, value_name = "N")]
+        time_scale: f64,
+        /// List the faults (name, clause, the rule each breaks) and exit.
+        #[arg(long)]
+        list: bool,
     },
     /// Read the reference daemon's durable state offline: each session's catalog record with
     /// its recovery condition, and the wake journal. With --reconcile, mark every
@@ -373,19 +405,27 @@ fn main() -> ExitCode {
             adapter_runner(socket, descriptor, root, sentinel, run)
         }
         Cmd::Selftest { run, faults } => selftest(run, faults.into_iter().collect()),
-        Cmd::ServeDaemon { socket, state_dir, host_instance, log_format } => {
+        Cmd::ServeDaemon { socket, state_dir, host_instance, log_format, faults } => {
             init_logs(log_format);
             let cfg = pi_conform::daemon::server::DaemonConfig {
                 socket,
                 state_dir,
                 host_instance_id: host_instance,
                 handle_signals: true,
+                faults: faults.into_iter().collect(),
             };
             (|| -> anyhow::Result<u8> {
                 let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
                 rt.block_on(pi_conform::daemon::server::serve(cfg, None))?;
                 Ok(EXIT_OK)
             })()
+        }
+        Cmd::DaemonKillMatrix { faults, format, expect, time_scale, list } => {
+            if list {
+                list_daemon_faults(format)
+            } else {
+                daemon_kill_matrix(faults, format, expect, time_scale)
+            }
         }
         Cmd::DaemonState { state_dir, session, reconcile } => daemon_state(state_dir, session, reconcile),
         Cmd::FakeModel { listen } => pi_conform::fakemodel::run_cli(&listen),
@@ -704,6 +744,152 @@ fn list_faults(format: MatrixFormat) -> anyhow::Result<u8> {
         }
     }
     Ok(EXIT_OK)
+}
+
+fn list_daemon_faults(format: MatrixFormat) -> anyhow::Result<u8> {
+    let mut out = std::io::stdout().lock();
+    for f in DaemonFault::ALL {
+        match format {
+            MatrixFormat::Json => {
+                writeln!(out, "{}", json!({"fault": f.name(), "clause": f.clause(), "description": f.description()}))?
+            }
+            _ => writeln!(out, "{:<28} {:<13} {}", f.name(), f.clause(), f.description())?,
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+fn daemon_kill_matrix(
+    only: Vec<DaemonFault>,
+    format: MatrixFormat,
+    expect: Option<PathBuf>,
+    time_scale: f64,
+) -> anyhow::Result<u8> {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use pi_conform::daemon::faults::{
+        daemon_kill_row, daemon_must_clause_kills, parse_daemon_kill_matrix, render_daemon_kill_matrix,
+    };
+    if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
+        anyhow::bail!("--time-scale must be a number in (0, 100]");
+    }
+    let expected = match &expect {
+        Some(p) => Some(
+            parse_daemon_kill_matrix(
+                &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let bin = std::env::current_exe()?;
+    let all = only.is_empty();
+    let faults: Vec<DaemonFault> = DaemonFault::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
+    let catalogue = pi_conform::conform::daemon::catalogue();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut rows = Vec::new();
+    for (i, f) in faults.iter().enumerate() {
+        if tty {
+            eprint!("\r\x1b[2K[{}/{}] {f}", i + 1, faults.len());
+        }
+        rows.push(daemon_kill_row(&bin, *f, &catalogue, time_scale));
+    }
+    if tty {
+        eprintln!();
+    }
+    let kills: BTreeMap<String, BTreeSet<String>> =
+        rows.iter().map(|r| (r.fault.clone(), r.killed.iter().cloned().collect())).collect();
+    let clauses = daemon_must_clause_kills(&catalogue, &kills);
+    let survivors: Vec<&str> = rows.iter().filter(|r| r.killed.is_empty()).map(|r| r.fault.as_str()).collect();
+    let unkilled: Vec<&str> = if all {
+        clauses.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect()
+    } else {
+        vec![]
+    };
+    let errors: Vec<String> =
+        rows.iter().flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.fault))).collect();
+    let mut differences = Vec::new();
+    if let Some(exp) = &expected {
+        for r in &rows {
+            let got: BTreeSet<String> = r.killed.iter().cloned().collect();
+            let Some(want) = exp.get(&r.fault) else {
+                differences.push(format!("{}: not in the expected matrix", r.fault));
+                continue;
+            };
+            let missing: Vec<&String> = want.difference(&got).collect();
+            let extra: Vec<&String> = got.difference(want).collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                differences
+                    .push(format!("{}: expected but passed {missing:?}; failed unexpectedly {extra:?}", r.fault));
+            }
+        }
+        if all {
+            for name in exp.keys().filter(|n| !kills.contains_key(*n)) {
+                differences.push(format!("{name}: expected but not run"));
+            }
+        }
+    }
+    let code = if !errors.is_empty() {
+        EXIT_USAGE
+    } else if survivors.is_empty() && unkilled.is_empty() && differences.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_INVALID
+    };
+    let mut out = std::io::stdout().lock();
+    match format {
+        MatrixFormat::Lines => out.write_all(render_daemon_kill_matrix(&rows).as_bytes())?,
+        MatrixFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "faults": rows,
+                "mustClauses": clauses,
+                "survivors": survivors,
+                "unkilledClauses": unkilled,
+                "harnessErrors": errors,
+                "differences": differences,
+                "exitCode": code,
+            }))?
+        )?,
+        MatrixFormat::Human => {
+            writeln!(
+                out,
+                "daemon kill matrix: the daemon suite ({} cases) against the reference daemon, once per fault",
+                catalogue.len()
+            )?;
+            for r in &rows {
+                writeln!(out, "\n{} ({}; {:.1} s): {}", r.fault, r.clause, r.millis as f64 / 1000.0, r.description)?;
+                match r.killed.len() {
+                    0 => writeln!(out, "  SURVIVED: no case failed")?,
+                    n => writeln!(out, "  kills {n}: {}", r.killed.join(" "))?,
+                }
+                for e in &r.errors {
+                    writeln!(out, "  HARNESS ERROR {e}")?;
+                }
+            }
+            writeln!(out, "\nMUST clauses of the daemon catalogue and the faults that kill them:")?;
+            for c in &clauses {
+                let by = if c.killed_by.is_empty() { "NOT KILLED".to_string() } else { c.killed_by.join(" ") };
+                writeln!(out, "  {:<14} {by}", c.clause)?;
+            }
+            for d in &differences {
+                writeln!(out, "DIFFERS {d}")?;
+            }
+            let verdict = match code {
+                EXIT_OK => "every fault is caught and every MUST clause is killed".to_string(),
+                EXIT_USAGE => format!("INCONCLUSIVE: {} harness errors", errors.len()),
+                _ => format!(
+                    "NOT PROVEN: {} surviving faults, {} unkilled MUST clauses, {} differences from the expected matrix",
+                    survivors.len(),
+                    unkilled.len(),
+                    differences.len()
+                ),
+            };
+            writeln!(out, "\nverdict: {verdict}")?;
+        }
+    }
+    Ok(code)
 }
 
 fn kill_matrix(only: Vec<Fault>, format: MatrixFormat, expect: Option<PathBuf>, time_scale: f64) -> anyhow::Result<u8> {

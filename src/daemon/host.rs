@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
+use super::faults::{DaemonFault, DaemonFaults};
 use super::link::AdapterLink;
 use super::store::{SessionRecord, Store, WakeRecord};
 use crate::contract::command::{Command, OPERATIONS};
@@ -158,6 +159,10 @@ pub struct Host {
     indeterminate: AtomicUsize,
     failed_wakes: AtomicUsize,
     counters: Mutex<HashMap<&'static str, u64>>,
+    /// Rules broken on purpose (test aid; production: none).
+    pub faults: DaemonFaults,
+    /// Links kept alive unrevoked under the no-revoke faults.
+    leaked: Mutex<Vec<AdapterLink>>,
 }
 
 fn quarantine_condition() -> Value {
@@ -217,6 +222,16 @@ impl Host {
     /// (SPEC §6): host-adapter sessions are quarantined, queued wakes fail terminally,
     /// accepted wakes become indeterminate.
     pub fn start(store: Store, id: Option<String>) -> Result<Arc<Host>, super::store::StoreError> {
+        Self::start_with(store, id, DaemonFaults::NONE)
+    }
+
+    /// [`Host::start`] with fault switches: the host is broken on purpose (test aid for the
+    /// daemon kill matrix; see [`crate::daemon::faults`]).
+    pub fn start_with(
+        store: Store,
+        id: Option<String>,
+        faults: DaemonFaults,
+    ) -> Result<Arc<Host>, super::store::StoreError> {
         let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
         let mut sessions = HashMap::new();
         let mut quarantined = HashSet::new();
@@ -224,7 +239,7 @@ impl Host {
             if r.state == "closed" {
                 continue;
             }
-            if r.policy.is_some() {
+            if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
                 quarantined.insert((r.session_id.clone(), r.generation));
             }
@@ -287,6 +302,8 @@ impl Host {
             indeterminate: AtomicUsize::new(indeterminate),
             failed_wakes: AtomicUsize::new(failed),
             counters: Mutex::new(HashMap::new()),
+            faults,
+            leaked: Mutex::new(Vec::new()),
         }))
     }
 
@@ -431,7 +448,7 @@ impl Host {
             m.insert("configuredOpen".into(), json!(true));
             m.insert("sessionDir".into(), json!(true));
         }
-        json!({
+        let mut v = json!({
             "protocolVersion": "1.0",
             "supportedVersions": ["1.0", "2.0"],
             "supportedProtocolVersions": ["1.0", "2.0"],
@@ -446,7 +463,20 @@ impl Host {
                 "multiplexer": "requestId",
             },
             "host": self.snapshot(),
-        })
+        });
+        if self.faults.has(DaemonFault::SupportedVersions033) {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("supportedVersions");
+            }
+        }
+        v
+    }
+
+    /// Keep `link` alive without revoking it (the no-revoke faults).
+    fn leak(&self, link: AdapterLink) {
+        if let Ok(mut l) = self.leaked.lock() {
+            l.push(link);
+        }
     }
 
     /// Dispatch one accepted command for connection `conn`.
@@ -502,7 +532,7 @@ impl Host {
                 }
                 if generation == x.generation {
                     match (&x.policy, &summary) {
-                        (Some(_), None) => {
+                        (Some(_), None) if !self.faults.has(DaemonFault::NoReprovisionRule) => {
                             return Err(DErr::new(
                                 "tool_adapter_reprovision_required",
                                 "this generation needs its tool adapter: open it again with a descriptor",
@@ -524,7 +554,8 @@ impl Host {
                         _ => {}
                     }
                     let linked = x.link.as_ref().is_some_and(|l| l.failed().is_none());
-                    if x.state == SState::Active && (x.policy.is_none() || linked) {
+                    let rebind = self.faults.has(DaemonFault::ReopenRebinds) && x.policy.is_some() && summary.is_some();
+                    if x.state == SState::Active && (x.policy.is_none() || linked) && !rebind {
                         return Ok(json!({"created": false, "session": x.resource()}));
                     }
                     if x.policy.is_none() {
@@ -560,17 +591,25 @@ impl Host {
             }
         }
         if let Some(l) = old_link {
-            l.revoke().await;
+            if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
+                self.leak(l);
+            } else {
+                l.revoke().await;
+            }
         }
         if let Some(d) = &cmd.descriptor {
-            match AdapterLink::open(d).await {
+            match AdapterLink::open_with(d, self.faults).await {
                 Ok(link) => {
                     let orphan = {
                         let mut s =
                             self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
                         match s.get_mut(&sid).filter(|x| x.generation == generation) {
                             Some(x) => {
-                                x.link = Some(link);
+                                if let Some(old) = x.link.replace(link) {
+                                    if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
+                                        self.leak(old);
+                                    }
+                                }
                                 x.handle = Some(d.handle.clone());
                                 x.state = SState::Active;
                                 x.recovery = None;
@@ -589,6 +628,9 @@ impl Host {
                 Err(e) => {
                     self.count("bindFailures");
                     tracing::info!(session = %sid, generation, cause = e.code, "adapter bind failed");
+                    if self.faults.has(DaemonFault::GenericOpenFailedCause) {
+                        return Err(DErr::new("open_failed", "the tool adapter binding failed"));
+                    }
                     return Err(DErr::new("open_failed", "the tool adapter binding failed").detail(
                         "cause",
                         json!({"name": "AdapterError", "message": "the tool adapter binding failed", "code": e.code}),
@@ -883,7 +925,11 @@ impl Host {
             x.and_then(|x| x.link)
         };
         if let Some(l) = link {
-            l.revoke().await;
+            if self.faults.has(DaemonFault::NoRevokeOnClose) {
+                self.leak(l);
+            } else {
+                l.revoke().await;
+            }
         }
         Ok(json!({"closed": true}))
     }

@@ -18,6 +18,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::endpoint::check_endpoint;
+use super::faults::{DaemonFault, DaemonFaults};
 use super::runtime::{codes, AdapterRuntime, CallId, Event, OutLine, State};
 pub use super::runtime::{CallError, LinkError};
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -72,8 +73,17 @@ impl AdapterLink {
     /// Check the endpoint, connect (within `requestTimeoutMs`), send `bind` and wait for a
     /// valid `bound` (within `requestTimeoutMs`). Every failure is a typed `adapter_*` code.
     pub async fn open(descriptor: &Descriptor) -> Result<AdapterLink, LinkError> {
+        Self::open_with(descriptor, DaemonFaults::NONE).await
+    }
+
+    /// [`AdapterLink::open`] with fault switches: the link is broken on purpose (test aid for
+    /// the daemon kill matrix; see [`crate::daemon::faults`]).
+    pub async fn open_with(descriptor: &Descriptor, faults: DaemonFaults) -> Result<AdapterLink, LinkError> {
         let path = Path::new(&descriptor.endpoint_path);
-        check_endpoint(path)?;
+        let skip_checks = faults.has(DaemonFault::SkipEndpointCheck);
+        if !skip_checks {
+            check_endpoint(path)?;
+        }
         let timeout = Duration::from_millis(descriptor.limits.request_timeout_ms);
         let stream = match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
             Err(_) => return Err(LinkError::from_code(codes::CONNECT_TIMEOUT)),
@@ -82,12 +92,12 @@ impl AdapterLink {
         };
         // The socket was checked by path; make sure the peer behind it is ours too.
         let uid = rustix::process::geteuid().as_raw();
-        if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
+        if !skip_checks && stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
             return Err(LinkError::from_code(codes::ENDPOINT_INSECURE));
         }
         let (bound_tx, bound_rx) = oneshot::channel();
         let shared = Arc::new(Mutex::new(Shared {
-            rt: AdapterRuntime::new(descriptor, Instant::now()),
+            rt: AdapterRuntime::new_with(descriptor, Instant::now(), faults),
             waiters: HashMap::new(),
             bound: Some(bound_tx),
         }));

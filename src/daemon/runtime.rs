@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::faults::{DaemonFault, DaemonFaults};
 use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition, FrameError};
 use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
 use crate::contract::{Code, Descriptor};
@@ -325,6 +326,7 @@ pub struct AdapterRuntime {
     last_refusal: Option<String>,
     queue_wait: BTreeMap<ToolOperation, Summary>,
     latency: BTreeMap<ToolOperation, Summary>,
+    faults: DaemonFaults,
 }
 
 impl std::fmt::Debug for AdapterRuntime {
@@ -354,6 +356,12 @@ impl AdapterRuntime {
     /// A connection for an admitted descriptor, just connected at `now`: the `bind` line is
     /// queued and `bound` is due within `requestTimeoutMs`.
     pub fn new(descriptor: &Descriptor, now: Instant) -> Self {
+        Self::new_with(descriptor, now, DaemonFaults::NONE)
+    }
+
+    /// [`AdapterRuntime::new`] with fault switches: the runtime is broken on purpose (test
+    /// aid for the daemon kill matrix; see [`crate::daemon::faults`]).
+    pub fn new_with(descriptor: &Descriptor, now: Instant, faults: DaemonFaults) -> Self {
         let binding = Binding::from(descriptor);
         let limits = binding.limits;
         let mut transmit = VecDeque::new();
@@ -378,6 +386,7 @@ impl AdapterRuntime {
             last_refusal: None,
             queue_wait: BTreeMap::new(),
             latency: BTreeMap::new(),
+            faults,
         }
     }
 
@@ -489,7 +498,7 @@ impl AdapterRuntime {
                 ("payload", payload),
             ],
         );
-        let line = encode_line(&frame);
+        let mut line = encode_line(&frame);
         // Never send what a conforming adapter must refuse: the contract judges the invoke
         // exactly as the adapter will (size, handle, ids, grant, payload).
         if let Err(e) = parse_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter) {
@@ -502,6 +511,11 @@ impl AdapterRuntime {
                 }
                 (code, _) => CallError::local(code.as_str(), &e.error.message),
             });
+        }
+        if self.faults.has(DaemonFault::InvokeExtraKey) {
+            let mut f = frame;
+            f["toolCallId"] = Value::String(tool_call_id.to_string());
+            line = encode_line(&f);
         }
         let l = self.binding.limits;
         let capacity = (l.max_concurrent_requests + l.max_queued_requests) as usize;
@@ -585,6 +599,15 @@ impl AdapterRuntime {
         if self.is_closed() {
             return;
         }
+        if self.state == State::Binding
+            && self.faults.has(DaemonFault::IgnoreBoundEcho)
+            && decode_strict(line).is_ok_and(|v| v["kind"] == "bound")
+        {
+            self.state = State::Bound;
+            self.events.push_back(Event::Bound);
+            self.pump(now);
+            return;
+        }
         let frame = match parse_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e) => return self.fail(frame_code(&e)),
@@ -664,7 +687,11 @@ impl AdapterRuntime {
             if !self.calls.contains_key(id) {
                 continue;
             }
-            if self.abort_active(now, *id).is_none() {
+            if self.faults.has(DaemonFault::NoAbortOnTimeout) {
+                if let Some(c) = self.calls.remove(id) {
+                    self.release(&c);
+                }
+            } else if self.abort_active(now, *id).is_none() {
                 return; // the connection failed
             }
             self.counters.timed_out += 1;
@@ -747,7 +774,8 @@ impl AdapterRuntime {
         let op = v["operation"].as_str().unwrap_or_default();
         if let Some(&id) = self.active.get(rid) {
             let Some(c) = self.calls.get(&id) else { return self.fail(codes::RESPONSE_MISMATCH) };
-            if c.key != key || c.op.to_string() != op {
+            let key_ok = c.key == key || self.faults.has(DaemonFault::AcceptMismatchedResults);
+            if !key_ok || c.op.to_string() != op {
                 return self.fail(codes::RESPONSE_MISMATCH);
             }
             let Some(c) = self.calls.remove(&id) else { return };

@@ -13,6 +13,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
+use super::faults::{self, DaemonFault, DaemonFaults};
 use super::host::{DErr, Host, Out, MAX_IN_FLIGHT, MAX_LINE_BYTES, MAX_RESPONSE_BYTES};
 use super::store::Store;
 use crate::contract::{parse_command, HostContext};
@@ -29,6 +30,9 @@ pub struct DaemonConfig {
     pub host_instance_id: Option<String>,
     /// Install signal handlers (the CLI); off when embedded.
     pub handle_signals: bool,
+    /// Test aid: rules broken on purpose (production: [`DaemonFaults::NONE`]; see
+    /// [`crate::daemon::faults`]).
+    pub faults: DaemonFaults,
 }
 
 /// Why the daemon could not start.
@@ -71,7 +75,10 @@ fn invalid_id() -> String {
 /// Run the daemon until SIGTERM/SIGINT or `shutdown`.
 pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>>) -> Result<(), DaemonError> {
     let store = Store::open(&cfg.state_dir)?;
-    let host = Host::start(store, cfg.host_instance_id.clone())?;
+    if !cfg.faults.is_empty() {
+        warn!(faults = %cfg.faults, "FAULT SWITCHES ON: this daemon is broken on purpose (test aid)");
+    }
+    let host = Host::start_with(store, cfg.host_instance_id.clone(), cfg.faults)?;
     let listener = crate::adapter::server::bind_private(&cfg.socket)?;
     info!(host = %host.id, "daemon listening");
     let mut term = if cfg.handle_signals {
@@ -172,25 +179,52 @@ async fn connection(host: Arc<Host>, stream: UnixStream) {
                     send(fatal("invalid_utf8", "the line is not UTF-8"), true);
                     break 'read;
                 }
+                Err(_) if host.faults.has(DaemonFault::KeepOpenOnInvalidJson) => {
+                    if !send(fatal("invalid_json", "the line is not one strict JSON object"), false) {
+                        break 'read;
+                    }
+                    continue;
+                }
                 Err(_) => {
                     send(fatal("invalid_json", "the line is not one strict JSON object"), true);
                     break 'read;
                 }
             };
-            let cmd = match parse_command(&value, &HostContext { host_instance_id: &host.id }) {
+            let value = if host.faults.is_empty() {
+                value
+            } else {
+                let mut v = value;
+                faults::lenient_value(&mut v, host.faults);
+                v
+            };
+            let parsed = match parse_command(&value, &HostContext { host_instance_id: &host.id }) {
+                Err(e) if !host.faults.is_empty() => match faults::lenient_command(&value, &e, &host.id, host.faults) {
+                    Some(c) => Ok(c),
+                    None => {
+                        if let Some(p) = faults::premature_endpoint(&value, &e, host.faults) {
+                            let _ =
+                                tokio::time::timeout(std::time::Duration::from_secs(1), UnixStream::connect(p)).await;
+                        }
+                        Err(e)
+                    }
+                },
+                r => r,
+            };
+            let cmd = match parsed {
                 Ok(c) => c,
                 Err(e) => {
                     let mut body = DErr::new(e.error.code.as_str(), &e.error.message);
                     body.details = e.error.details.clone();
                     let rid = e.request_id.clone().unwrap_or_else(invalid_id);
-                    let rec = response(&e.echo_version, &rid, &host.id, None, Err(body));
+                    let echo = faults::echo_version(&e.echo_version, host.faults);
+                    let rec = response(&echo, &rid, &host.id, None, Err(body));
                     if !send(encode_line(&rec), e.close) || e.close {
                         break 'read;
                     }
                     continue;
                 }
             };
-            let version = cmd.version.text.clone();
+            let version = faults::echo_version(&cmd.version.text, host.faults);
             let rid = cmd.request_id.clone();
             let sid = cmd.session_id.clone();
             {
@@ -207,6 +241,12 @@ async fn connection(host: Arc<Host>, stream: UnixStream) {
                 };
                 if let Some(e) = refusal {
                     // DECISION: the exact accepted version is echoed (protocol text).
+                    let version = if host.faults.has(DaemonFault::Echo10OnDuplicate) && e.code == "duplicate_request_id"
+                    {
+                        "1.0".to_string()
+                    } else {
+                        version
+                    };
                     if !send(encode_line(&response(&version, &rid, &host.id, sid.as_deref(), Err(e))), false) {
                         break 'read;
                     }
