@@ -303,6 +303,45 @@ async fn queue_capacity_is_refused_before_any_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn started_calls_run_concurrently_and_the_extra_one_is_refused_at_start() {
+    // 2 concurrent + 1 queued: of four calls started back to back, two are sent, one waits
+    // and the fourth is refused by `start` itself, before any wire write.
+    let limits = [1_048_576, 4096, 2, 1, 10_000, 16, 60_000];
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let f = Fake::start(limits, move |p| {
+        p.bound();
+        let a = p.expect("invoke");
+        let b = p.expect("invoke");
+        // Both are in flight; nothing is answered until the test has checked the refusal.
+        wait.recv().unwrap();
+        // Answering one lets the queued one go.
+        let r = p.result(&b, read_data("b"));
+        p.send(&r);
+        let c = p.expect("invoke");
+        let r = p.result(&a, read_data("a"));
+        p.send(&r);
+        let r = p.result(&c, read_data("c"));
+        p.send(&r);
+    });
+    let link = AdapterLink::open(&f.d).await.unwrap();
+    let a = link.start(ToolOperation::FsRead, json!({"path": "a"}), "a").unwrap();
+    let b = link.start(ToolOperation::FsRead, json!({"path": "b"}), "b").unwrap();
+    let c = link.start(ToolOperation::FsRead, json!({"path": "c"}), "c").unwrap();
+    let e = link.start(ToolOperation::FsRead, json!({"path": "d"}), "d").unwrap_err();
+    assert_eq!((e.code.as_str(), e.retryable, e.retry_after_ms), (codes::QUEUE_CAPACITY, true, Some(500)));
+    assert_eq!(link.telemetry()["occupancy"], json!({"active": 2, "queued": 1, "tombstones": 0}));
+    go.send(()).unwrap();
+    assert_eq!(a.outcome().await.unwrap(), read_data("a"));
+    assert_eq!(b.outcome().await.unwrap(), read_data("b"));
+    assert_eq!(c.outcome().await.unwrap(), read_data("c"));
+    link.revoke().await;
+    drop(link);
+    let seen = f.finish().await;
+    assert_eq!(kinds(&seen), ["bind", "invoke", "invoke", "invoke", "revoke"], "the refused call was never sent");
+    assert!(seen.iter().all(|v| v["idempotencyKey"] != idempotency_key(ToolOperation::FsRead, "d")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_while_active_sends_abort_and_is_indeterminate() {
     let limits = [1_048_576, 4096, 2, 1, 300, 16, 60_000];
     let f = Fake::start(limits, |p| {

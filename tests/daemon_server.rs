@@ -150,9 +150,14 @@ struct Adapter {
 }
 
 fn adapter_for(host: &str, session: &str, generation: u64) -> Adapter {
-    let mut a = support::Adapter::start(Opts::default());
+    adapter_with(host, session, generation, Opts::default())
+}
+
+fn adapter_with(host: &str, session: &str, generation: u64, opts: Opts<'_>) -> Adapter {
+    let limits = opts.limits;
+    let mut a = support::Adapter::start(opts);
     // Re-mint for the daemon's identity (the default grant is for another host).
-    let d = mint(&a.grants, &a.socket, &a.root, host, session, generation, &Opts::default());
+    let d = mint(&a.grants, &a.socket, &a.root, host, session, generation, &Opts { limits, ..Opts::default() });
     a.descriptor = d;
     // SIGHUP-free: restart the server so it loads the new grant.
     a.kill9();
@@ -284,6 +289,65 @@ fn open_bind_wake_tools_and_events() {
     for e in walk(&d.state) {
         assert!(!std::fs::read_to_string(&e).unwrap_or_default().contains(&h), "the handle reached {}", e.display());
     }
+}
+
+#[test]
+fn a_turn_runs_consecutive_reads_concurrently_and_writes_alone() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let host = host_id(&mut c);
+    let prompt = "TOOL fs_read {\"path\":\"a.txt\"}\nTOOL fs_stat {\"path\":\"a.txt\"}\nTOOL fs_list {\"path\":\".\"}\nTOOL fs_write {\"path\":\"b.txt\",\"content\":\"new\"}\nTOOL fs_read {\"path\":\"b.txt\"}";
+    let wake = |rid: &str, session: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "wake", "sessionId": session, "generation": 1,
+            "idempotencyKey": rid, "payload": {"prompt": prompt}})
+    };
+    let codes = |r: &Value| -> Vec<String> {
+        r["data"]["result"]["toolCalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| if t["ok"] == true { "ok".into() } else { t["error"]["code"].as_str().unwrap().to_string() })
+            .collect()
+    };
+    // One call at a time and no queue (SPEC §4.4): the three reads are started together, so
+    // the first is sent and the other two are refused by the daemon; the write waits for the
+    // reads and runs alone, and the read after it sees what it wrote.
+    let tight = Opts { limits: [1_048_576, 1_048_576, 1, 0, 10_000, 256, 3_600_000], ..Opts::default() };
+    let ad = adapter_with(&host, "agent-q", 1, tight);
+    std::fs::write(ad.a.root.join("a.txt"), "old").unwrap();
+    let r = c.call(open_v2("o1", "agent-q", 1, &ad.a.root, Some(&ad.a.descriptor)));
+    assert_eq!(r["ok"], true, "{r}");
+    let r = c.call(wake("w1", "agent-q"));
+    assert_eq!(r["ok"], true, "{r}");
+    let q = "adapter_queue_capacity";
+    assert_eq!(codes(&r), ["ok", q, q, "ok", "ok"], "{r}");
+    let calls = &r["data"]["result"]["toolCalls"];
+    assert_eq!(calls[0]["data"]["content"], "old");
+    assert_eq!(calls[4]["data"]["content"], "new", "the read after the write runs after it");
+    let refused = &calls[1]["error"];
+    assert_eq!(refused["retryable"], true);
+    assert_eq!(refused["details"]["retryAfterMs"], 500, "max(25, min(1000, floor(10000 / 20)))");
+    assert!(refused["details"].get("indeterminate").is_none(), "never sent, so not indeterminate");
+    for (n, t) in calls.as_array().unwrap().iter().enumerate() {
+        assert!(t["toolCallId"].as_str().unwrap().ends_with(&format!("-{n}")), "prompt order: {t}");
+    }
+    let s = c.call(cmd("2.0", "s1", "status", json!({"sessionId": "agent-q", "generation": 1})));
+    let tq = &s["data"]["session"]["toolQueue"];
+    assert_eq!(tq["counters"]["accepted"], 3, "{tq}");
+    assert_eq!(tq["counters"]["rejected"], 2, "{tq}");
+    assert_eq!(tq["highWater"]["active"], 1, "{tq}");
+    assert_eq!(tq["lastRefusalReason"], q);
+    // With room for them (4 concurrent + 16 queued) the three reads are in flight together.
+    let ad = adapter_for(&host, "agent-r", 1);
+    std::fs::write(ad.a.root.join("a.txt"), "old").unwrap();
+    let r = c.call(open_v2("o2", "agent-r", 1, &ad.a.root, Some(&ad.a.descriptor)));
+    assert_eq!(r["ok"], true, "{r}");
+    let r = c.call(wake("w2", "agent-r"));
+    assert_eq!(codes(&r), ["ok", "ok", "ok", "ok", "ok"], "{r}");
+    assert_eq!(r["data"]["result"]["toolCalls"][4]["data"]["content"], "new");
+    let s = c.call(cmd("2.0", "s2", "status", json!({"sessionId": "agent-r", "generation": 1})));
+    let tq = &s["data"]["session"]["toolQueue"];
+    assert_eq!((tq["counters"]["accepted"].as_u64(), tq["highWater"]["active"].as_u64()), (Some(5), Some(3)), "{tq}");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

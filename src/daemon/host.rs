@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use super::faults::{DaemonFault, DaemonFaults};
-use super::link::AdapterLink;
+use super::link::{AdapterLink, CallError, PendingCall};
 use super::store::{SessionRecord, Store, WakeRecord};
 use crate::contract::command::{Command, OPERATIONS};
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -777,6 +777,13 @@ impl Host {
 
     /// The scripted agent: `TOOL <fs_x> <json>` lines become tool calls through the adapter;
     /// other lines are echoed as assistant text.
+    ///
+    /// Consecutive read-only calls (`fs_list`, `fs_stat`, `fs_read`, `fs_search`) run
+    /// concurrently: every call of such a run is started (admitted, in prompt order) before
+    /// any is awaited, so the adapter client's limits decide what is sent, queued or refused
+    /// with `adapter_queue_capacity` (SPEC §4.4). Any other line — `fs_write`, `fs_edit`, an
+    /// unknown tool, text — is a barrier: it runs alone, after everything before it ended.
+    /// `toolCalls` keeps prompt order.
     async fn run_turn(
         &self,
         sid: &str,
@@ -793,32 +800,62 @@ impl Host {
         let mut calls = Vec::new();
         let call_prefix = &hex::encode(Sha256::digest(format!("{generation}\0{wake_key}").as_bytes()))[..16];
         let mut aborted = false;
-        for (i, line) in prompt.lines().enumerate() {
+        let lines: Vec<&str> = prompt.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
             if abort.load(Ordering::Relaxed) {
                 aborted = true;
                 break;
             }
-            let Some(rest) = line.strip_prefix("TOOL ") else {
-                text.push(line.to_string());
+            let Some(first) = tool_line(lines[i]) else {
+                text.push(lines[i].to_string());
+                i += 1;
                 continue;
             };
-            let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
-            let call_id = format!("call-{call_prefix}-{i}");
-            self.emit(sid, generation, "toolCallStart", Some(request_id), json!({"toolCallId": call_id, "tool": tool}));
-            let outcome = self.tool_call(link.as_ref(), tool, args, &call_id).await;
-            let mut entry = json!({"toolCallId": call_id, "tool": tool, "ok": outcome.is_ok()});
-            match outcome {
-                Ok(d) => entry["data"] = d,
-                Err(e) => entry["error"] = e.body(),
+            // This call, and when it is read-only, the read-only calls right after it.
+            let mut batch = vec![(i, first)];
+            if is_read_only_tool(first.0) {
+                while let Some(next) = lines.get(i + batch.len()).and_then(|l| tool_line(l)) {
+                    if !is_read_only_tool(next.0) {
+                        break;
+                    }
+                    batch.push((i + batch.len(), next));
+                }
             }
-            self.emit(
-                sid,
-                generation,
-                "toolCallEnd",
-                Some(request_id),
-                json!({"toolCallId": call_id, "tool": tool, "ok": entry["ok"], "code": entry["error"]["code"]}),
-            );
-            calls.push(entry);
+            i += batch.len();
+            // Start them all in prompt order (admission happens here), then await each.
+            let mut started = Vec::with_capacity(batch.len());
+            for (n, (tool, args)) in batch {
+                let call_id = format!("call-{call_prefix}-{n}");
+                self.emit(
+                    sid,
+                    generation,
+                    "toolCallStart",
+                    Some(request_id),
+                    json!({"toolCallId": call_id, "tool": tool}),
+                );
+                let pending = self.start_tool_call(link.as_ref(), tool, args, &call_id);
+                started.push((call_id, tool, pending));
+            }
+            for (call_id, tool, pending) in started {
+                let outcome = match pending {
+                    Ok(p) => p.outcome().await.map_err(call_error),
+                    Err(e) => Err(e),
+                };
+                let mut entry = json!({"toolCallId": call_id, "tool": tool, "ok": outcome.is_ok()});
+                match outcome {
+                    Ok(d) => entry["data"] = d,
+                    Err(e) => entry["error"] = e.body(),
+                }
+                self.emit(
+                    sid,
+                    generation,
+                    "toolCallEnd",
+                    Some(request_id),
+                    json!({"toolCallId": call_id, "tool": tool, "ok": entry["ok"], "code": entry["error"]["code"]}),
+                );
+                calls.push(entry);
+            }
         }
         self.emit(sid, generation, "agentEnd", Some(request_id), json!({"aborted": aborted}));
         self.emit(sid, generation, "sessionIdle", None, json!({}));
@@ -828,13 +865,15 @@ impl Host {
         Ok(json!({"text": text.join("\n"), "toolCalls": calls}))
     }
 
-    async fn tool_call(
+    /// Check a tool call locally and start it on the link (admission is synchronous, see
+    /// [`AdapterLink::start`]); every refusal comes back here, before any wire write.
+    fn start_tool_call(
         &self,
         link: Option<&AdapterLink>,
         tool: &str,
         args: &str,
         call_id: &str,
-    ) -> Result<Value, DErr> {
+    ) -> Result<PendingCall, DErr> {
         let op: ToolOperation = tool.replacen('_', ".", 1).parse().map_err(|_| {
             DErr::new("unknown_tool", "the tool is not one of fs_list fs_stat fs_read fs_search fs_write fs_edit")
         })?;
@@ -847,17 +886,7 @@ impl Host {
             validate_relative_path(p, PathSide::Daemon, "path").map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
         }
         let link = link.ok_or_else(|| DErr::new("tool_unavailable", "this session has no tool adapter"))?;
-        link.call(op, payload, call_id).await.map_err(|e| {
-            let mut d = DErr::new(&e.code, &e.message);
-            d.retryable = e.retryable;
-            if e.indeterminate {
-                d.details.insert("indeterminate".into(), json!(true));
-            }
-            if let Some(ms) = e.retry_after_ms {
-                d.details.insert("retryAfterMs".into(), json!(ms));
-            }
-            d
-        })
+        link.start(op, payload, call_id).map_err(call_error)
     }
 
     fn queue_message(&self, cmd: &Command) -> Result<Value, DErr> {
@@ -967,6 +996,31 @@ impl Host {
             l.revoke().await;
         }
     }
+}
+
+/// A `TOOL <tool> <args>` prompt line: the tool and its arguments (`{}` when absent).
+fn tool_line(line: &str) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix("TOOL ")?;
+    Some(rest.split_once(' ').unwrap_or((rest, "{}")))
+}
+
+/// The read-only tools, which a turn runs concurrently.
+fn is_read_only_tool(tool: &str) -> bool {
+    matches!(tool, "fs_list" | "fs_stat" | "fs_read" | "fs_search")
+}
+
+/// An adapter call's error as the turn reports it: code, message, `retryable`, and
+/// `details.indeterminate` / `details.retryAfterMs` when they apply.
+fn call_error(e: CallError) -> DErr {
+    let mut d = DErr::new(&e.code, &e.message);
+    d.retryable = e.retryable;
+    if e.indeterminate {
+        d.details.insert("indeterminate".into(), json!(true));
+    }
+    if let Some(ms) = e.retry_after_ms {
+        d.details.insert("retryAfterMs".into(), json!(ms));
+    }
+    d
 }
 
 fn body_to_err(v: Option<&Value>) -> DErr {

@@ -2,9 +2,11 @@
 //! drives one adapter connection from a background task (SPEC §1.2, §3.4, §4.3, §4.4).
 //!
 //! The runtime sits behind a mutex shared by the handle and the task. A call admits itself
-//! synchronously (so a capacity refusal happens before any wire write), wakes the task and
-//! awaits its completion. The task reads, writes (through a separate writer task, so a slow
-//! adapter reader never stops the daemon from reading), runs the timers and delivers events.
+//! synchronously ([`AdapterLink::start`]: a capacity refusal happens there, before any wire
+//! write), wakes the task and is then awaited ([`PendingCall::outcome`]); starting several
+//! calls before awaiting any runs them concurrently, as far as the descriptor's limits allow.
+//! The task reads, writes (through a separate writer task, so a slow adapter reader never
+//! stops the daemon from reading), runs the timers and delivers events.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -120,6 +122,16 @@ impl AdapterLink {
     /// revoked connection) come back at once, before any wire write. Dropping the future
     /// cancels the call (an invoke already sent is aborted).
     pub async fn call(&self, op: ToolOperation, payload: Value, tool_call_id: &str) -> Result<Value, CallError> {
+        self.start(op, payload, tool_call_id)?.outcome().await
+    }
+
+    /// Admit a call now, without waiting for it (SPEC §4.4): it is sent at once when a
+    /// concurrency slot is free, or queued. A refusal — `adapter_queue_capacity` when
+    /// `maxConcurrentRequests` calls are active and `maxQueuedRequests` wait, a validation
+    /// refusal, a failed or revoked connection — is returned here, before any wire write.
+    /// Await the outcome with [`PendingCall::outcome`]; dropping the [`PendingCall`] cancels
+    /// the call (an invoke already sent is aborted).
+    pub fn start(&self, op: ToolOperation, payload: Value, tool_call_id: &str) -> Result<PendingCall, CallError> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut s = lock(&self.inner.shared);
@@ -128,19 +140,7 @@ impl AdapterLink {
             id
         };
         self.inner.wake.notify_one();
-        let mut guard = CancelOnDrop { inner: &self.inner, id: Some(id) };
-        let out = rx.await;
-        guard.id = None;
-        out.unwrap_or_else(|_| {
-            let code = lock(&self.inner.shared).rt.failure().unwrap_or(codes::CONNECTION_FAILED);
-            Err(CallError {
-                code: code.to_string(),
-                message: super::runtime::failure_message(code).to_string(),
-                retryable: false,
-                indeterminate: true,
-                retry_after_ms: None,
-            })
-        })
+        Ok(PendingCall { inner: self.inner.clone(), id: Some(id), rx })
     }
 
     /// Revoke the binding: send `revoke`, close, and wait briefly for the adapter's answer.
@@ -172,12 +172,39 @@ impl AdapterLink {
     }
 }
 
-struct CancelOnDrop<'a> {
-    inner: &'a Inner,
+/// A call admitted by [`AdapterLink::start`] and not yet awaited. Dropping it cancels the
+/// call: a queued call is dropped, a sent one is aborted and tombstoned.
+pub struct PendingCall {
+    inner: Arc<Inner>,
     id: Option<CallId>,
+    rx: oneshot::Receiver<Result<Value, CallError>>,
 }
 
-impl Drop for CancelOnDrop<'_> {
+impl std::fmt::Debug for PendingCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCall").field("call", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl PendingCall {
+    /// Wait for the call's outcome: the adapter's data, or why not.
+    pub async fn outcome(mut self) -> Result<Value, CallError> {
+        let out = (&mut self.rx).await;
+        self.id = None;
+        out.unwrap_or_else(|_| {
+            let code = lock(&self.inner.shared).rt.failure().unwrap_or(codes::CONNECTION_FAILED);
+            Err(CallError {
+                code: code.to_string(),
+                message: super::runtime::failure_message(code).to_string(),
+                retryable: false,
+                indeterminate: true,
+                retry_after_ms: None,
+            })
+        })
+    }
+}
+
+impl Drop for PendingCall {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
             let mut s = lock(&self.inner.shared);
