@@ -33,3 +33,30 @@ fn ids_levels_clauses_and_outcomes_are_well_formed() {
         assert!(!m.requirement.is_empty() && !m.tags.is_empty(), "{}", m.id);
     }
 }
+
+#[test]
+fn daemon_catalogue_and_implementations_are_one_to_one() {
+    let cat = pi_conform::conform::daemon::catalogue();
+    let reg = pi_conform::conform::daemon::cases::registry();
+    let cat_ids: Vec<&str> = cat.iter().map(|m| m.id.as_str()).collect();
+    let reg_ids: Vec<&str> = reg.iter().map(|(id, _)| *id).collect();
+    assert_eq!(cat_ids.iter().collect::<BTreeSet<_>>().len(), cat.len(), "duplicate ids in the daemon catalogue");
+    assert_eq!(cat_ids, reg_ids, "the daemon catalogue and registry list the same ids in the same order");
+}
+
+#[test]
+fn daemon_ids_levels_clauses_and_outcomes_are_well_formed() {
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/SPEC.md")).unwrap();
+    for m in pi_conform::conform::daemon::catalogue() {
+        assert!(
+            m.id.starts_with("daemon.")
+                && m.id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'),
+            "{}",
+            m.id
+        );
+        let heading = spec.lines().any(|l| l.starts_with('#') && l.contains(&format!(" {} ", m.clause)));
+        assert!(heading, "{}: clause {} is not a heading of conformance/SPEC.md", m.id, m.clause);
+        assert!(!m.accepted.is_empty(), "{}: no accepted outcome", m.id);
+        assert!(!m.requirement.is_empty() && !m.tags.is_empty(), "{}", m.id);
+    }
+}

@@ -488,6 +488,135 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     let abort = frames.iter().any(|(_, f)| f["kind"] == "abort" && Some(&f["targetRequestId"]) == inv.as_ref());
     Outcome::token(if abort { "abort-sent" } else { "no-abort" })
 }
+/// `requestTimeoutMs` of the queue-capacity case: `retryAfterMs` = max(25, min(1000,
+/// floor(600 / 20))) = 30, a value the clamp does not produce.
+const CAPACITY_TIMEOUT_MS: u64 = 600;
+
+fn tools_queue_capacity(c: &mut DCtx<'_>) -> Outcome {
+    // SPEC §4.4: with maxConcurrentRequests 1 and maxQueuedRequests 0 one call is admitted;
+    // the other calls of a concurrent run must be refused by the daemon itself, retryable
+    // `adapter_queue_capacity`, before any invoke is written for them. The probe never
+    // answers, so the admitted call stays active until its timeout (then its abort).
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let out = queue_capacity(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
+    const CODE: &str = "adapter_queue_capacity";
+    let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
+    let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
+    let limits = json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 1,
+        "maxQueuedRequests": 0, "requestTimeoutMs": CAPACITY_TIMEOUT_MS, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000});
+    let d = c.descriptor(1, Some(limits));
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return Outcome::with(format!("open-{}", rtoken(&r)), vec!["a valid host-adapter open failed".into()]);
+    }
+    let link = c.probe.seen().connections.saturating_sub(1);
+    // Attached, so the turn's toolCallEnd events are seen too.
+    let mut conn = tryo!(c.connect());
+    let s = c.session.clone();
+    let attach = c.cmd("2.0", "attach", json!({"sessionId": s, "generation": 1}));
+    let _ = c.call(&mut conn, attach);
+    let calls = [
+        ("fs_stat", json!({"path": "."})),
+        ("fs_list", json!({"path": "."})),
+        ("fs_search", json!({"path": ".", "query": "pi-conform"})),
+    ];
+    let w = c.wake_calls(1, &calls);
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    conn.send(&w);
+    let mut events = Vec::new();
+    let resp = loop {
+        let r = conn.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f["kind"] == "event" => events.push(f.clone()),
+            Some(f) if f["requestId"] == rid.as_str() => break r,
+            Some(_) => continue,
+            None => break r,
+        }
+    };
+    // What reached the probe on this binding: how many invokes, and at most how many were
+    // outstanding at once (the probe answers none; an abort ends one).
+    let (mut invokes, mut outstanding, mut most) = (0, std::collections::HashSet::new(), 0);
+    for (_, f) in c.probe.seen().frames.iter().filter(|(n, _)| *n == link) {
+        match f["kind"].as_str() {
+            Some("invoke") => {
+                invokes += 1;
+                outstanding.insert(f["requestId"].to_string());
+                most = most.max(outstanding.len());
+            }
+            Some("abort") => {
+                outstanding.remove(&f["targetRequestId"].to_string());
+            }
+            _ => {}
+        }
+    }
+    // Why each call failed: the turn result's toolCalls, then the toolCallEnd events.
+    let mut refused = std::collections::BTreeSet::new();
+    let mut p = Vec::new();
+    let result = resp.frame().map(|f| f["data"]["result"]["toolCalls"].clone()).unwrap_or(Value::Null);
+    for (i, t) in result.as_array().into_iter().flatten().enumerate() {
+        let e = &t["error"];
+        if e["code"] != CODE {
+            continue;
+        }
+        refused.insert(t["toolCallId"].as_str().map_or_else(|| format!("#{i}"), str::to_string));
+        if e["retryable"] != true {
+            p.push(format!("the {CODE} refusal is not retryable: {e}"));
+        }
+        if e["details"]["retryAfterMs"] != retry_after {
+            p.push(format!(
+                "the {CODE} refusal has retryAfterMs {}, expected max(25, min(1000, floor({CAPACITY_TIMEOUT_MS} / 20))) = {retry_after}",
+                e["details"]["retryAfterMs"]
+            ));
+        }
+        if e["details"]["indeterminate"] == true {
+            p.push(format!("the {CODE} refusal is flagged indeterminate, but the call was never sent"));
+        }
+    }
+    for (i, e) in events.iter().filter(|e| e["event"] == "toolCallEnd").enumerate() {
+        if e["data"].to_string().contains(CODE) {
+            refused.insert(e["data"]["toolCallId"].as_str().map_or_else(|| format!("event#{i}"), str::to_string));
+        }
+    }
+    let extra = calls.len() - allowed;
+    if most > allowed {
+        p.insert(
+            0,
+            format!(
+                "{most} invoke frames were outstanding at once on a binding with maxConcurrentRequests 1 and \
+                 maxQueuedRequests 0: the daemon wrote the call(s) it had to refuse with {CODE}"
+            ),
+        );
+        return Outcome::with("over-capacity-write", p);
+    }
+    if invokes == 0 {
+        return Outcome::with(
+            format!("no-invoke@{}", rtoken(&resp)),
+            vec!["no call reached the adapter: one of the concurrent calls fits the limits".into()],
+        );
+    }
+    if invokes == allowed && refused.len() >= extra {
+        return Outcome::with("refused-before-write", p);
+    }
+    if refused.is_empty() && invokes == calls.len() {
+        return Outcome::Skip(format!(
+            "the daemon ran the {} tool calls one at a time (no invoke was sent while another was outstanding), \
+             so none met a full queue: the refusal cannot be observed with this daemon and wake template",
+            calls.len()
+        ));
+    }
+    p.push(format!(
+        "{invokes} invoke(s) reached the probe (allowed {allowed}) and {} call(s) reported {CODE} (expected {extra}); \
+         the turn answered {}",
+        refused.len(),
+        rtoken(&resp)
+    ));
+    Outcome::with("not-refused", p)
+}
 fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode) -> Outcome {
     let _ = tryo!(open_bound(c, 1));
     c.probe.set(BoundMode::Exact, mode);
@@ -646,6 +775,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
         ("daemon.policy.lower-generation", policy_lower_generation),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
+        ("daemon.tools.queue-capacity", tools_queue_capacity),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
         ("daemon.tools.unsolicited-result-fails-closed", tools_unsolicited),

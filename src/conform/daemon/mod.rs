@@ -143,8 +143,18 @@ impl<'a> DCtx<'a> {
 
     /// A v2 wake of the case session whose prompt makes one tool call.
     pub fn wake(&mut self, generation: u64, tool: &str, args: &Value) -> Value {
+        self.wake_calls(generation, &[(tool, args.clone())])
+    }
+
+    /// A v2 wake of the case session whose prompt makes these tool calls, in order: the wake
+    /// template once per call, one per line (consecutive read-only calls may run concurrently).
+    pub fn wake_calls(&mut self, generation: u64, calls: &[(&str, Value)]) -> Value {
         let rid = self.rid();
-        let prompt = self.target.wake_template.replace("{tool}", tool).replace("{args}", &args.to_string());
+        let prompt: Vec<String> = calls
+            .iter()
+            .map(|(tool, args)| self.target.wake_template.replace("{tool}", tool).replace("{args}", &args.to_string()))
+            .collect();
+        let prompt = prompt.join("\n");
         json!({"protocolVersion": "2.0", "requestId": rid, "operation": "wake", "sessionId": self.session, "generation": generation,
             "idempotencyKey": format!("{rid}-wake"), "payload": {"prompt": prompt}})
     }
