@@ -12,7 +12,7 @@
 //! So the restart cases run under every fault too.
 //!
 //! Time. One full daemon suite takes ~6–9 s, nearly all of it waiting on timeouts (bind
-//! silence, request timeouts, revoke windows), not CPU. The 21 faults plus the fault-free
+//! silence, request timeouts, revoke windows), not CPU. The 22 faults plus the fault-free
 //! control therefore run on `JOBS` worker threads at once (each with its own daemon, probe
 //! and directories): ~1 min instead of ~2.6 min sequentially. Set
 //! `PI_CONFORM_DAEMON_KILL_MATRIX_JOBS=1` to run them one after another.

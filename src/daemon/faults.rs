@@ -123,6 +123,9 @@ faults! {
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";
+    /// Calls beyond the admission limits are sent anyway.
+    NoQueueCapacity = "no-queue-capacity", "PC-4.4",
+        "a call beyond maxConcurrentRequests + maxQueuedRequests is written to the adapter at once instead of refused with adapter_queue_capacity";
     /// Results with another idempotencyKey are accepted.
     AcceptMismatchedResults = "accept-mismatched-results", "PC-4.3",
         "a result whose idempotencyKey differs from its invoke's is accepted instead of failing the connection";

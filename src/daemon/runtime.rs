@@ -519,7 +519,8 @@ impl AdapterRuntime {
         }
         let l = self.binding.limits;
         let capacity = (l.max_concurrent_requests + l.max_queued_requests) as usize;
-        if self.active.len() + self.queue.len() >= capacity {
+        let full = self.active.len() + self.queue.len() >= capacity;
+        if full && !self.faults.has(DaemonFault::NoQueueCapacity) {
             return Err(CallError {
                 code: codes::QUEUE_CAPACITY.into(),
                 message: "adapter concurrency and queue limits reached".into(),
@@ -541,8 +542,14 @@ impl AdapterRuntime {
             path_lock: path.filter(|_| is_mutating(op)),
         };
         self.calls.insert(id, call);
-        self.queue.push_back(id);
-        self.pump(now);
+        if full {
+            // Under the fault: the call the limits refuse is written at once, beyond
+            // maxConcurrentRequests.
+            self.dispatch(now, id);
+        } else {
+            self.queue.push_back(id);
+            self.pump(now);
+        }
         Ok(id)
     }
 
@@ -745,7 +752,7 @@ impl AdapterRuntime {
         let mut i = 0;
         while self.active.len() < max && i < self.queue.len() {
             let id = self.queue[i];
-            let Some(c) = self.calls.get_mut(&id) else {
+            let Some(c) = self.calls.get(&id) else {
                 self.queue.remove(i);
                 continue;
             };
@@ -754,18 +761,25 @@ impl AdapterRuntime {
                 continue;
             }
             self.queue.remove(i);
-            c.dispatched = Some(now);
-            if let Some(p) = &c.path_lock {
-                self.locked_paths.insert(p.clone());
-            }
-            if let Some(line) = c.line.take() {
-                self.transmit.push_back(OutLine(line));
-            }
-            self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
-            self.active.insert(c.request_id.clone(), id);
+            self.dispatch(now, id);
         }
         self.high_active = self.high_active.max(self.active.len());
         self.high_queued = self.high_queued.max(self.queue.len());
+    }
+
+    /// Send an admitted call now: its invoke line is queued for writing and it is active.
+    fn dispatch(&mut self, now: Instant, id: CallId) {
+        let Some(c) = self.calls.get_mut(&id) else { return };
+        c.dispatched = Some(now);
+        if let Some(p) = &c.path_lock {
+            self.locked_paths.insert(p.clone());
+        }
+        if let Some(line) = c.line.take() {
+            self.transmit.push_back(OutLine(line));
+        }
+        self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
+        self.active.insert(c.request_id.clone(), id);
+        self.high_active = self.high_active.max(self.active.len());
     }
 
     fn handle_result(&mut self, now: Instant, v: Value) {
@@ -1010,6 +1024,19 @@ mod tests {
         assert_eq!(t["lastRefusalReason"], codes::QUEUE_CAPACITY);
         assert_eq!(t["saturated"], true);
         assert_eq!(t["counters"]["rejected"], 1);
+    }
+
+    #[test]
+    fn the_no_queue_capacity_fault_writes_the_extra_invoke() {
+        let d = descriptor([1_048_576, 1_048_576, 1, 0, 10_000, 4, 60_000]);
+        let t0 = Instant::now();
+        let mut rt = AdapterRuntime::new_with(&d, t0, DaemonFault::NoQueueCapacity.into());
+        bound(&d, &mut rt, t0);
+        rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "1").unwrap();
+        rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "b"}), "2").unwrap();
+        assert_eq!(lines(&mut rt).iter().filter(|l| l["kind"] == "invoke").count(), 2, "both written");
+        assert_eq!((rt.active(), rt.queued()), (2, 0));
+        assert_eq!(rt.counters().rejected, 0);
     }
 
     #[test]
