@@ -483,9 +483,18 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     let w = c.wake(1, "fs_stat", &json!({"path": "."}));
     let _ = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let frames = c.probe.seen().frames;
-    let inv = frames.iter().rev().find(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f["requestId"].clone());
-    let abort = frames.iter().any(|(_, f)| f["kind"] == "abort" && Some(&f["targetRequestId"]) == inv.as_ref());
+    // The abort is written as the timeout fails the call, so it may reach the probe just
+    // after the daemon answered the wake: wait up to one step for it.
+    let t = Instant::now();
+    let abort = loop {
+        let frames = c.probe.seen().frames;
+        let inv = frames.iter().rev().find(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f["requestId"].clone());
+        let abort = frames.iter().any(|(_, f)| f["kind"] == "abort" && Some(&f["targetRequestId"]) == inv.as_ref());
+        if abort || t.elapsed() >= c.target.step {
+            break abort;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     Outcome::token(if abort { "abort-sent" } else { "no-abort" })
 }
 /// `requestTimeoutMs` of the queue-capacity case: `retryAfterMs` = max(25, min(1000,
