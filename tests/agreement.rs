@@ -130,3 +130,39 @@ fn a_schema_violation_of_a_typed_rule_is_refused_by_the_types_too() {
         assert!(!typed_ok(Kind::Descriptor, &m).unwrap(), "{ptr}: typed decode accepted");
     }
 }
+
+/// `schema::first_violation` judges a document by the one `oneOf` branch its discriminators
+/// claim; its verdict and first violation must be exactly those of the whole entry point, on
+/// every vector and on every vector with one top-level key removed, nulled or retyped.
+#[test]
+fn the_branch_check_gives_the_whole_schema_verdict() {
+    let set = VectorSet::load(&default_dir()).expect("vectors load");
+    let mut compared = 0;
+    let mut valid = 0;
+    let mut check = |e: Entry, doc: &Value, id: &str| {
+        let full = schema::violations(e, doc).into_iter().next();
+        assert_eq!(schema::first_violation(e, doc), full, "{id}");
+        compared += 1;
+        if full.is_none() {
+            valid += 1;
+        }
+    };
+    for v in &set.vectors {
+        let Some(e) = entry(v.kind) else { continue };
+        let Ok(line) = set.line(v) else { continue };
+        let Ok(doc) = decode_strict(&line) else { continue };
+        check(e, &doc, &v.id);
+        let Value::Object(m) = &doc else { continue };
+        for k in m.keys() {
+            let mut removed = m.clone();
+            removed.shift_remove(k);
+            check(e, &Value::Object(removed), &format!("{} without {k}", v.id));
+            for replacement in [Value::Null, Value::from(7), Value::from("x")] {
+                let mut changed = m.clone();
+                changed.insert(k.clone(), replacement);
+                check(e, &Value::Object(changed), &format!("{} with {k} replaced", v.id));
+            }
+        }
+    }
+    assert!(compared > 5000 && valid > 200, "compared {compared}, of which valid {valid}");
+}

@@ -6,8 +6,8 @@ use super::error::{Code, ContractError};
 use super::schema::{self, Entry, Violation};
 use super::text::is_major_minor;
 
-fn first(code: Code, vs: Vec<Violation>) -> Result<(), ContractError> {
-    match vs.into_iter().next() {
+fn first(code: Code, v: Option<Violation>) -> Result<(), ContractError> {
+    match v {
         None => Ok(()),
         Some(v) => {
             let field = v.dotted("");
@@ -35,15 +35,15 @@ pub fn validate_response(v: &Value) -> Result<(), ContractError> {
     if entry == Entry::ResponseFailure && obj.contains_key("data") {
         return Err(ContractError::new(code, "data", "a failed response carries no data"));
     }
-    first(code, schema::violations(entry, v))
+    first(code, schema::first_violation(entry, v))
 }
 
 /// Judge an event record.
 pub fn validate_event(v: &Value) -> Result<(), ContractError> {
-    first(Code::InvalidEvent, schema::violations(Entry::Event, v))
+    first(Code::InvalidEvent, schema::first_violation(Entry::Event, v))
 }
 
 /// Judge handshake response data (the `data` of a handshake response).
 pub fn validate_handshake_data(v: &Value) -> Result<(), ContractError> {
-    first(Code::InvalidResponse, schema::violations(Entry::HandshakeData, v))
+    first(Code::InvalidResponse, schema::first_violation(Entry::HandshakeData, v))
 }

@@ -94,6 +94,15 @@ impl Violation {
     }
 }
 
+fn compile(text: &str, def: &str) -> Validator {
+    let mut root: Value = serde_json::from_str(text).expect("embedded schema is valid JSON");
+    if let Value::Object(m) = &mut root {
+        m.remove("oneOf");
+        m.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
+    }
+    jsonschema::draft202012::options().should_validate_formats(false).build(&root).expect("embedded schema compiles")
+}
+
 fn compiled() -> &'static Vec<Validator> {
     static CELL: OnceLock<Vec<Validator>> = OnceLock::new();
     CELL.get_or_init(|| {
@@ -101,18 +110,123 @@ fn compiled() -> &'static Vec<Validator> {
             .iter()
             .map(|e| {
                 let (text, def) = e.source();
-                let mut root: Value = serde_json::from_str(text).expect("embedded schema is valid JSON");
-                if let Value::Object(m) = &mut root {
-                    m.remove("oneOf");
-                    m.insert("$ref".into(), Value::String(format!("#/$defs/{def}")));
-                }
-                jsonschema::draft202012::options()
-                    .should_validate_formats(false)
-                    .build(&root)
-                    .expect("embedded schema compiles")
+                compile(text, def)
             })
             .collect()
     })
+}
+
+/// The branches of the entry points that are a `oneOf` of closed objects told apart by
+/// single-value discriminators (`kind`, `operation`, `ok`, `aborted`): a document that claims
+/// one branch can only ever match that branch, so validating the branch alone gives the
+/// `oneOf`'s verdict without trying every other branch.
+const BRANCHES: &[(Entry, &str)] = &[
+    (Entry::Frame, "BindFrame"),
+    (Entry::Frame, "BoundFrame"),
+    (Entry::Frame, "InvokeFsList"),
+    (Entry::Frame, "InvokeFsStat"),
+    (Entry::Frame, "InvokeFsRead"),
+    (Entry::Frame, "InvokeFsSearch"),
+    (Entry::Frame, "InvokeFsWrite"),
+    (Entry::Frame, "InvokeFsEdit"),
+    (Entry::Frame, "ResultFsList"),
+    (Entry::Frame, "ResultFsStat"),
+    (Entry::Frame, "ResultFsRead"),
+    (Entry::Frame, "ResultFsSearch"),
+    (Entry::Frame, "ResultFsWrite"),
+    (Entry::Frame, "ResultFsEdit"),
+    (Entry::Frame, "ResultError"),
+    (Entry::Frame, "AbortFrame"),
+    (Entry::Frame, "AbortedTrue"),
+    (Entry::Frame, "AbortedFalse"),
+    (Entry::Frame, "RevokeFrame"),
+    (Entry::Frame, "RevokedFrame"),
+    (Entry::Command, "HandshakeCommand"),
+    (Entry::Command, "OpenCommand"),
+    (Entry::Command, "WakeCommand"),
+    (Entry::Command, "SteerCommand"),
+    (Entry::Command, "FollowUpCommand"),
+    (Entry::Command, "StatusCommand"),
+    (Entry::Command, "AbortCommand"),
+    (Entry::Command, "AttachCommand"),
+    (Entry::Command, "DetachCommand"),
+    (Entry::Command, "CloseCommand"),
+    (Entry::Command, "DrainCommand"),
+];
+
+fn branches() -> &'static Vec<Validator> {
+    static CELL: OnceLock<Vec<Validator>> = OnceLock::new();
+    CELL.get_or_init(|| BRANCHES.iter().map(|(e, def)| compile(e.source().0, def)).collect())
+}
+
+/// The `$defs` branch of `entry` that `instance` claims by its discriminators, if any.
+pub fn branch_of(entry: Entry, instance: &Value) -> Option<&'static str> {
+    let s = |k: &str| instance.get(k).and_then(Value::as_str);
+    let name = match entry {
+        Entry::Frame => match (s("kind")?, s("operation")) {
+            ("bind", _) => "BindFrame",
+            ("bound", _) => "BoundFrame",
+            ("abort", _) => "AbortFrame",
+            ("revoke", _) => "RevokeFrame",
+            ("revoked", _) => "RevokedFrame",
+            ("aborted", _) => match instance.get("aborted")? {
+                Value::Bool(true) => "AbortedTrue",
+                Value::Bool(false) => "AbortedFalse",
+                _ => return None,
+            },
+            ("result", op) => match (instance.get("ok")?, op?) {
+                (Value::Bool(false), _) => "ResultError",
+                (Value::Bool(true), "fs.list") => "ResultFsList",
+                (Value::Bool(true), "fs.stat") => "ResultFsStat",
+                (Value::Bool(true), "fs.read") => "ResultFsRead",
+                (Value::Bool(true), "fs.search") => "ResultFsSearch",
+                (Value::Bool(true), "fs.write") => "ResultFsWrite",
+                (Value::Bool(true), "fs.edit") => "ResultFsEdit",
+                _ => return None,
+            },
+            ("invoke", Some("fs.list")) => "InvokeFsList",
+            ("invoke", Some("fs.stat")) => "InvokeFsStat",
+            ("invoke", Some("fs.read")) => "InvokeFsRead",
+            ("invoke", Some("fs.search")) => "InvokeFsSearch",
+            ("invoke", Some("fs.write")) => "InvokeFsWrite",
+            ("invoke", Some("fs.edit")) => "InvokeFsEdit",
+            _ => return None,
+        },
+        Entry::Command => match s("operation")? {
+            "handshake" => "HandshakeCommand",
+            "open" => "OpenCommand",
+            "wake" => "WakeCommand",
+            "steer" => "SteerCommand",
+            "followUp" => "FollowUpCommand",
+            "status" => "StatusCommand",
+            "abort" => "AbortCommand",
+            "attach" => "AttachCommand",
+            "detach" => "DetachCommand",
+            "close" => "CloseCommand",
+            "drain" => "DrainCommand",
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(name)
+}
+
+/// The first violation of `instance` under `entry`, or `None` when it is valid. The verdict is
+/// exactly [`violations`]'s; valid documents (the common case) are judged by the one branch
+/// they claim (see [`branch_of`]) with a short-circuiting check, and the full, slower report is
+/// computed only for a refusal.
+pub fn first_violation(entry: Entry, instance: &Value) -> Option<Violation> {
+    let fast = match branch_of(entry, instance) {
+        Some(name) => BRANCHES
+            .iter()
+            .position(|(e, d)| *e == entry && *d == name)
+            .is_some_and(|i| branches()[i].is_valid(instance)),
+        None => compiled()[entry.index()].is_valid(instance),
+    };
+    if fast {
+        return None;
+    }
+    violations(entry, instance).into_iter().next()
 }
 
 /// Validate `instance` against one entry point; every violation, in the validator's order.
