@@ -6,21 +6,22 @@
 //! bench times, back to back in one process:
 //!
 //! - the floor: `serde_json::from_slice::<serde_json::Value>` of the line;
-//! - the validator: the crate's whole judgement of the same line (strict decode, schema,
-//!   typed decode, every semantic rule), exactly what the reference adapter and daemon call.
+//! - the validator: the crate's whole judgement of the same line (strict decode, every
+//!   semantic rule, the JSON Schema), exactly what the reference adapter and daemon call
+//!   (`judge_adapter_frame`, `admit_descriptor`, `parse_command`).
 //!
 //! It reports lines per second for both and the ratio validator/floor (higher is better; the
 //! target is ≥ 0.3). Each repetition alternates the two in blocks, and the reported ratio is
 //! the median of the per-repetition ratios, so background load hits both sides alike.
 //! `PI_BENCH_REPS` (default 7) and `PI_BENCH_MS` (time per side per repetition, default 300)
-//! tune it.
+//! tune it; `PI_BENCH_ONLY` keeps the kinds whose name contains it (for profiling).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use pi_conform::contract::command::{parse_command, HostContext};
 use pi_conform::contract::descriptor::{admit_descriptor, ExpectedBinding};
-use pi_conform::contract::frame::{parse_adapter_frame, Binding, Direction};
+use pi_conform::contract::frame::{judge_adapter_frame, Binding, Direction};
 use serde_json::{json, Value};
 
 const DESCRIPTOR: &str = include_str!("../vectors/bases/descriptor.json");
@@ -59,7 +60,7 @@ fn main() {
     type Judge<'a> = Box<dyn Fn(&[u8]) -> bool + 'a>;
     let frame = |dir: Direction| -> Judge<'_> {
         let b = &binding;
-        Box::new(move |line: &[u8]| parse_adapter_frame(line, b, dir).is_ok())
+        Box::new(move |line: &[u8]| judge_adapter_frame(line, b, dir).is_ok())
     };
     let host = HostContext { host_instance_id: "host-019f" };
     let cases: Vec<(&str, Vec<u8>, Judge<'_>)> = vec![
@@ -84,7 +85,8 @@ fn main() {
     println!("validator vs plain serde_json::from_slice::<Value> (lines/s; ratio = validator/serde_json)");
     println!("{} repetitions of {} ms per side", reps, ms);
     let mut table = Vec::new();
-    for (name, line, judge) in &cases {
+    let only = std::env::var("PI_BENCH_ONLY").unwrap_or_default();
+    for (name, line, judge) in cases.iter().filter(|(n, _, _)| n.contains(only.as_str())) {
         assert!(judge(line), "{name}: the validator must accept the bench line");
         let floor = |l: &[u8]| serde_json::from_slice::<Value>(l).is_ok();
         // Warm-up.
@@ -111,6 +113,57 @@ fn main() {
         );
         table.push((name.to_string(), ratio));
     }
+    // Where a validator call goes (a diagnostic, not a target): the stages alone, on the
+    // fs.stat invoke line.
+    let line = compact(&stat_invoke);
+    let value = pi_conform::wire::decode_line(&line).expect("decodes");
+    let span = per_side;
+    let floor = rate(&|l: &[u8]| serde_json::from_slice::<Value>(l).is_ok(), &line, span);
+    let strict = rate(&|l: &[u8]| pi_conform::wire::decode_line(l).is_ok(), &line, span);
+    let schema = rate(
+        &|_: &[u8]| {
+            pi_conform::contract::schema::first_violation(pi_conform::contract::schema::Entry::Frame, &value).is_none()
+        },
+        &line,
+        span,
+    );
+    let whole = rate(&*frame(Direction::ToAdapter), &line, span);
+    let us = |r: f64| 1e6 / r;
+    println!(
+        "breakdown fs.stat invoke: serde_json {:.2} µs, strict decode {:.2} µs, schema {:.2} µs, whole judgement {:.2} µs",
+        us(floor),
+        us(strict),
+        us(schema),
+        us(whole)
+    );
+    let line = compact(&descriptor);
+    let strict = rate(&|l: &[u8]| pi_conform::wire::decode_line(l).is_ok(), &line, span);
+    let schema = rate(
+        &|_: &[u8]| {
+            pi_conform::contract::schema::first_violation(pi_conform::contract::schema::Entry::Descriptor, &descriptor)
+                .is_none()
+        },
+        &line,
+        span,
+    );
+    let typed = rate(
+        &|_: &[u8]| {
+            <pi_conform::contract::types::tool_adapter::HostToolAdapterDescriptor as serde::Deserialize>::deserialize(
+                &descriptor,
+            )
+            .is_ok()
+        },
+        &line,
+        span,
+    );
+    let whole = rate(&|_: &[u8]| admit_descriptor(&descriptor, Some(&expected)).is_ok(), &line, span);
+    println!(
+        "breakdown descriptor: strict decode {:.2} µs, schema {:.2} µs, typed decode {:.2} µs, admit_descriptor on the value {:.2} µs",
+        us(strict),
+        us(schema),
+        us(typed),
+        us(whole)
+    );
     let worst = table.iter().map(|(_, r)| *r).fold(f64::INFINITY, f64::min);
     println!("lowest ratio {worst:.3} (target >= 0.3: {})", if worst >= 0.3 { "met" } else { "NOT met" });
 }

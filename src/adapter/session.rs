@@ -13,8 +13,8 @@ use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
 use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
 use crate::contract::descriptor::{bound_frame, Limits};
-use crate::contract::frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition};
-use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
+use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind};
+use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
 use crate::wire::encode_line;
 
@@ -321,7 +321,7 @@ impl Session {
         if self.closed {
             return vec![];
         }
-        let frame = match parse_adapter_frame(line, &self.binding, Direction::ToAdapter) {
+        let frame = match judge_adapter_frame(line, &self.binding, Direction::ToAdapter) {
             Ok(f) => f,
             Err(e) => {
                 if !self.faults.is_empty() {
@@ -344,13 +344,13 @@ impl Session {
                 return self.close(CloseReason::ProtocolViolation(e.error.code.as_str()));
             }
         };
-        match frame {
-            AdapterFrame::BindFrame(_) if self.faults.has(Fault::AcceptSecondBind) => {
+        match frame.kind {
+            FrameKind::Bind if self.faults.has(Fault::AcceptSecondBind) => {
                 let b = &self.binding;
                 vec![Action::Send(encode_line(&bound_frame(&b.identity, &b.operations_json(), &b.limits.to_json())))]
             }
-            AdapterFrame::BindFrame(_) => self.close(CloseReason::ProtocolViolation("second_bind")),
-            AdapterFrame::RevokeFrame(_) => {
+            FrameKind::Bind => self.close(CloseReason::ProtocolViolation("second_bind")),
+            FrameKind::Revoke => {
                 if self.faults.has(Fault::RevokeNoReply) {
                     return self.close(CloseReason::Revoked);
                 }
@@ -360,18 +360,19 @@ impl Session {
                 }
                 out
             }
-            AdapterFrame::AbortFrame(a) => {
-                self.handle_abort(now, a.request_id.to_string(), a.target_request_id.to_string())
+            FrameKind::Abort => {
+                let (id, target) = (frame.str_field("requestId"), frame.str_field("targetRequestId"));
+                self.handle_abort(now, id.to_string(), target.to_string())
             }
-            _ => {
-                let v: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-                let request_id = v["requestId"].as_str().unwrap_or_default().to_string();
-                let key = v["idempotencyKey"].as_str().unwrap_or_default().to_string();
-                let Some(op) = v["operation"].as_str().and_then(|s| s.parse::<ToolOperation>().ok()) else {
-                    return self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid"));
-                };
-                self.handle_invoke(now, request_id, key, op, v["payload"].clone())
+            FrameKind::Invoke(op) => {
+                let request_id = frame.str_field("requestId").to_string();
+                let key = frame.str_field("idempotencyKey").to_string();
+                let mut value = frame.value;
+                let payload = value.get_mut("payload").map(Value::take).unwrap_or(Value::Null);
+                self.handle_invoke(now, request_id, key, op, payload)
             }
+            // Adapter-to-daemon kinds never pass a to-adapter judgement.
+            _ => self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid")),
         }
     }
 

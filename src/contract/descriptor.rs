@@ -121,11 +121,10 @@ impl Identity {
     }
 }
 
-/// An admitted descriptor: the typed document plus the values every consumer needs.
+/// An admitted descriptor: the values every consumer needs. The generated type of an admitted
+/// descriptor value is [`typed_descriptor`].
 #[derive(Clone, Debug)]
 pub struct Descriptor {
-    /// The typed decode (generated from the schema).
-    pub typed: HostToolAdapterDescriptor,
     /// The binding identity.
     pub identity: Identity,
     /// The adapter socket path.
@@ -214,9 +213,7 @@ pub fn fit_check(
     limits: &Limits,
     field_prefix: &str,
 ) -> Result<(usize, usize), ContractError> {
-    let lj = limits.to_json();
-    let bind = crate::wire::encoded_len(&bind_frame(identity, handle, operations, &lj));
-    let bound = crate::wire::encoded_len(&bound_frame(identity, operations, &lj));
+    let (bind, bound) = frame_lengths(identity, handle, operations, limits);
     if bind as u64 > limits.max_request_bytes {
         return Err(ContractError::new(
             Code::InvalidToolAdapterLimit,
@@ -234,6 +231,62 @@ pub fn fit_check(
         .with_detail("requiredBytes", bound.into()));
     }
     Ok((bind, bound))
+}
+
+/// The encoded lengths (LF included) of the normalized `bind` and `bound` frames, computed
+/// without building them: `bound` is `{` + identity + `,"operations":…,"limits":…}` + LF and
+/// `bind` has `,"capabilityHandle":"…"` more. Equal to `encode_line(&bind_frame(..)).len()`
+/// and `encode_line(&bound_frame(..)).len()` (unit test and tests/properties.rs).
+fn frame_lengths(
+    identity: &Identity,
+    handle: &CapabilityHandle,
+    operations: &Value,
+    limits: &Limits,
+) -> (usize, usize) {
+    fn json_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+        struct Counter(usize);
+        impl std::io::Write for Counter {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0 += b.len();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut c = Counter(0);
+        // Writing into a counter cannot fail; a string or number always serializes.
+        let _ = serde_json::to_writer(&mut c, v);
+        c.0
+    }
+    // `"key":` is the key's length plus 3 (two quotes and a colon); members are joined by commas.
+    let member = |key: &str, value_len: usize| key.len() + 3 + value_len;
+    let id = &identity;
+    let common = [
+        member("protocolVersion", json_len(id.protocol_version.as_str())),
+        member("adapterId", json_len(id.adapter_id.as_str())),
+        member("adapterVersion", json_len(id.adapter_version.as_str())),
+        member("hostInstanceId", json_len(id.host_instance_id.as_str())),
+        member("sessionId", json_len(id.session_id.as_str())),
+        member("generation", json_len(&id.generation)),
+        member("operations", json_len(operations)),
+        member("limits", {
+            let inner: usize =
+                LIMITS.iter().zip(limits.values()).map(|((k, _, _), v)| member(k, json_len(&v))).sum::<usize>();
+            2 + inner + (LIMITS.len() - 1)
+        }),
+    ];
+    // Braces, the commas between the members, and the LF.
+    let frame = |members: &[usize]| 2 + members.iter().sum::<usize>() + (members.len() - 1) + 1;
+    let bound_kind = member("kind", json_len("bound"));
+    let bind_kind = member("kind", json_len("bind"));
+    let handle_member = member("capabilityHandle", json_len(handle.expose()));
+    let mut bound_members = common.to_vec();
+    bound_members.push(bound_kind);
+    let mut bind_members = common.to_vec();
+    bind_members.push(bind_kind);
+    bind_members.push(handle_member);
+    (frame(&bind_members), frame(&bound_members))
 }
 
 /// Read a safe integer (|n| ≤ 2^53 − 1) from a JSON value.
@@ -408,12 +461,10 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
         let field = if k.is_empty() { "descriptor.limits".to_string() } else { join_field("descriptor.limits", &k) };
         err(InvalidToolAdapterLimit, field, "limits must be exactly the seven keys, each an integer in range")
     })?;
-    // The schema must agree with checks 1-10; then the typed decode.
-    if let Some(v) = schema::violations(Entry::Descriptor, value).into_iter().next() {
+    // The schema must agree with checks 1-10.
+    if let Some(v) = schema::first_violation(Entry::Descriptor, value) {
         return Err(err(InvalidToolAdapterDescriptor, v.dotted("descriptor"), "descriptor violates the schema"));
     }
-    let typed: HostToolAdapterDescriptor = serde_json::from_value(value.clone())
-        .map_err(|_| err(InvalidToolAdapterDescriptor, "descriptor", "descriptor does not decode"))?;
     let identity = Identity {
         protocol_version: pv.to_string(),
         adapter_id: aid.to_string(),
@@ -426,7 +477,15 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
     let ops_json = Value::Array(operations.iter().map(|o| Value::String(o.to_string())).collect());
     // 11. fit check
     let (bind_bytes, bound_bytes) = fit_check(&identity, &handle, &ops_json, &limits, "descriptor.limits.")?;
-    Ok(Descriptor { typed, identity, endpoint_path: ep_path, handle, operations, limits, bind_bytes, bound_bytes })
+    Ok(Descriptor { identity, endpoint_path: ep_path, handle, operations, limits, bind_bytes, bound_bytes })
+}
+
+/// The generated type of a descriptor value that [`admit_descriptor`] accepted (decoded on
+/// demand: admission itself never needs it, and the schema and the generated types agree on
+/// every vector, tests/agreement.rs).
+pub fn typed_descriptor(value: &Value) -> Result<HostToolAdapterDescriptor, ContractError> {
+    <HostToolAdapterDescriptor as serde::Deserialize>::deserialize(value)
+        .map_err(|_| err(Code::InvalidToolAdapterDescriptor, "descriptor", "descriptor does not decode"))
 }
 
 fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
@@ -479,6 +538,31 @@ mod tests {
         assert_eq!((d.bind_bytes, d.bound_bytes), (492, 431));
         assert_eq!(crate::wire::encode_line(&d.bind_frame()).len(), 492);
         assert_eq!(crate::wire::encode_line(&d.bound_frame()).len(), 431);
+    }
+
+    #[test]
+    fn frame_lengths_equal_the_encoded_frames() {
+        for (host, session, generation) in
+            [("h", "s", 0u64), ("€\"\\\u{1}x", "日本語\n", 9_007_199_254_740_991), ("host-019f", "agent-a", 2)]
+        {
+            let id = Identity {
+                protocol_version: "1.0".into(),
+                adapter_id: "owner-filesystem".into(),
+                adapter_version: "1.2.0-rc.1+b".into(),
+                host_instance_id: host.into(),
+                session_id: session.into(),
+                generation,
+            };
+            let handle = CapabilityHandle::new("aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB");
+            let ops = json!(["fs.read", "fs.stat"]);
+            let limits = Limits::from_values([2048, 1024, 1, 0, 100, 1, 1000]);
+            let lj = limits.to_json();
+            let want = (
+                crate::wire::encode_line(&bind_frame(&id, &handle, &ops, &lj)).len(),
+                crate::wire::encode_line(&bound_frame(&id, &ops, &lj)).len(),
+            );
+            assert_eq!(frame_lengths(&id, &handle, &ops, &limits), want, "{host:?} {session:?}");
+        }
     }
 
     #[test]

@@ -154,8 +154,65 @@ pub fn value_contains_handle(v: &Value, handle: &CapabilityHandle) -> bool {
     }
 }
 
-/// Decode one line (LF excluded) and judge it as a frame travelling in `dir` on `binding`.
+/// Which frame a judged line is: the kind and, where it matters, the operation and outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    /// `bind`.
+    Bind,
+    /// `bound`.
+    Bound,
+    /// `invoke` of an operation.
+    Invoke(ToolOperation),
+    /// `result` for an operation; `ok` says success or failure.
+    Result {
+        /// The operation.
+        operation: ToolOperation,
+        /// `ok`.
+        ok: bool,
+    },
+    /// `abort`.
+    Abort,
+    /// `aborted`, with its `aborted` flag.
+    Aborted(bool),
+    /// `revoke`.
+    Revoke,
+    /// `revoked`.
+    Revoked,
+}
+
+/// A frame that passed every rule: the strictly decoded value and what it is. The generated
+/// type is decoded on demand by [`JudgedFrame::typed`] (the schema has already accepted the
+/// value, and the schema and the generated types agree on every vector: tests/agreement.rs).
+#[derive(Clone, Debug)]
+pub struct JudgedFrame {
+    /// What the frame is.
+    pub kind: FrameKind,
+    /// The strictly decoded frame.
+    pub value: Value,
+}
+
+impl JudgedFrame {
+    /// The frame as its generated type.
+    pub fn typed(&self) -> Result<AdapterFrame, FrameError> {
+        typed_decode(&self.value)
+    }
+
+    /// A string field of the frame (`requestId`, `idempotencyKey`, …); empty when absent.
+    pub fn str_field(&self, key: &str) -> &str {
+        self.value.get(key).and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
+/// Decode one line (LF excluded) and judge it as a frame travelling in `dir` on `binding`,
+/// returning the generated type.
 pub fn parse_adapter_frame(line: &[u8], binding: &Binding, dir: Direction) -> Result<AdapterFrame, FrameError> {
+    judge_adapter_frame(line, binding, dir)?.typed()
+}
+
+/// Decode one line (LF excluded) and judge it as a frame travelling in `dir` on `binding`:
+/// every rule of [`parse_adapter_frame`], without building the generated type (the hot path
+/// of the reference adapter and daemon).
+pub fn judge_adapter_frame(line: &[u8], binding: &Binding, dir: Direction) -> Result<JudgedFrame, FrameError> {
     let code = Code::AdapterProtocolInvalid;
     if line.len() as u64 + 1 > binding.line_limit(dir) {
         return Err(FrameError::close(code, "line", "frame exceeds the direction's byte limit"));
@@ -167,20 +224,19 @@ pub fn parse_adapter_frame(line: &[u8], binding: &Binding, dir: Direction) -> Re
         };
         FrameError::close(code, "line", msg)
     })?;
-    let is_bind = value.get("kind").and_then(Value::as_str) == Some("bind");
-    if !(dir == Direction::ToAdapter && is_bind) && binding.handle.occurs_in(line) {
-        return Err(FrameError::close(
-            Code::AdapterSecretReflected,
-            "frame",
-            "the capability handle appears in the frame",
-        ));
-    }
-    check_adapter_frame(&value, binding, dir)
+    // The handle check is made on the decoded value (every key and string), so a handle
+    // written with JSON escapes is found too.
+    let kind = judge_value(&value, binding, dir)?;
+    Ok(JudgedFrame { kind, value })
 }
 
 /// Judge an already decoded frame (see [`parse_adapter_frame`]; no line-size check here).
 pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> Result<AdapterFrame, FrameError> {
-    let code = Code::AdapterProtocolInvalid;
+    judge_value(value, binding, dir)?;
+    typed_decode(value)
+}
+
+fn judge_value(value: &Value, binding: &Binding, dir: Direction) -> Result<FrameKind, FrameError> {
     let is_bind = value.get("kind").and_then(Value::as_str) == Some("bind");
     if !(dir == Direction::ToAdapter && is_bind) && value_contains_handle(value, &binding.handle) {
         return Err(FrameError::close(
@@ -189,6 +245,7 @@ pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> 
             "the capability handle appears in the frame",
         ));
     }
+    let code = Code::AdapterProtocolInvalid;
     let obj = value.as_object().ok_or_else(|| FrameError::close(code, "frame", "frame must be a JSON object"))?;
     let kind = check_kind_and_keys(obj, dir)?;
     check_identity(obj, &binding.identity)?;
@@ -210,7 +267,32 @@ pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> 
         "aborted" => check_aborted(obj)?,
         _ => {}
     }
-    typed_decode(value)
+    check_schema(value)?;
+    frame_kind(value).ok_or_else(|| FrameError::close(code, "kind", "unknown frame kind"))
+}
+
+/// The schema must agree with the rules above.
+fn check_schema(value: &Value) -> Result<(), FrameError> {
+    match schema::first_violation(Entry::Frame, value) {
+        Some(v) => Err(FrameError::close(Code::AdapterProtocolInvalid, v.dotted(""), "frame violates the schema")),
+        None => Ok(()),
+    }
+}
+
+fn frame_kind(value: &Value) -> Option<FrameKind> {
+    let op = || value.get("operation").and_then(Value::as_str).and_then(|s| s.parse::<ToolOperation>().ok());
+    let flag = |k: &str| value.get(k).and_then(Value::as_bool);
+    Some(match value.get("kind").and_then(Value::as_str)? {
+        "bind" => FrameKind::Bind,
+        "bound" => FrameKind::Bound,
+        "invoke" => FrameKind::Invoke(op()?),
+        "result" => FrameKind::Result { operation: op()?, ok: flag("ok")? },
+        "abort" => FrameKind::Abort,
+        "aborted" => FrameKind::Aborted(flag("aborted")?),
+        "revoke" => FrameKind::Revoke,
+        "revoked" => FrameKind::Revoked,
+        _ => return None,
+    })
 }
 
 /// Read the first line of a connection as a `bind`, before any binding exists: shape,
@@ -233,6 +315,7 @@ pub fn parse_bind_request(line: &[u8], max_line_bytes: usize) -> Result<BindRequ
     req.identity = identity;
     fit_check(&req.identity, &req.handle, &obj["operations"], &req.limits, "limits.")
         .map_err(|e| FrameError::close(code, e.field().to_string(), "limits cannot contain the bind frame"))?;
+    check_schema(&value)?;
     typed_decode(&value)?;
     Ok(req)
 }
@@ -689,18 +772,17 @@ impl Checker {
     }
 }
 
-/// The schema must agree with the rules; then decode into the generated frame type chosen by
-/// kind (and operation, ok, aborted).
+/// Decode a schema-valid frame into the generated frame type chosen by kind (and operation,
+/// ok, aborted).
 fn typed_decode(value: &Value) -> Result<AdapterFrame, FrameError> {
     let code = Code::AdapterProtocolInvalid;
-    if let Some(v) = schema::violations(Entry::Frame, value).into_iter().next() {
-        return Err(FrameError::close(code, v.dotted(""), "frame violates the schema"));
-    }
     let bad = |_| FrameError::close(code, "frame", "frame does not decode into its generated type");
-    let v = value.clone();
+    let v = value;
     let kind = value["kind"].as_str().unwrap_or_default();
     let op = value.get("operation").and_then(Value::as_str).and_then(|s| s.parse::<ToolOperation>().ok());
-    use serde_json::from_value as de;
+    fn de<'a, T: serde::Deserialize<'a>>(v: &'a Value) -> Result<T, serde_json::Error> {
+        T::deserialize(v)
+    }
     use ToolOperation as O;
     Ok(match (kind, op) {
         ("bind", _) => AdapterFrame::BindFrame(de(v).map_err(bad)?),

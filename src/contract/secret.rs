@@ -37,7 +37,7 @@ impl CapabilityHandle {
 }
 
 fn memmem_find(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.len() <= haystack.len() && haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 impl PartialEq for CapabilityHandle {
