@@ -6,7 +6,7 @@
 //! it the lines to write ([`AdapterRuntime::poll_transmit`]), what happened
 //! ([`AdapterRuntime::poll_event`]) and when to wake it next
 //! ([`AdapterRuntime::poll_timeout`]). Every frame rule comes from `contract`
-//! ([`parse_adapter_frame`]); this module keeps the state: the handshake, admission, the
+//! ([`judge_adapter_frame`]); this module keeps the state: the handshake, admission, the
 //! queue, timeouts, tombstones of aborted requests and the content-free telemetry.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -16,8 +16,8 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
-use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition, FrameError};
-use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
+use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
+use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{Code, Descriptor};
 use crate::wire::{decode_strict, encode_line, LineDecoder};
 
@@ -501,7 +501,7 @@ impl AdapterRuntime {
         let mut line = encode_line(&frame);
         // Never send what a conforming adapter must refuse: the contract judges the invoke
         // exactly as the adapter will (size, handle, ids, grant, payload).
-        if let Err(e) = parse_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter) {
+        if let Err(e) = judge_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter) {
             return Err(match (e.error.code, e.disposition) {
                 (Code::AdapterSecretReflected, _) => {
                     CallError::local(codes::SECRET_IN_REQUEST, "the payload contains the capability handle")
@@ -615,12 +615,12 @@ impl AdapterRuntime {
             self.pump(now);
             return;
         }
-        let frame = match parse_adapter_frame(line, &self.binding, Direction::ToDaemon) {
+        let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e) => return self.fail(frame_code(&e)),
         };
         if self.state == State::Binding {
-            if matches!(frame, AdapterFrame::BoundFrame(_)) {
+            if frame.kind == FrameKind::Bound {
                 self.state = State::Bound;
                 self.events.push_back(Event::Bound);
                 self.pump(now);
@@ -630,19 +630,11 @@ impl AdapterRuntime {
             }
             return;
         }
-        // The line passed strict decoding inside the contract.
-        let Ok(v) = decode_strict(line) else { return self.fail(codes::PROTOCOL_INVALID) };
-        match frame {
-            AdapterFrame::BoundFrame(_) => self.fail(codes::PROTOCOL_INVALID),
-            AdapterFrame::RevokedFrame(_) => {}
-            AdapterFrame::AbortedTrue(_) | AdapterFrame::AbortedFalse(_) => self.handle_aborted(now, &v),
-            AdapterFrame::ResultFsList(_)
-            | AdapterFrame::ResultFsStat(_)
-            | AdapterFrame::ResultFsRead(_)
-            | AdapterFrame::ResultFsSearch(_)
-            | AdapterFrame::ResultFsWrite(_)
-            | AdapterFrame::ResultFsEdit(_)
-            | AdapterFrame::ResultError(_) => self.handle_result(now, v),
+        match frame.kind {
+            FrameKind::Bound => self.fail(codes::PROTOCOL_INVALID),
+            FrameKind::Revoked => {}
+            FrameKind::Aborted(_) => self.handle_aborted(now, &frame.value),
+            FrameKind::Result { .. } => self.handle_result(now, frame.value),
             // Daemon-bound kinds only reach here; anything else breaks the protocol.
             _ => self.fail(codes::PROTOCOL_INVALID),
         }
