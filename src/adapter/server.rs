@@ -201,7 +201,9 @@ struct Runner {
     faults: Faults,
 }
 
-fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Done>) {
+/// Start a job: cheap ones run right here and their outcome is returned; the others go to the
+/// blocking pool and report on `tx`.
+fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Done>) -> Option<Done> {
     let r = r.clone();
     let tx = tx.clone();
     let mut delay = r.delay;
@@ -216,8 +218,7 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
     if delay.is_zero() && (job.operation == ToolOperation::FsStat || small_read) {
         let started = Instant::now();
         let out = execute_with(&r.root, &r.dir, &job, r.faults);
-        let _ = tx.send((job.request_id.clone(), out, started));
-        return;
+        return Some((job.request_id, out, started));
     }
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -227,6 +228,7 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
         let out = execute_with(&r.root, &r.dir, &job, r.faults);
         let _ = tx.send((job.request_id.clone(), out, started));
     });
+    None
 }
 
 /// Under [`Fault::IgnoreFramesBeforeBind`]: a JSON object of another kind than `bind`.
@@ -313,7 +315,8 @@ async fn connection(
         if eof && !faults.has(Fault::EofIgnored) {
             actions.extend(session.handle_eof());
         }
-        for a in actions {
+        let mut actions: std::collections::VecDeque<Action> = actions.into();
+        while let Some(a) = actions.pop_front() {
             match a {
                 Action::Send(line) => {
                     if wr.write_all(&line).await.is_err() {
@@ -321,7 +324,13 @@ async fn connection(
                         return;
                     }
                 }
-                Action::Execute(job) => spawn_job(&runner, job, &done_tx),
+                Action::Execute(job) => {
+                    if let Some((rid, outcome, started)) = spawn_job(&runner, job, &done_tx) {
+                        let code = outcome.as_ref().err().map(|e| e.code.as_str()).unwrap_or("ok");
+                        debug!(conn = id, request = %rid, outcome = code, micros = started.elapsed().as_micros() as u64, "operation finished");
+                        actions.extend(session.handle_done(Instant::now(), &rid, outcome));
+                    }
+                }
                 Action::Close(reason) => {
                     let reason = match reason {
                         CloseReason::Revoked => "revoked",
@@ -355,7 +364,11 @@ async fn connection(
                 for a in session.handle_done(Instant::now(), &rid, outcome) {
                     match a {
                         Action::Send(line) => { if wr.write_all(&line).await.is_err() { return; } }
-                        Action::Execute(job) => spawn_job(&runner, job, &done_tx),
+                        Action::Execute(job) => {
+                            if let Some(inline) = spawn_job(&runner, job, &done_tx) {
+                                let _ = done_tx.send(inline);
+                            }
+                        }
                         Action::Close(_) => { let _ = wr.shutdown().await; return; }
                     }
                 }
