@@ -285,8 +285,13 @@ fn the_response_budget_is_never_exceeded() {
     let r: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(r["data"]["eof"], false);
     assert!(r["data"]["bytesRead"].as_u64().unwrap() > 0);
-    for (op, payload) in [("fs.list", json!({"path": "."})), ("fs.search", json!({"path": ".", "query": "needle"}))] {
-        c.send(&c.invoke("r2", "k2", op, payload));
+    // Each request has its own idempotency key: reusing one with another payload is a conflict.
+    for (i, (op, payload)) in
+        [("fs.list", json!({"path": "."})), ("fs.search", json!({"path": ".", "query": "needle"}))]
+            .into_iter()
+            .enumerate()
+    {
+        c.send(&c.invoke(&format!("r2-{i}"), &format!("k2-{i}"), op, payload));
         let line = c.recv_raw();
         assert!(line.len() <= 1024, "{op}: {} bytes", line.len());
         let r: Value = serde_json::from_slice(&line).unwrap();

@@ -57,10 +57,11 @@ pub enum KeyState {
         /// Its request id.
         primary: String,
     },
-    /// Its outcome, kept for replay.
+    /// Finished: the fingerprint stays for `idempotencyTtlMs` (a reuse with another payload is
+    /// a conflict), and for a mutating operation the outcome too, for replay.
     Done {
-        /// The data or the error.
-        outcome: Result<Value, AdapterError>,
+        /// The data or the error (`None` for a read-only operation, which simply runs again).
+        outcome: Option<Result<Value, AdapterError>>,
         /// When it finished.
         at: Instant,
     },
@@ -84,6 +85,8 @@ pub enum Lookup {
     Wait(String),
     /// Same key and fingerprint, finished: replay this outcome.
     Replay(Result<Value, AdapterError>),
+    /// Same key and fingerprint, finished with no outcome kept (read-only): run it again.
+    Rerun,
     /// No room: every retained key is in flight.
     Full,
 }
@@ -130,7 +133,8 @@ impl IdempotencyCache {
             }
             return match &e.state {
                 KeyState::InFlight { primary } => Lookup::Wait(primary.clone()),
-                KeyState::Done { outcome, .. } => Lookup::Replay(outcome.clone()),
+                KeyState::Done { outcome: Some(outcome), .. } => Lookup::Replay(outcome.clone()),
+                KeyState::Done { outcome: None, .. } => Lookup::Rerun,
             };
         }
         if self.entries.len() >= self.capacity {
@@ -153,22 +157,40 @@ impl IdempotencyCache {
         Lookup::New
     }
 
-    /// Record the outcome of the primary of `key`. Retryable errors are forgotten (a retry
-    /// must run again); so is anything when `keep` is false.
-    pub fn finish(&mut self, now: Instant, key: &str, outcome: Result<Value, AdapterError>, keep: bool) {
-        let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
-        if !keep || retryable {
+    /// Record the outcome of `request_id` if it is the primary of `key` (returns whether it
+    /// was). A retryable error is forgotten (a retry must run again); otherwise the key and
+    /// its fingerprint stay for the TTL, with the outcome when `keep` (mutating operations).
+    pub fn finish(
+        &mut self,
+        now: Instant,
+        key: &str,
+        request_id: &str,
+        outcome: &Result<Value, AdapterError>,
+        keep: bool,
+    ) -> bool {
+        if !self.is_primary(key, request_id) {
+            return false;
+        }
+        if outcome.as_ref().err().is_some_and(|e| e.code.retryable()) {
             self.entries.remove(key);
-            return;
+        } else if let Some(e) = self.entries.get_mut(key) {
+            e.state = KeyState::Done { outcome: keep.then(|| outcome.clone()), at: now };
         }
-        if let Some(e) = self.entries.get_mut(key) {
-            e.state = KeyState::Done { outcome, at: now };
-        }
+        true
     }
 
-    /// Forget a key (its primary was aborted before producing a result).
-    pub fn forget(&mut self, key: &str) {
-        self.entries.remove(key);
+    /// Forget `key` if `request_id` is its primary, still in flight (it was aborted or refused
+    /// before producing a result). Returns whether it was.
+    pub fn forget(&mut self, key: &str, request_id: &str) -> bool {
+        let primary = self.is_primary(key, request_id);
+        if primary {
+            self.entries.remove(key);
+        }
+        primary
+    }
+
+    fn is_primary(&self, key: &str, request_id: &str) -> bool {
+        matches!(self.entries.get(key), Some(Entry { state: KeyState::InFlight { primary }, .. }) if primary == request_id)
     }
 }
 
@@ -188,13 +210,14 @@ mod tests {
         assert_eq!(c.begin(t0, "k1", fa, "r1"), Lookup::New);
         assert_eq!(c.begin(t0, "k1", fb, "r2"), Lookup::Conflict);
         assert_eq!(c.begin(t0, "k1", fa, "r2"), Lookup::Wait("r1".into()));
-        c.finish(t0, "k1", Ok(json!({"ok": 1})), true);
+        assert!(!c.finish(t0, "k1", "r2", &Ok(json!({"ok": 2})), true), "a waiter is not the primary");
+        assert!(c.finish(t0, "k1", "r1", &Ok(json!({"ok": 1})), true));
         assert_eq!(c.begin(t0, "k1", fa, "r3"), Lookup::Replay(Ok(json!({"ok": 1}))));
         assert_eq!(c.begin(t0, "k2", fa, "r4"), Lookup::New);
         // full of one done + one in flight: the done one is evicted for a third key
         assert_eq!(c.begin(t0, "k3", fa, "r5"), Lookup::New);
         assert_eq!(c.begin(t0, "k1", fb, "r6"), Lookup::Full, "k2, k3 in flight: no room");
-        c.finish(t0, "k2", Ok(json!({})), true);
+        c.finish(t0, "k2", "r4", &Ok(json!({})), true);
         let later = t0 + Duration::from_secs(11);
         assert_eq!(c.begin(later, "k2", fb, "r7"), Lookup::New, "expired after the TTL");
     }
@@ -205,7 +228,38 @@ mod tests {
         let mut c = IdempotencyCache::new(4, Duration::from_secs(10));
         let f = fingerprint(ToolOperation::FsEdit, &json!({}));
         c.begin(t0, "k", f, "r1");
-        c.finish(t0, "k", Err(AdapterError::new(crate::contract::AdapterCode::IoError, "io")), true);
+        c.finish(t0, "k", "r1", &Err(AdapterError::new(crate::contract::AdapterCode::IoError, "io")), true);
         assert_eq!(c.begin(t0, "k", f, "r2"), Lookup::New);
+    }
+
+    /// SPEC §4.5: every key is remembered with its fingerprint, read-only ones too; only the
+    /// outcome of a read-only operation is not kept (it simply runs again).
+    #[test]
+    fn read_only_keys_keep_their_fingerprint_but_not_their_outcome() {
+        let t0 = Instant::now();
+        let mut c = IdempotencyCache::new(4, Duration::from_secs(10));
+        let fa = fingerprint(ToolOperation::FsRead, &json!({"path": "a.txt"}));
+        let fb = fingerprint(ToolOperation::FsStat, &json!({"path": "b.txt"}));
+        assert_eq!(c.begin(t0, "k", fa, "r1"), Lookup::New);
+        assert!(c.finish(t0, "k", "r1", &Ok(json!({"content": "x"})), false));
+        assert_eq!(c.begin(t0, "k", fb, "r2"), Lookup::Conflict, "another payload under a used key");
+        assert_eq!(c.begin(t0, "k", fa, "r3"), Lookup::Rerun, "the same read runs again");
+    }
+
+    /// Only the primary of a key can finish or forget it: a duplicate that runs again (or is
+    /// aborted) leaves the primary's entry alone.
+    #[test]
+    fn only_the_primary_finishes_or_forgets_its_key() {
+        let t0 = Instant::now();
+        let mut c = IdempotencyCache::new(4, Duration::from_secs(10));
+        let fa = fingerprint(ToolOperation::FsRead, &json!({"path": "a.txt"}));
+        let fb = fingerprint(ToolOperation::FsRead, &json!({"path": "b.txt"}));
+        assert_eq!(c.begin(t0, "k", fa, "r1"), Lookup::New);
+        assert_eq!(c.begin(t0, "k", fa, "r2"), Lookup::Wait("r1".into()));
+        assert!(!c.forget("k", "r2"), "r2 is not the primary");
+        assert!(!c.finish(t0, "k", "r2", &Ok(json!({})), false));
+        assert_eq!(c.begin(t0, "k", fb, "r3"), Lookup::Conflict, "r1's entry is still there");
+        assert!(c.forget("k", "r1"));
+        assert_eq!(c.begin(t0, "k", fb, "r4"), Lookup::New);
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -230,6 +230,9 @@ pub struct Counters {
 #[derive(Debug)]
 pub struct Session {
     binding: Binding,
+    /// `{"protocolVersion":…,"kind":"result",…,"generation":N` of this binding, encoded once:
+    /// every result line starts with it.
+    result_prefix: Vec<u8>,
     inflight: HashMap<String, Inflight>,
     queue: VecDeque<String>,
     running: usize,
@@ -253,8 +256,11 @@ impl Session {
     /// [`Session::new`] with fault switches (test aid: production passes [`Faults::NONE`]).
     pub fn with_faults(binding: Binding, faults: Faults) -> Self {
         let l = binding.limits;
+        let mut result_prefix = encode_line(&binding.identity.frame("result", []));
+        result_prefix.truncate(result_prefix.len().saturating_sub(2)); // the closing `}` and LF
         Self {
             cache: IdempotencyCache::new(l.max_idempotency_keys as usize, Duration::from_millis(l.idempotency_ttl_ms)),
+            result_prefix,
             binding,
             inflight: HashMap::new(),
             queue: VecDeque::new(),
@@ -411,7 +417,7 @@ impl Session {
             }
             Lookup::Wait(_) if is_mutating(op) => true,
             // A read-only operation simply runs again.
-            Lookup::Replay(_) | Lookup::Wait(_) | Lookup::New => false,
+            Lookup::Replay(_) | Lookup::Wait(_) | Lookup::Rerun | Lookup::New => false,
         };
         let l = self.binding.limits;
         let queue_cap = if self.faults.has(Fault::BusyEarly) { 0 } else { l.max_queued_requests as usize };
@@ -423,7 +429,7 @@ impl Session {
             self.counters.busy += 1;
             if is_new {
                 // The key was recorded for this request just now: a refusal leaves no trace.
-                self.cache.forget(&key);
+                self.cache.forget(&key, &request_id);
             }
             let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
             return self.send_result(&request_id, &key, op, Err(e));
@@ -468,34 +474,46 @@ impl Session {
             return faults::NO_BUDGET;
         }
         let Some(f) = self.inflight.get(request_id) else { return 0 };
-        let shell = self.result_frame(request_id, &f.key, f.operation, Ok(json!({})));
-        let overhead = crate::wire::encoded_len(&shell).saturating_sub(2);
+        let empty = Value::Object(Default::default());
+        let overhead = self.result_line(request_id, &f.key, f.operation, Ok(&empty)).len().saturating_sub(2);
         (self.binding.limits.max_response_bytes as usize).saturating_sub(overhead)
     }
 
-    fn result_frame(
+    /// The encoded `result` line (LF included), written directly: the identity prefix, then
+    /// `requestId`, `idempotencyKey`, `operation`, `ok` and `data` or `error`, the same bytes
+    /// as `encode_line(&identity.frame("result", [...]))` (unit test below).
+    fn result_line(
         &self,
         request_id: &str,
         key: &str,
         op: ToolOperation,
-        outcome: Result<Value, AdapterError>,
-    ) -> Value {
-        let mut extra = vec![
-            ("requestId", Value::from(request_id)),
-            ("idempotencyKey", Value::from(key)),
-            ("operation", Value::from(op.to_string())),
-        ];
-        match outcome {
+        outcome: Result<&Value, &AdapterError>,
+    ) -> Vec<u8> {
+        fn string(out: &mut Vec<u8>, s: &str) {
+            // Serializing a string into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, s);
+        }
+        let mut out = Vec::with_capacity(self.result_prefix.len() + 128);
+        out.extend_from_slice(&self.result_prefix);
+        out.extend_from_slice(b",\"requestId\":");
+        string(&mut out, request_id);
+        out.extend_from_slice(b",\"idempotencyKey\":");
+        string(&mut out, key);
+        out.extend_from_slice(b",\"operation\":");
+        string(&mut out, op_name(op));
+        let body = match outcome {
             Ok(data) => {
-                extra.push(("ok", Value::Bool(true)));
-                extra.push(("data", data));
+                out.extend_from_slice(b",\"ok\":true,\"data\":");
+                serde_json::to_writer(&mut out, data)
             }
             Err(e) => {
-                extra.push(("ok", Value::Bool(false)));
-                extra.push(("error", e.body()));
+                out.extend_from_slice(b",\"ok\":false,\"error\":");
+                serde_json::to_writer(&mut out, &e.body())
             }
-        }
-        self.binding.identity.frame("result", extra)
+        };
+        debug_assert!(body.is_ok(), "a JSON value always serializes");
+        out.extend_from_slice(b"}\n");
+        out
     }
 
     /// Build, police and send a result: never the handle, never over the budget.
@@ -506,15 +524,15 @@ impl Session {
         op: ToolOperation,
         outcome: Result<Value, AdapterError>,
     ) -> Vec<Action> {
-        let mut line = encode_line(&self.result_frame(request_id, key, op, outcome));
+        let mut line = self.result_line(request_id, key, op, outcome.as_ref());
         if self.binding.handle.occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
-            line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
+            line = self.result_line(request_id, key, op, Err(&e));
         }
         if line.len() as u64 > self.binding.limits.max_response_bytes && !self.faults.has(Fault::NoResponseBudget) {
             let e = AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit maxResponseBytes");
-            line = encode_line(&self.result_frame(request_id, key, op, Err(e)));
+            line = self.result_line(request_id, key, op, Err(&e));
             if line.len() as u64 > self.binding.limits.max_response_bytes || self.binding.handle.occurs_in(&line) {
                 return self.close(CloseReason::ResponseBudget);
             }
@@ -539,31 +557,40 @@ impl Session {
         let mut out = Vec::new();
         if f.aborted {
             // aborted:true was sent: the result is never sent. A waiter takes over the key.
-            self.cache.forget(&f.key);
-            out.extend(self.promote_waiter(now, &f.key));
+            if self.cache.forget(&f.key, request_id) {
+                out.extend(self.promote_waiter(now, &f.key));
+            }
         } else {
             let keep = is_mutating(f.operation);
-            self.cache.finish(now, &f.key, outcome.clone(), keep);
-            out.extend(self.send_result(request_id, &f.key, f.operation, outcome.clone()));
+            let primary = self.cache.finish(now, &f.key, request_id, &outcome, keep);
+            let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
+            // Requests waiting on this primary (same key and fingerprint, mutating).
+            let waiters: Vec<String> = if primary {
+                self.inflight
+                    .iter()
+                    .filter(|(_, w)| w.key == f.key && matches!(w.stage, Stage::Waiting))
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let replay = (!waiters.is_empty() && !retryable).then(|| outcome.clone());
+            out.extend(self.send_result(request_id, &f.key, f.operation, outcome));
             for abort_id in &f.late_aborts {
                 out.push(Action::Send(self.aborted_frame(abort_id, request_id, false, None)));
             }
-            let waiters: Vec<String> = self
-                .inflight
-                .iter()
-                .filter(|(_, w)| w.key == f.key && matches!(w.stage, Stage::Waiting))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for w in waiters {
-                if let Some(wf) = self.inflight.remove(&w) {
-                    if outcome.as_ref().err().is_some_and(|e| e.code.retryable()) {
-                        // Nothing was kept: the waiter runs for itself.
-                        self.inflight.insert(w.clone(), Inflight { stage: Stage::Queued, ..wf });
-                        self.queue.push_back(w);
-                        continue;
+            match replay {
+                // Nothing was kept: one waiter becomes the primary and runs; the others keep
+                // waiting for it (so the operation never runs twice at once).
+                None if !waiters.is_empty() => out.extend(self.promote_waiter(now, &f.key)),
+                None => {}
+                Some(outcome) => {
+                    for w in waiters {
+                        if let Some(wf) = self.inflight.remove(&w) {
+                            self.counters.replays += 1;
+                            out.extend(self.send_result(&w, &wf.key, wf.operation, outcome.clone()));
+                        }
                     }
-                    self.counters.replays += 1;
-                    out.extend(self.send_result(&w, &wf.key, wf.operation, outcome.clone()));
                 }
             }
         }
@@ -629,12 +656,121 @@ impl Session {
             if let Some(f) = self.inflight.remove(&target) {
                 if matches!(f.stage, Stage::Queued) {
                     self.queue.retain(|q| q != &target);
-                    self.cache.forget(&f.key);
-                    out.extend(self.promote_waiter(now, &f.key));
+                    if self.cache.forget(&f.key, &target) {
+                        out.extend(self.promote_waiter(now, &f.key));
+                    }
                     out.extend(self.pump());
                 }
             }
         }
         out
+    }
+}
+
+/// The wire name of an operation.
+fn op_name(op: ToolOperation) -> &'static str {
+    match op {
+        ToolOperation::FsList => "fs.list",
+        ToolOperation::FsStat => "fs.stat",
+        ToolOperation::FsRead => "fs.read",
+        ToolOperation::FsSearch => "fs.search",
+        ToolOperation::FsWrite => "fs.write",
+        ToolOperation::FsEdit => "fs.edit",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::descriptor::admit_descriptor;
+    use serde_json::json;
+
+    fn session(host: &str, session: &str) -> Session {
+        let mut d: Value = serde_json::from_str(include_str!("../../vectors/bases/descriptor.json")).unwrap();
+        d["binding"]["hostInstanceId"] = host.into();
+        d["binding"]["sessionId"] = session.into();
+        Session::new(Binding::from(&admit_descriptor(&d, None).unwrap()))
+    }
+
+    #[test]
+    fn result_lines_are_the_encoded_result_frames() {
+        let data = json!({"content": "a\"b\\c\n\u{1}€日本", "bytesRead": 9, "eof": true});
+        let err = AdapterError::new(AdapterCode::NotFound, "no \"such\" file");
+        for (host, sid) in [("host-019f", "agent-a"), ("h€\"\\", "s q日\"")] {
+            let s = session(host, sid);
+            for op in [ToolOperation::FsRead, ToolOperation::FsEdit, ToolOperation::FsSearch] {
+                for outcome in [Ok(&data), Err(&err)] {
+                    let mut extra = vec![
+                        ("requestId", Value::from("r-1.x:y")),
+                        ("idempotencyKey", Value::from("k_2")),
+                        ("operation", Value::from(op.to_string())),
+                    ];
+                    match outcome {
+                        Ok(d) => extra.extend([("ok", Value::Bool(true)), ("data", d.clone())]),
+                        Err(e) => extra.extend([("ok", Value::Bool(false)), ("error", e.body())]),
+                    }
+                    let want = encode_line(&s.binding.identity.frame("result", extra));
+                    assert_eq!(s.result_line("r-1.x:y", "k_2", op, outcome), want);
+                }
+            }
+        }
+    }
+
+    fn invoke(s: &Session, rid: &str, key: &str, op: &str, payload: Value) -> Vec<u8> {
+        let extra = [
+            ("requestId", Value::from(rid)),
+            ("idempotencyKey", Value::from(key)),
+            ("operation", Value::from(op)),
+            ("payload", payload),
+        ];
+        let mut line = encode_line(&s.binding.identity.frame("invoke", extra));
+        line.pop();
+        line
+    }
+
+    fn sent_code(actions: &[Action]) -> Option<String> {
+        actions.iter().find_map(|a| match a {
+            Action::Send(l) => {
+                let v: Value = serde_json::from_slice(l).ok()?;
+                Some(v["error"]["code"].as_str().unwrap_or("ok").to_string())
+            }
+            _ => None,
+        })
+    }
+
+    /// SPEC §4.5: a key used by a read-only operation is remembered with its fingerprint; a
+    /// reuse with another payload is a conflict (and runs nothing), the same payload runs again.
+    #[test]
+    fn a_read_only_key_reused_with_another_payload_is_a_conflict() {
+        let mut s = session("host-019f", "agent-a");
+        let t = Instant::now();
+        let a = s.handle_line(t, &invoke(&s, "r1", "k1", "fs.read", json!({"path": "a.txt"})));
+        assert!(matches!(&a[..], [Action::Execute(j)] if j.request_id == "r1"));
+        let done = s.handle_done(t, "r1", Ok(json!({"content": "x", "bytesRead": 1, "eof": true})));
+        assert_eq!(sent_code(&done).as_deref(), Some("ok"));
+        let b = s.handle_line(t, &invoke(&s, "r2", "k1", "fs.stat", json!({"path": "b.txt"})));
+        assert_eq!(sent_code(&b).as_deref(), Some("idempotency_conflict"));
+        assert!(!b.iter().any(|a| matches!(a, Action::Execute(_))), "nothing runs on a conflict");
+        let c = s.handle_line(t, &invoke(&s, "r3", "k1", "fs.read", json!({"path": "a.txt"})));
+        assert!(matches!(&c[..], [Action::Execute(j)] if j.request_id == "r3"), "the same read runs again");
+    }
+
+    /// A read-only duplicate that runs beside its primary and is aborted while queued must not
+    /// drop the primary's key (else another payload could reuse it unchallenged).
+    #[test]
+    fn an_aborted_duplicate_leaves_the_primary_key() {
+        let mut d: Value = serde_json::from_str(include_str!("../../vectors/bases/descriptor.json")).unwrap();
+        d["limits"]["maxConcurrentRequests"] = 1.into();
+        let mut s = Session::new(Binding::from(&admit_descriptor(&d, None).unwrap()));
+        let t = Instant::now();
+        let p = json!({"path": "a.txt"});
+        assert!(matches!(&s.handle_line(t, &invoke(&s, "r1", "k1", "fs.read", p.clone()))[..], [Action::Execute(_)]));
+        assert!(s.handle_line(t, &invoke(&s, "r2", "k1", "fs.read", p.clone())).is_empty(), "r2 queues");
+        let mut abort =
+            s.binding.identity.frame("abort", [("requestId", "a1".into()), ("targetRequestId", "r2".into())]);
+        let aborted = s.handle_line(t, &encode_line(&abort.take())[..]);
+        assert!(!aborted.is_empty());
+        let c = s.handle_line(t, &invoke(&s, "r3", "k1", "fs.stat", json!({"path": "b.txt"})));
+        assert_eq!(sent_code(&c).as_deref(), Some("idempotency_conflict"));
     }
 }

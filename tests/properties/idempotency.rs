@@ -5,15 +5,17 @@
 //! - a key is remembered with its fingerprint while its first request is in flight, and for
 //!   `idempotencyTtlMs` after its outcome (gone once `now - finished_at >= ttl`);
 //! - same key + other fingerprint → `Conflict`; same fingerprint → `Wait(primary)` while in
-//!   flight, `Replay(outcome)` once finished; an unknown or expired key → `New`, recorded;
+//!   flight, `Replay(outcome)` once finished with its outcome kept, `Rerun` once finished
+//!   without (a read-only operation: its key and fingerprint stay, it simply runs again); an
+//!   unknown or expired key → `New`, recorded;
 //! - at most `maxIdempotencyKeys` keys: a new key at capacity evicts one finished key, the
 //!   one begun earliest (the cache's declared policy; the spec does not choose), or, when
 //!   every key is in flight, is refused with `Full` and recorded nowhere;
-//! - `finish` keeps the outcome unless told not to or the error is retryable (`busy`,
-//!   `io_error`: "only when nothing was changed", so a retry must run again); `forget` drops
-//!   the key.
-//!
-//! `finish` is only called for a key in flight (its contract: "the outcome of the primary").
+//! - only the primary (the request that recorded the key) finishes or forgets it: `finish`
+//!   drops the key on a retryable error (`busy`, `io_error`: "only when nothing was
+//!   changed", so a retry must run again) and otherwise keeps key and fingerprint, with the
+//!   outcome when told to keep it; `forget` drops the key. Both answer whether the caller
+//!   was the primary; any other request changes nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -59,9 +61,21 @@ enum Step {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Begin { key: u8, fp: u8 },
-    Finish { key: u8, outcome: Outcome, keep: bool },
-    Forget { key: u8 },
+    Begin {
+        key: u8,
+        fp: u8,
+    },
+    /// `by_primary`: the key's primary finishes (else another request claims to).
+    Finish {
+        key: u8,
+        outcome: Outcome,
+        keep: bool,
+        by_primary: bool,
+    },
+    Forget {
+        key: u8,
+        by_primary: bool,
+    },
     Advance(Step),
 }
 
@@ -85,11 +99,11 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     // Mostly one fingerprint per key, so that waits and replays are common.
     let fp = prop_oneof![3 => Just(0u8), 1 => 1u8..3];
-    let finish = (0u8..5, outcome, prop::bool::weighted(0.8));
+    let finish = (0u8..5, outcome, prop::bool::weighted(0.6), prop::bool::weighted(0.85));
     prop_oneof![
         6 => (0u8..5, fp).prop_map(|(key, fp)| Op::Begin { key, fp }),
-        6 => finish.prop_map(|(key, outcome, keep)| Op::Finish { key, outcome, keep }),
-        1 => (0u8..5).prop_map(|key| Op::Forget { key }),
+        6 => finish.prop_map(|(key, outcome, keep, by_primary)| Op::Finish { key, outcome, keep, by_primary }),
+        1 => (0u8..5, prop::bool::weighted(0.7)).prop_map(|(key, by_primary)| Op::Forget { key, by_primary }),
         2 => step.prop_map(Op::Advance),
     ]
 }
@@ -97,7 +111,7 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Clone, Debug)]
 enum State {
     InFlight(String),
-    Done(Result<Value, AdapterError>, u64),
+    Done(Option<Result<Value, AdapterError>>, u64),
 }
 
 #[derive(Clone, Debug)]
@@ -132,7 +146,8 @@ impl Model {
             return match &e.state {
                 _ if e.fp != fp => Lookup::Conflict,
                 State::InFlight(primary) => Lookup::Wait(primary.clone()),
-                State::Done(outcome, _) => Lookup::Replay(outcome.clone()),
+                State::Done(Some(outcome), _) => Lookup::Replay(outcome.clone()),
+                State::Done(None, _) => Lookup::Rerun,
             };
         }
         if self.entries.len() >= self.capacity {
@@ -152,16 +167,31 @@ impl Model {
         Lookup::New
     }
 
-    fn in_flight(&self, key: u8) -> bool {
-        matches!(self.entries.get(&key), Some(Entry { state: State::InFlight(_), .. }))
+    fn primary(&self, key: u8) -> Option<String> {
+        match self.entries.get(&key) {
+            Some(Entry { state: State::InFlight(p), .. }) => Some(p.clone()),
+            _ => None,
+        }
     }
 
-    fn finish(&mut self, now: u64, key: u8, outcome: &Outcome, keep: bool) {
-        if !keep || outcome.retryable() {
+    fn finish(&mut self, now: u64, key: u8, request: &str, outcome: &Outcome, keep: bool) -> bool {
+        if self.primary(key).as_deref() != Some(request) {
+            return false;
+        }
+        if outcome.retryable() {
             self.entries.remove(&key);
         } else if let Some(e) = self.entries.get_mut(&key) {
-            e.state = State::Done(outcome.result(), now);
+            e.state = State::Done(keep.then(|| outcome.result()), now);
         }
+        true
+    }
+
+    fn forget(&mut self, key: u8, request: &str) -> bool {
+        let primary = self.primary(key).as_deref() == Some(request);
+        if primary {
+            self.entries.remove(&key);
+        }
+        primary
     }
 }
 
@@ -195,14 +225,16 @@ proptest! {
                     let got = cache.begin(at, &key_name(*key), fp_of(*fp), &request);
                     prop_assert_eq!(got, want, "step {} ({:?}) at {} ms", i, op, now);
                 }
-                Op::Finish { key, outcome, keep } if model.in_flight(*key) => {
-                    model.finish(now, *key, outcome, *keep);
-                    cache.finish(at, &key_name(*key), outcome.result(), *keep);
+                Op::Finish { key, outcome, keep, by_primary } => {
+                    let request = if *by_primary { model.primary(*key).unwrap_or_default() } else { format!("x{i}") };
+                    let want = model.finish(now, *key, &request, outcome, *keep);
+                    let got = cache.finish(at, &key_name(*key), &request, &outcome.result(), *keep);
+                    prop_assert_eq!(got, want, "step {} ({:?}) at {} ms", i, op, now);
                 }
-                Op::Finish { .. } => {}
-                Op::Forget { key } => {
-                    model.entries.remove(key);
-                    cache.forget(&key_name(*key));
+                Op::Forget { key, by_primary } => {
+                    let request = if *by_primary { model.primary(*key).unwrap_or_default() } else { format!("x{i}") };
+                    let want = model.forget(*key, &request);
+                    prop_assert_eq!(cache.forget(&key_name(*key), &request), want, "step {} ({:?})", i, op);
                 }
                 Op::Advance(step) => {
                     now += match step {
