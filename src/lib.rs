@@ -14,6 +14,8 @@ pub mod conform;
 pub mod contract;
 pub mod daemon;
 pub mod fakemodel;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod judge;
 pub mod vectors;
 pub mod wire;
