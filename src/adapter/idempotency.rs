@@ -2,7 +2,7 @@
 //! `idempotencyTtlMs` after its outcome, with a fingerprint of (operation, canonical payload).
 //! Pure state; time is passed in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -71,7 +71,6 @@ pub enum KeyState {
 struct Entry {
     fingerprint: [u8; 32],
     state: KeyState,
-    seq: u64,
 }
 
 /// What to do with an incoming request's key.
@@ -97,13 +96,17 @@ pub struct IdempotencyCache {
     capacity: usize,
     ttl: Duration,
     entries: HashMap<String, Entry>,
-    seq: u64,
+    /// The finished keys, in the order they finished (so also in expiry order, the TTL being
+    /// one for all): expiry and eviction both take from the front, in O(1) per key. Every
+    /// finished entry is here exactly once and nothing else is (a finished key leaves the map
+    /// only by expiry or eviction).
+    finished: VecDeque<(Instant, String)>,
 }
 
 impl IdempotencyCache {
     /// A cache for `capacity` keys kept `ttl` after completion.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
-        Self { capacity: capacity.max(1), ttl, entries: HashMap::new(), seq: 0 }
+        Self { capacity: capacity.max(1), ttl, entries: HashMap::new(), finished: VecDeque::new() }
     }
 
     /// Number of retained keys.
@@ -116,12 +119,16 @@ impl IdempotencyCache {
         self.entries.is_empty()
     }
 
+    /// Drop the finished keys whose TTL ran out by `now` (callers pass a monotonic clock).
     fn expire(&mut self, now: Instant) {
-        let ttl = self.ttl;
-        self.entries.retain(|_, e| match &e.state {
-            KeyState::Done { at, .. } => now.saturating_duration_since(*at) < ttl,
-            KeyState::InFlight { .. } => true,
-        });
+        while let Some((at, _)) = self.finished.front() {
+            if now.saturating_duration_since(*at) < self.ttl {
+                break;
+            }
+            if let Some((_, key)) = self.finished.pop_front() {
+                self.entries.remove(&key);
+            }
+        }
     }
 
     /// Look a key up for request `request_id`, recording it when new.
@@ -138,22 +145,16 @@ impl IdempotencyCache {
             };
         }
         if self.entries.len() >= self.capacity {
-            let oldest_done = self
-                .entries
-                .iter()
-                .filter(|(_, e)| matches!(e.state, KeyState::Done { .. }))
-                .min_by_key(|(_, e)| e.seq)
-                .map(|(k, _)| k.clone());
-            match oldest_done {
-                Some(k) => {
-                    self.entries.remove(&k);
+            // Full: forget the key that finished earliest, if any finished (see SPEC DECISION).
+            match self.finished.pop_front() {
+                Some((_, oldest)) => {
+                    self.entries.remove(&oldest);
                 }
                 None => return Lookup::Full,
             }
         }
-        self.seq += 1;
         let state = KeyState::InFlight { primary: request_id.to_string() };
-        self.entries.insert(key.to_string(), Entry { fingerprint: fp, state, seq: self.seq });
+        self.entries.insert(key.to_string(), Entry { fingerprint: fp, state });
         Lookup::New
     }
 
@@ -175,6 +176,7 @@ impl IdempotencyCache {
             self.entries.remove(key);
         } else if let Some(e) = self.entries.get_mut(key) {
             e.state = KeyState::Done { outcome: keep.then(|| outcome.clone()), at: now };
+            self.finished.push_back((now, key.to_string()));
         }
         true
     }

@@ -9,7 +9,7 @@
 //!   without (a read-only operation: its key and fingerprint stay, it simply runs again); an
 //!   unknown or expired key → `New`, recorded;
 //! - at most `maxIdempotencyKeys` keys: a new key at capacity evicts one finished key, the
-//!   one begun earliest (the cache's declared policy; the spec does not choose), or, when
+//!   one that finished earliest (the DECISION of conformance/SPEC.md PC-4.5), or, when
 //!   every key is in flight, is refused with `Full` and recorded nowhere;
 //! - only the primary (the request that recorded the key) finishes or forgets it: `finish`
 //!   drops the key on a retryable error (`busy`, `io_error`: "only when nothing was
@@ -118,8 +118,8 @@ enum State {
 struct Entry {
     fp: u8,
     state: State,
-    /// Order of the `begin` that recorded it.
-    born: u64,
+    /// Order of the `finish` that completed it (0 while in flight).
+    finished: u64,
 }
 
 /// The model: keys → entries, time in ms.
@@ -127,7 +127,7 @@ struct Model {
     capacity: usize,
     ttl: u64,
     entries: HashMap<u8, Entry>,
-    births: u64,
+    finishes: u64,
 }
 
 /// Whether the entry is still remembered at `now`: in flight, or finished less than `ttl` ago.
@@ -155,15 +155,14 @@ impl Model {
                 .entries
                 .iter()
                 .filter(|(_, e)| matches!(e.state, State::Done(..)))
-                .min_by_key(|(_, e)| e.born)
+                .min_by_key(|(_, e)| e.finished)
                 .map(|(k, _)| *k);
             match victim {
                 Some(k) => self.entries.remove(&k),
                 None => return Lookup::Full,
             };
         }
-        self.births += 1;
-        self.entries.insert(key, Entry { fp, state: State::InFlight(request.to_string()), born: self.births });
+        self.entries.insert(key, Entry { fp, state: State::InFlight(request.to_string()), finished: 0 });
         Lookup::New
     }
 
@@ -181,7 +180,9 @@ impl Model {
         if outcome.retryable() {
             self.entries.remove(&key);
         } else if let Some(e) = self.entries.get_mut(&key) {
+            self.finishes += 1;
             e.state = State::Done(keep.then(|| outcome.result()), now);
+            e.finished = self.finishes;
         }
         true
     }
@@ -214,7 +215,7 @@ proptest! {
     ) {
         let t0 = Instant::now();
         let mut cache = IdempotencyCache::new(capacity, Duration::from_millis(ttl));
-        let mut model = Model { capacity, ttl, entries: HashMap::new(), births: 0 };
+        let mut model = Model { capacity, ttl, entries: HashMap::new(), finishes: 0 };
         let mut now = 0u64;
         for (i, op) in ops.iter().enumerate() {
             let at = t0 + Duration::from_millis(now);
