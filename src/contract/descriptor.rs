@@ -243,21 +243,9 @@ fn frame_lengths(
     operations: &Value,
     limits: &Limits,
 ) -> (usize, usize) {
+    // A string or an integer always serializes.
     fn json_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
-        struct Counter(usize);
-        impl std::io::Write for Counter {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0 += b.len();
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut c = Counter(0);
-        // Writing into a counter cannot fail; a string or number always serializes.
-        let _ = serde_json::to_writer(&mut c, v);
-        c.0
+        crate::wire::json_len(v).unwrap_or(0)
     }
     // `"key":` is the key's length plus 3 (two quotes and a colon); members are joined by commas.
     let member = |key: &str, value_len: usize| key.len() + 3 + value_len;

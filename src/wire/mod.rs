@@ -129,6 +129,12 @@ pub fn encode_line(value: &Value) -> Vec<u8> {
 
 /// The byte length `encode_line` would produce (LF included).
 pub fn encoded_len(value: &Value) -> usize {
+    json_len(value).map_or(usize::MAX, |n| n + 1)
+}
+
+/// The length of the compact JSON serialization of `value`, counted without writing it
+/// (`None` if it cannot be serialized, which a `Value` or a string never is).
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> Option<usize> {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -140,10 +146,7 @@ pub fn encoded_len(value: &Value) -> usize {
         }
     }
     let mut c = Counter(0);
-    match serde_json::to_writer(&mut c, value) {
-        Ok(()) => c.0 + 1,
-        Err(_) => usize::MAX,
-    }
+    serde_json::to_writer(&mut c, value).ok().map(|()| c.0)
 }
 
 #[cfg(test)]
