@@ -991,6 +991,24 @@ fn idem_conflict(c: &mut Ctx<'_>) -> Outcome {
         if read_root(c, "idem.txt") != b"one" { vec!["the conflicting request was executed".into()] } else { vec![] };
     Outcome::with(token(&r2), p)
 }
+/// SPEC 4.5: every key is remembered with its fingerprint, a read-only one too; reusing it
+/// with another payload is idempotency_conflict, even though the same read may run again.
+fn idem_read_only_key_conflict(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    conn.send(&c.invoke("ro-1", "k-read-only", "fs.read", json!({"path": "hello.txt"})));
+    let r1 = conn.recv_for("ro-1");
+    if data(&r1).is_none() {
+        return Outcome::token(token(&r1));
+    }
+    conn.send(&c.invoke("ro-2", "k-read-only", "fs.stat", json!({"path": "notes.md"})));
+    let r2 = conn.recv_for("ro-2");
+    let p = if data(&r2).is_some() {
+        vec!["a key first used by fs.read was reused by fs.stat with another payload and ran".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with(token(&r2), p)
+}
 fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
     c.allow(&["dup.txt"]);
     let mut conn = tryo!(c.bound());
@@ -1204,6 +1222,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.idempotency.replay-write", idem_replay_write),
         ("adapter.idempotency.replay-edit", idem_replay_edit),
         ("adapter.idempotency.conflict", idem_conflict),
+        ("adapter.idempotency.read-only-key-conflict", idem_read_only_key_conflict),
         ("adapter.idempotency.in-flight-duplicate", idem_in_flight_duplicate),
         ("adapter.revoke.replies-and-closes", revoke_replies_and_closes),
         ("adapter.revoke.nothing-after", revoke_nothing_after),
