@@ -14,7 +14,7 @@
 //! `fstatat(AT_SYMLINK_NOFOLLOW)` and `openat(O_NOFOLLOW | O_NONBLOCK)`, so nothing is
 //! checked by path and used by path again.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
@@ -154,16 +154,34 @@ impl Access {
     }
 }
 
+/// A directory beneath (or at) the root: the root's own descriptor, borrowed, or one opened
+/// beneath it.
+pub(super) enum DirFd<'a> {
+    /// The root itself: an entry directly inside it needs no path resolution at all.
+    Root(&'a OwnedFd),
+    /// A directory opened beneath the root.
+    Opened(OwnedFd),
+}
+
+impl AsFd for DirFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Root(fd) => fd.as_fd(),
+            DirFd::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
 /// Where a path leads.
-pub(super) enum Target<'p> {
+pub(super) enum Target<'a> {
     /// The root itself (no components).
     Root,
     /// The entry `name` in the directory `parent`.
     Child {
-        /// The directory holding the entry, opened beneath the root.
-        parent: OwnedFd,
+        /// The directory holding the entry.
+        parent: DirFd<'a>,
         /// The entry's name (one component, never `.`, `..` or containing `/`).
-        name: &'p str,
+        name: &'a str,
     },
 }
 
@@ -178,7 +196,7 @@ fn read_flags(kind: Kind) -> OFlags {
 
 /// `openat(dir, name)` for reading an entry that was seen as `kind`, then `fstat` the
 /// descriptor: the type is judged on the open descriptor, never on a name.
-pub(super) fn open_entry(dir: &OwnedFd, name: &str, kind: Kind) -> Result<(OwnedFd, Stat), Errno> {
+pub(super) fn open_entry(dir: impl AsFd, name: &str, kind: Kind) -> Result<(OwnedFd, Stat), Errno> {
     let fd = rustix::fs::openat(dir, name, read_flags(kind), Mode::empty())?;
     let st = rustix::fs::fstat(&fd)?;
     Ok((fd, st))
@@ -237,22 +255,25 @@ impl Root {
     /// Locate `path`: the root, or its parent directory (opened beneath the root with
     /// `access`) and last name, with the target's own metadata (`lstat`-like: a symlink is
     /// reported as one, never followed). A missing target is `not_found`.
-    pub(super) fn lookup<'p>(&self, path: &'p ToolPath) -> Result<(Target<'p>, Stat), AdapterError> {
+    pub(super) fn lookup<'a>(&'a self, path: &'a ToolPath) -> Result<(Target<'a>, Stat), AdapterError> {
         let (target, st) = self.lookup_opt(path, Access::Path)?;
         Ok((target, st.ok_or_else(not_found)?))
     }
 
     /// [`Root::lookup`] where a missing last component is `None` (its parent must exist).
-    pub(super) fn lookup_opt<'p>(
-        &self,
-        path: &'p ToolPath,
+    pub(super) fn lookup_opt<'a>(
+        &'a self,
+        path: &'a ToolPath,
         access: Access,
-    ) -> Result<(Target<'p>, Option<Stat>), AdapterError> {
+    ) -> Result<(Target<'a>, Option<Stat>), AdapterError> {
         let Some((name, dirs)) = path.components.split_last() else {
             let st = rustix::fs::fstat(&self.fd).map_err(map_errno)?;
             return Ok((Target::Root, Some(st)));
         };
-        let parent = self.open_dir(dirs, access)?;
+        // An entry directly inside the root is looked up on the root's descriptor (which can
+        // do everything an `O_PATH` or `O_RDONLY` directory can): `name` is one component,
+        // never `.` or `..`, and `statat`/`openat` below never follow it.
+        let parent = if dirs.is_empty() { DirFd::Root(&self.fd) } else { DirFd::Opened(self.open_dir(dirs, access)?) };
         let st = match rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Some(st),
             Err(Errno::NOENT) => None,
