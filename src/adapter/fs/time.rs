@@ -21,7 +21,24 @@ pub(super) fn format_utc(secs: i64, nsec: u64) -> Option<String> {
     }
     let (hh, mm, ss) = (sod / 3600, sod % 3600 / 60, sod % 60);
     let ms = nsec.min(999_999_999) / 1_000_000;
-    Some(format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{ms:03}Z"))
+    // Written digit by digit: this runs for every stat and listed entry, and the formatting
+    // machinery of `format!` cost more than the calendar arithmetic.
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut v: u64| {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    // Every field is non-negative and within its width here (y in 0..=9999).
+    put(0, 4, y as u64);
+    put(5, 2, u64::from(m));
+    put(8, 2, u64::from(d));
+    put(11, 2, hh as u64);
+    put(14, 2, mm as u64);
+    put(17, 2, ss as u64);
+    put(20, 3, ms);
+    Some(out.iter().map(|&b| b as char).collect())
 }
 
 /// Proleptic Gregorian (year, month, day) of a day count from 1970-01-01
@@ -54,6 +71,27 @@ mod tests {
         assert_eq!(format_utc(253_402_300_800, 0), None);
         assert_eq!(format_utc(-62_167_219_200, 0).unwrap(), "0000-01-01T00:00:00.000Z");
         assert_eq!(format_utc(-62_167_219_201, 0), None);
+    }
+
+    #[test]
+    fn digits_agree_with_format() {
+        // The same fields through `format!`, over the whole representable range.
+        let reference = |secs: i64, nsec: u64| {
+            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            let sod = secs.rem_euclid(86_400);
+            let (hh, mm, ss, ms) = (sod / 3600, sod % 3600 / 60, sod % 60, nsec.min(999_999_999) / 1_000_000);
+            format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{ms:03}Z")
+        };
+        let mut secs = -62_167_219_200_i64;
+        let mut checked = 0;
+        while secs <= 253_402_300_799 {
+            for nsec in [0, 7_000_000, 999_999_999, 123_456_789, u64::MAX] {
+                assert_eq!(format_utc(secs, nsec).unwrap(), reference(secs, nsec), "secs {secs} nsec {nsec}");
+                checked += 1;
+            }
+            secs += 7_777_777;
+        }
+        assert!(checked > 100_000);
     }
 
     #[test]
