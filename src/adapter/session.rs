@@ -16,7 +16,7 @@ use crate::contract::descriptor::{bound_frame, Limits};
 use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
-use crate::wire::encode_line;
+use crate::wire::{encode_line, json_len};
 
 /// Largest first line read before a binding exists (the largest legal `maxRequestBytes`).
 pub const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
@@ -474,9 +474,24 @@ impl Session {
             return faults::NO_BUDGET;
         }
         let Some(f) = self.inflight.get(request_id) else { return 0 };
-        let empty = Value::Object(Default::default());
-        let overhead = self.result_line(request_id, &f.key, f.operation, Ok(&empty)).len().saturating_sub(2);
-        (self.binding.limits.max_response_bytes as usize).saturating_sub(overhead)
+        (self.binding.limits.max_response_bytes as usize).saturating_sub(self.result_overhead(
+            request_id,
+            &f.key,
+            f.operation,
+        ))
+    }
+
+    /// The length of [`Session::result_line`] for a success, without its `data` value: what
+    /// every byte of `data` must fit beside. Counted, not written (unit test below).
+    fn result_overhead(&self, request_id: &str, key: &str, op: ToolOperation) -> usize {
+        const FIXED: usize = ",\"requestId\":".len()
+            + ",\"idempotencyKey\":".len()
+            + ",\"operation\":".len()
+            + ",\"ok\":true,\"data\":".len()
+            + "}\n".len();
+        let strings =
+            [request_id, key, op_name(op)].iter().map(|s| json_len(*s).unwrap_or(usize::MAX / 4)).sum::<usize>();
+        self.result_prefix.len() + FIXED + strings
     }
 
     /// The encoded `result` line (LF included), written directly: the identity prefix, then
@@ -711,6 +726,12 @@ mod tests {
                     }
                     let want = encode_line(&s.binding.identity.frame("result", extra));
                     assert_eq!(s.result_line("r-1.x:y", "k_2", op, outcome), want);
+                }
+                // The counted overhead is the line of an empty `data` without the `{}`.
+                for (rid, key) in [("r-1.x:y", "k_2"), ("r\"\u{7}€", "k\\日")] {
+                    let empty = json!({});
+                    let line = s.result_line(rid, key, op, Ok(&empty));
+                    assert_eq!(s.result_overhead(rid, key, op), line.len() - 2, "{rid} {key} {op}");
                 }
             }
         }
