@@ -2,6 +2,7 @@
 //! and integral numbers normalised to integers (the schema-agreement DECISION).
 
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
 use super::LineError;
@@ -107,13 +108,16 @@ impl<'de> Visitor<'de> for StrictVisitor {
         Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
+        // Room for a typical frame's keys up front (growing the map rehashes every key), and
+        // one hash per key: the vacant entry both proves the key new and receives the value.
+        let mut out = Map::with_capacity(map.size_hint().unwrap_or(8).min(64));
         while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(A::Error::custom("duplicate object key"));
+            match out.entry(key) {
+                Entry::Occupied(_) => return Err(A::Error::custom("duplicate object key")),
+                Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(StrictSeed)?);
+                }
             }
-            let v = map.next_value_seed(StrictSeed)?;
-            out.insert(key, v);
         }
         Ok(Value::Object(out))
     }
