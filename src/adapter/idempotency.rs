@@ -17,16 +17,17 @@ pub fn fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
     fn canonical(v: &Value, out: &mut Vec<u8>) {
         match v {
             Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 out.push(b'{');
-                for (i, k) in keys.iter().enumerate() {
+                for (i, (k, v)) in entries.into_iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
-                    out.extend(serde_json::to_vec(k).unwrap_or_default());
+                    // Writing a string into a Vec cannot fail.
+                    let _ = serde_json::to_writer(&mut *out, k);
                     out.push(b':');
-                    canonical(&m[*k], out);
+                    canonical(v, out);
                 }
                 out.push(b'}');
             }
@@ -40,10 +41,13 @@ pub fn fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
                 }
                 out.push(b']');
             }
-            other => out.extend(serde_json::to_vec(other).unwrap_or_default()),
+            other => {
+                let _ = serde_json::to_writer(&mut *out, other);
+            }
         }
     }
-    let mut buf = op.to_string().into_bytes();
+    let mut buf = Vec::with_capacity(128);
+    buf.extend_from_slice(op.to_string().as_bytes());
     buf.push(0);
     canonical(payload, &mut buf);
     Sha256::digest(&buf).into()
