@@ -460,7 +460,9 @@ impl Session {
             out.push(Action::Execute(Job {
                 request_id: id,
                 operation: f.operation,
-                payload: f.payload.clone(),
+                // Only a waiting request needs its payload again (its fingerprint, when it
+                // is promoted); a running one never does.
+                payload: std::mem::take(&mut f.payload),
                 budget,
                 cancel,
             }));
