@@ -122,6 +122,14 @@ fn main() {
     let enabled = std::env::var("PI_BENCH_ONLY").unwrap_or_else(|_| "stat,read,search".into());
     let rg = std::env::var_os("PI_BENCH_RG").map_or_else(|| PathBuf::from("/usr/bin/rg"), PathBuf::from);
     let started = Instant::now();
+    if only(&enabled, "search") && Command::new(&rg).arg("--version").output().is_err() {
+        eprintln!(
+            "the search baseline needs ripgrep at {} (Debian: apt-get install ripgrep), or another path in \
+             PI_BENCH_RG, or PI_BENCH_ONLY=stat,read to leave the search out",
+            rg.display()
+        );
+        std::process::exit(2);
+    }
 
     println!(
         "load average at the start: {} ({} CPUs)",
