@@ -12,8 +12,8 @@ pub(super) fn too_large() -> AdapterError {
 
 /// Compact JSON length of `v`.
 pub(super) fn json_len(v: &Value) -> usize {
-    // Serializing a `Value` cannot fail (its keys are strings).
-    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
+    // Counted, not written. Serializing a `Value` cannot fail (its keys are strings).
+    crate::wire::json_len(v).unwrap_or(usize::MAX)
 }
 
 /// Refuse `data` unless it fits `budget`.
