@@ -99,9 +99,17 @@ pub(super) fn read(
         }
     }
     let text = std::str::from_utf8(&buf[..end]).map_err(|_| not_utf8())?;
-    // Shorten further to the longest prefix whose escaped form fits the budget. The total
-    // only grows with each character (`eof` turning true saves one byte but only on the
-    // last character, which adds at least one), so stop at the first that does not fit.
+    // The whole window usually fits: one pass over the bytes settles it.
+    let eof = offset + text.len() as u64 == end_of_file;
+    if data_len(escaped_len(text), text.len(), eof) <= budget {
+        // `data_len` is exact (unit test), so the result is known to fit.
+        let data = json!({"content": text, "bytesRead": text.len(), "eof": eof});
+        debug_assert!(budget::json_len(&data) <= budget);
+        return Ok(data);
+    }
+    // Shorten to the longest prefix whose escaped form fits the budget. The total only
+    // grows with each character (`eof` turning true saves one byte but only on the last
+    // character, which adds at least one), so stop at the first that does not fit.
     let mut escaped = 0;
     let mut fits = 0;
     for (i, c) in text.char_indices() {
@@ -117,6 +125,25 @@ pub(super) fn read(
         return Err(budget::too_large());
     }
     finish(text[..fits].to_string(), fits, offset + fits as u64 == end_of_file, budget)
+}
+
+/// The escaped length of `text` inside a JSON string: the sum of [`escaped_char_len`] over
+/// its characters, counted byte by byte (a byte of a multi-byte character is never escaped).
+fn escaped_len(text: &str) -> usize {
+    let special = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
+    // Most text has nothing to escape; this count is a plain vectorizable comparison.
+    if !text.as_bytes().iter().any(special) {
+        return text.len();
+    }
+    let extra: usize = text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
+            0x00..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    text.len() + extra
 }
 
 fn finish(content: String, bytes_read: usize, eof: bool, budget: usize) -> Result<Value, AdapterError> {
@@ -152,6 +179,17 @@ fn offset_error(fd: &OwnedFd, offset: u64, window: &[u8]) -> Result<AdapterError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_len_is_the_sum_of_escaped_char_lens() {
+        let mut all: String = (0u32..0x300).filter_map(char::from_u32).collect();
+        all.push_str("\u{2028}\u{fffd}\u{1f600}\u{10ffff}\u{7f}\"\\ plain text");
+        for text in [all.as_str(), "", "abc", "\r\n", "日本語\u{0}"] {
+            let want: usize = text.chars().map(escaped_char_len).sum();
+            assert_eq!(escaped_len(text), want, "{text:?}");
+            assert_eq!(escaped_len(text), serde_json::to_string(text).unwrap().len() - 2);
+        }
+    }
 
     #[test]
     fn data_len_matches_serde() {
