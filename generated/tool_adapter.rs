@@ -838,10 +838,16 @@ impl ::std::str::FromStr for EntryName {
             return Err("shorter than 1 characters".into());
         }
         static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^(?!\\.\\.?$)[^/\\x00-\\x1f\\x7f]+$").unwrap() });
+        {
+            ::regress::Regex::new(
+                    "^(?:[^./\\x00-\\x1f\\x7f][^/\\x00-\\x1f\\x7f]*|\\.[^./\\x00-\\x1f\\x7f][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+)$",
+                )
+                .unwrap()
+        });
         if PATTERN.find(value).is_none() {
             return Err(
-                "doesn't match pattern \"^(?!\\.\\.?$)[^/\\x00-\\x1f\\x7f]+$\"".into(),
+                "doesn't match pattern \"^(?:[^./\\x00-\\x1f\\x7f][^/\\x00-\\x1f\\x7f]*|\\.[^./\\x00-\\x1f\\x7f][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+)$\""
+                    .into(),
             );
         }
         Ok(Self(value.to_string()))
@@ -2379,13 +2385,13 @@ impl ::std::str::FromStr for RelativePath {
         static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
         {
             ::regress::Regex::new(
-                    "^(?:\\./?|(?!\\.\\.?(?:/|$))[^/\\\\\\x00-\\x1f\\x7f]+(?:/(?!\\.\\.?(?:/|$))[^/\\\\\\x00-\\x1f\\x7f]+)*/?)$",
+                    "^(?:\\./?|(?:[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.\\.[^/\\\\\\x00-\\x1f\\x7f]+)(?:/(?:[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.\\.[^/\\\\\\x00-\\x1f\\x7f]+))*/?)$",
                 )
                 .unwrap()
         });
         if PATTERN.find(value).is_none() {
             return Err(
-                "doesn't match pattern \"^(?:\\./?|(?!\\.\\.?(?:/|$))[^/\\\\\\x00-\\x1f\\x7f]+(?:/(?!\\.\\.?(?:/|$))[^/\\\\\\x00-\\x1f\\x7f]+)*/?)$\""
+                "doesn't match pattern \"^(?:\\./?|(?:[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.\\.[^/\\\\\\x00-\\x1f\\x7f]+)(?:/(?:[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.[^./\\\\\\x00-\\x1f\\x7f][^/\\\\\\x00-\\x1f\\x7f]*|\\.\\.[^/\\\\\\x00-\\x1f\\x7f]+))*/?)$\""
                     .into(),
             );
         }
