@@ -3,11 +3,20 @@
 //! Both follow the same steps: refuse early what cannot succeed (payload bounds, a result
 //! that would not fit the budget), open the parent directory beneath the root, take the
 //! path's lock, judge the current target (existence, type, flags, `expectedDigest`), write
-//! the new bytes to a temp file with an unpredictable name in the same directory, `fsync`
-//! it, pass the [`Cancel`] commit point, `renameat` it over the target and `fsync` the
-//! directory. Any failure before the rename removes the temp file: nothing is changed.
+//! the new bytes to a temp file in the same directory, `fsync` it, pass the [`Cancel`]
+//! commit point, put it in place and `fsync` the directory. Any failure before that leaves
+//! nothing behind: nothing is changed.
+//!
+//! The temp file is anonymous where the filesystem allows it (`O_TMPFILE`): it has no name
+//! while its bytes are written and synced, so a crash (`kill -9`) at any point of that
+//! leaves nothing in the directory, and an agent listing the directory never sees it. It is
+//! then linked into place through `/proc/self/fd` — under the target's name directly when
+//! the target must not exist yet (`linkat` fails on an existing name, atomically), or under
+//! a fresh temp name renamed over the target at once. Where `O_TMPFILE` or `/proc` is
+//! missing, the temp file is created under an unpredictable name (`O_EXCL`) and renamed.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::OnceLock;
 
 use memchr::memmem;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
@@ -162,7 +171,14 @@ pub(super) fn write(
         }
     };
     let bytes = content.as_bytes();
-    let commit = Commit { parent: &parent, name, perm, owner, no_replace: existing.is_none() && !opts.overwrite };
+    let commit = Commit {
+        parent: &parent,
+        name,
+        perm,
+        owner,
+        no_replace: existing.is_none() && !opts.overwrite,
+        anonymous: true,
+    };
     commit.replace(bytes, cancel)?;
     Ok(json!({"created": existing.is_none(), "bytesWritten": bytes.len(), "digest": digest(bytes)}))
 }
@@ -211,7 +227,7 @@ pub(super) fn edit(
         return Err(cancelled());
     }
     let owner = Some((st.st_uid, st.st_gid));
-    let commit = Commit { parent: &parent, name, perm: st.st_mode & 0o777, owner, no_replace: false };
+    let commit = Commit { parent: &parent, name, perm: st.st_mode & 0o777, owner, no_replace: false, anonymous: true };
     commit.replace(text.as_bytes(), cancel)?;
     Ok(json!({"replacements": edits.len(), "digest": digest(text.as_bytes())}))
 }
@@ -244,14 +260,19 @@ impl Drop for TempFile<'_> {
     }
 }
 
+/// `.pi-conform-<32 random hex>.tmp`.
+fn temp_name() -> Result<String, AdapterError> {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).map_err(|_| io_error())?;
+    Ok(format!(".pi-conform-{}.tmp", hex::encode(random)))
+}
+
 impl TempFile<'_> {
-    /// Create `.pi-conform-<32 random hex>.tmp` exclusively (`O_EXCL | O_NOFOLLOW`, 0600).
+    /// Create a temp file under a fresh name exclusively (`O_EXCL | O_NOFOLLOW`, 0600).
     fn create(dir: &OwnedFd) -> Result<(TempFile<'_>, OwnedFd), AdapterError> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         for _ in 0..8 {
-            let mut random = [0u8; 16];
-            getrandom::fill(&mut random).map_err(|_| io_error())?;
-            let name = format!(".pi-conform-{}.tmp", hex::encode(random));
+            let name = temp_name()?;
             match rustix::fs::openat(dir, name.as_str(), flags, Mode::from_raw_mode(0o600)) {
                 Ok(fd) => return Ok((TempFile { dir, name, armed: true }, fd)),
                 Err(Errno::EXIST) => continue,
@@ -260,6 +281,20 @@ impl TempFile<'_> {
         }
         Err(io_error())
     }
+}
+
+/// Whether an open file can be linked by its `/proc/self/fd` entry (procfs is mounted).
+fn proc_fd_links() -> bool {
+    static PROC: OnceLock<bool> = OnceLock::new();
+    *PROC.get_or_init(|| std::fs::metadata("/proc/self/fd").is_ok_and(|m| m.is_dir()))
+}
+
+/// The file the new bytes go to before they are put in place.
+enum Staging<'a> {
+    /// `O_TMPFILE`: no name until it is linked.
+    Anonymous,
+    /// A named temp file, removed on drop unless renamed away.
+    Named(TempFile<'a>),
 }
 
 /// Where and how new bytes replace a target.
@@ -272,6 +307,8 @@ struct Commit<'a> {
     owner: Option<(u32, u32)>,
     /// Fail with `already_exists` rather than replace a file that appeared meanwhile.
     no_replace: bool,
+    /// Try an anonymous temp file first (always, but in tests of the named fallback).
+    anonymous: bool,
 }
 
 impl Commit<'_> {
@@ -279,7 +316,7 @@ impl Commit<'_> {
     /// directory. Before the rename, every failure (and a cancellation) removes the temp
     /// file and leaves the target untouched.
     fn replace(&self, bytes: &[u8], cancel: &Cancel) -> Result<(), AdapterError> {
-        let (mut temp, fd) = TempFile::create(self.parent)?;
+        let (staging, fd) = self.stage()?;
         for slice in bytes.chunks(WRITE_SLICE) {
             if cancel.is_cancelled() {
                 return Err(cancelled());
@@ -296,16 +333,57 @@ impl Commit<'_> {
         }
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(self.perm)).map_err(map_errno)?;
         rustix::fs::fsync(&fd).map_err(map_errno)?;
-        drop(fd);
         if !cancel.try_commit() {
             return Err(cancelled());
         }
-        self.rename(&mut temp)?;
+        match staging {
+            Staging::Anonymous => self.link_into_place(&fd)?,
+            Staging::Named(mut temp) => {
+                drop(fd);
+                self.rename(&mut temp)?;
+            }
+        }
         if let Err(e) = rustix::fs::fsync(self.parent) {
             // The new content is in place; only its durability across a crash is unknown.
             tracing::warn!(errno = e.raw_os_error(), "could not fsync a directory after a rename");
         }
         Ok(())
+    }
+
+    /// Open the file the new bytes are written to: anonymous where possible.
+    fn stage(&self) -> Result<(Staging<'_>, OwnedFd), AdapterError> {
+        if self.anonymous && proc_fd_links() {
+            let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+            match rustix::fs::openat(self.parent, ".", flags, Mode::from_raw_mode(0o600)) {
+                Ok(fd) => return Ok((Staging::Anonymous, fd)),
+                // This filesystem (or kernel) has no O_TMPFILE: use a named temp file.
+                Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
+                Err(e) => return Err(map_errno(e)),
+            }
+        }
+        let (temp, fd) = TempFile::create(self.parent)?;
+        Ok((Staging::Named(temp), fd))
+    }
+
+    /// Give the anonymous file `fd` its place: the target's name itself when the target must
+    /// not exist (`linkat` refuses an existing name atomically), else a fresh temp name that
+    /// is renamed over the target at once.
+    fn link_into_place(&self, fd: &OwnedFd) -> Result<(), AdapterError> {
+        let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let link =
+            |name: &str| rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), self.parent, name, AtFlags::SYMLINK_FOLLOW);
+        if self.no_replace {
+            return link(self.name).map_err(map_errno);
+        }
+        for _ in 0..8 {
+            let name = temp_name()?;
+            match link(&name) {
+                Ok(()) => return self.rename(&mut TempFile { dir: self.parent, name, armed: true }),
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(map_errno(e)),
+            }
+        }
+        Err(io_error())
     }
 
     fn rename(&self, temp: &mut TempFile<'_>) -> Result<(), AdapterError> {
@@ -355,14 +433,31 @@ mod tests {
         assert_eq!(apply_position("abab", "ab"), Err(AdapterCode::EditAmbiguous));
     }
 
+    fn commit<'a>(parent: &'a OwnedFd, name: &'a str, no_replace: bool, anonymous: bool) -> Commit<'a> {
+        Commit { parent, name, perm: 0o644, owner: None, no_replace, anonymous }
+    }
+
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn cancelled_before_the_rename_leaves_nothing() {
+        for anonymous in [true, false] {
+            cancelled_before_the_rename_leaves_nothing_with(anonymous);
+        }
+    }
+
+    fn cancelled_before_the_rename_leaves_nothing_with(anonymous: bool) {
         let tmp = tempfile::tempdir().unwrap();
         let root = Root::open(tmp.path()).unwrap();
         let parent = root.open_dir(&[], Access::Read).unwrap();
         let cancel = Cancel::new();
         assert!(cancel.cancel());
-        let commit = Commit { parent: &parent, name: "f", perm: 0o644, owner: None, no_replace: false };
+        let commit = commit(&parent, "f", false, anonymous);
         // Caught between two written slices.
         let e = commit.replace(&vec![b'x'; 3 * WRITE_SLICE], &cancel).unwrap_err();
         assert_eq!(e.code, AdapterCode::IoError);
@@ -370,7 +465,7 @@ mod tests {
         commit.replace(b"", &cancel).unwrap_err();
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "no target and no temp file");
         let done = Cancel::new();
-        let commit = Commit { parent: &parent, name: "g", perm: 0o644, owner: None, no_replace: true };
+        let commit = self::commit(&parent, "g", true, anonymous);
         commit.replace(b"ok", &done).unwrap();
         assert!(!done.cancel(), "committed: too late to cancel");
         assert_eq!(std::fs::read(tmp.path().join("g")).unwrap(), b"ok");
@@ -379,14 +474,56 @@ mod tests {
 
     #[test]
     fn no_replace_refuses_an_existing_name() {
+        for anonymous in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::write(tmp.path().join("f"), "old").unwrap();
+            let root = Root::open(tmp.path()).unwrap();
+            let parent = root.open_dir(&[], Access::Read).unwrap();
+            let e = commit(&parent, "f", true, anonymous).replace(b"new", &Cancel::new()).unwrap_err();
+            assert_eq!(e.code, AdapterCode::AlreadyExists, "anonymous {anonymous}");
+            assert_eq!(std::fs::read(tmp.path().join("f")).unwrap(), b"old");
+            assert_eq!(names(tmp.path()), ["f"]);
+            // Replacing works in both modes and leaves no temp name behind.
+            commit(&parent, "f", false, anonymous).replace(b"new", &Cancel::new()).unwrap();
+            assert_eq!(std::fs::read(tmp.path().join("f")).unwrap(), b"new");
+            assert_eq!(names(tmp.path()), ["f"]);
+        }
+    }
+
+    /// While the new bytes are written and synced they have no name in the directory (so a
+    /// crash there leaves nothing, and fs.list never shows them); the named fallback does
+    /// show a temp name meanwhile. On a filesystem without O_TMPFILE both are named.
+    #[test]
+    fn the_new_bytes_have_no_name_until_they_are_in_place() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("f"), "old").unwrap();
         let root = Root::open(tmp.path()).unwrap();
         let parent = root.open_dir(&[], Access::Read).unwrap();
-        let commit = Commit { parent: &parent, name: "f", perm: 0o644, owner: None, no_replace: true };
-        let e = commit.replace(b"new", &Cancel::new()).unwrap_err();
-        assert_eq!(e.code, AdapterCode::AlreadyExists);
-        assert_eq!(std::fs::read(tmp.path().join("f")).unwrap(), b"old");
-        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+        for (name, no_replace) in [("f", false), ("new", true)] {
+            let c = commit(&parent, name, no_replace, true);
+            let (staging, fd) = c.stage().unwrap();
+            write_all(&fd, b"fresh").unwrap();
+            match staging {
+                Staging::Anonymous => {
+                    assert_eq!(names(tmp.path()).iter().filter(|n| n.ends_with(".tmp")).count(), 0);
+                    c.link_into_place(&fd).unwrap();
+                }
+                Staging::Named(mut temp) => {
+                    eprintln!("this filesystem has no O_TMPFILE: the named fallback ran");
+                    assert!(names(tmp.path()).iter().any(|n| n.starts_with(".pi-conform-")));
+                    drop(fd);
+                    c.rename(&mut temp).unwrap();
+                }
+            }
+            assert_eq!(std::fs::read(tmp.path().join(name)).unwrap(), b"fresh");
+        }
+        assert_eq!(names(tmp.path()), ["f", "new"]);
+        // The named fallback, forced, shows its temp name while it writes.
+        let c = commit(&parent, "f", false, false);
+        let (staging, _fd) = c.stage().unwrap();
+        assert!(matches!(staging, Staging::Named(_)));
+        assert!(names(tmp.path()).iter().any(|n| n.starts_with(".pi-conform-") && n.ends_with(".tmp")));
+        drop(staging);
+        assert_eq!(names(tmp.path()), ["f", "new"], "a dropped named temp file is removed");
     }
 }
