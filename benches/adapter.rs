@@ -227,7 +227,8 @@ fn main() {
         "benchmark (medians)", "adapter", "baseline", "ratio", "target", "met"
     );
     let mut ratios = Vec::new();
-    for (name, f) in [("fs.stat", &stat), ("fs.read 4 KiB", &read)] {
+    // Only fs.stat has a target (>= 0.5 x echo); the 4 KiB read is reported for reference.
+    for (name, f, target) in [("fs.stat", &stat, Some(0.5)), ("fs.read 4 KiB", &read, None)] {
         let Some(f) = f else { continue };
         println!(
             "{:<46} {:>9.0}/s {:>9.0}/s echo {:>7.3} {:>7} {:>4}",
@@ -235,8 +236,8 @@ fn main() {
             f.adapter_rate,
             f.echo_rate,
             f.ratio,
-            ">= 0.5",
-            yes(f.ratio >= 0.5)
+            target.map_or("-".to_string(), |t| format!(">= {t}")),
+            target.map_or("-", |t| yes(f.ratio >= t))
         );
         ratios.push(format!(
             "{name} adapter/echo = {:.3} (ratio of median rates {:.3})",
