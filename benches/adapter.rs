@@ -8,10 +8,27 @@
 //! 3. `fs.search` of a literal over a generated tree (22,500 files, about 230 MB, cached under
 //!    `/tmp` with a marker) versus `rg -F --vimgrep` on a warm page cache.
 //!
+//! Thread placement for the round trips (`PI_BENCH_PIN`). On a 2-vCPU virtual machine a
+//! wake-up across CPUs costs about 25 µs each way, and where the scheduler puts a server's
+//! threads relative to the client decides a round trip far more than the server's own work:
+//! left to itself it kept the echo server beside the client and the adapter mostly not
+//! (measured: unpinned ratios swing between 0.2 and 0.5 from one repetition to the next). So
+//! both servers get the same placement:
+//! - `same` (default): the client and every thread of both servers on CPU 0. No cross-CPU
+//!   wake-up on either side: the difference is the servers' own work. The target is judged
+//!   here.
+//! - `split`: the client on CPU 0, both servers' threads on CPU 1 (every request and reply
+//!   crosses CPUs, as between two busy processes).
+//! - `none`: no pinning (the scheduler decides; reported for reference).
+//!
+//! The search comparison is never pinned: the adapter answering it runs on its own unpinned
+//! runtime, and ripgrep starts from an unpinned thread, so both may use every CPU.
+//!
 //! Environment knobs (defaults are the reported configuration): `PI_BENCH_RTT_N` round trips
 //! per repetition (20000), `PI_BENCH_REPS` repetitions (5), `PI_BENCH_TREE` the tree's cache
 //! directory (`/tmp/pi-conform-bench-tree-v1`), `PI_BENCH_RG` the ripgrep binary (`/usr/bin/rg`),
-//! `PI_BENCH_ONLY` a comma-separated subset of `stat,read,search` (for profiling).
+//! `PI_BENCH_ONLY` a comma-separated subset of `stat,read,search` (for profiling),
+//! `PI_BENCH_PIN` one of `same`, `split`, `none` (above).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -157,27 +174,38 @@ fn main() {
     std::fs::write(small.join("read4k.txt"), &read4k).expect("write");
 
     // --- the reference adapter, in process --------------------------------------------
+    let placement = Placement::from_env();
+    println!("thread placement for the round trips: {}", placement.describe());
+    // Two instances of the reference adapter on one grants file: one for the round trips
+    // (placed like the echo server), one for the search (never pinned).
     let socket = dir.path().join("adapter.sock");
+    let search_socket = dir.path().join("adapter-search.sock");
     let grants = dir.path().join("grants.json");
     let grants_path = grants.clone();
     let limits = Limits::from_values([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
     let small_desc = mint(&grants, &socket, &small, "bench-small", limits);
-    let tree_desc = mint(&grants, &socket, &tree.root, "bench-tree", limits);
-    let cfg = ServeConfig {
-        socket: socket.clone(),
-        grants,
-        identity: default_identity(),
-        op_delay: Duration::ZERO,
-        handle_signals: false,
-    };
+    let tree_desc = mint(&grants, &search_socket, &tree.root, "bench-tree", limits);
     let (stop_adapter, rx) = watch::channel(false);
-    let adapter_thread = std::thread::spawn(move || {
-        let rt = runtime();
-        if let Err(e) = rt.block_on(serve(cfg, Some(rx))) {
-            eprintln!("the reference adapter stopped: {e}");
-        }
-    });
+    let adapters: Vec<_> = [(socket.clone(), placement.server_cpu()), (search_socket.clone(), None)]
+        .into_iter()
+        .map(|(path, cpu)| {
+            let cfg = ServeConfig {
+                socket: path,
+                grants: grants.clone(),
+                identity: default_identity(),
+                op_delay: Duration::ZERO,
+                handle_signals: false,
+            };
+            let rx = rx.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = runtime(cpu).block_on(serve(cfg, Some(rx))) {
+                    eprintln!("the reference adapter stopped: {e}");
+                }
+            })
+        })
+        .collect();
     wait_for(&socket);
+    wait_for(&search_socket);
 
     // --- the echo baseline -------------------------------------------------------------
     let echo_socket = dir.path().join("echo.sock");
@@ -185,12 +213,13 @@ fn main() {
     let echo_thread = {
         let listener = std::os::unix::net::UnixListener::bind(&echo_socket).expect("bind echo");
         std::fs::set_permissions(&echo_socket, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        std::thread::spawn(move || runtime().block_on(echo_server(listener, echo_rx)))
+        let cpu = placement.server_cpu();
+        std::thread::spawn(move || runtime(cpu).block_on(echo_server(listener, echo_rx)))
     };
 
     let mut adapter = Client::connect(&socket);
     adapter.bind(&small_desc);
-    let mut searcher = Client::connect(&socket);
+    let mut searcher = Client::connect(&search_socket);
     searcher.bind(&tree_desc);
 
     println!(
@@ -198,6 +227,9 @@ fn main() {
     );
 
     // --- 1 and 2: round trips ------------------------------------------------------------
+    if let Some(cpu) = placement.client_cpu() {
+        pin_current_thread(Some(cpu));
+    }
     let stat_payload = json!({"path": "stat.txt"});
     let read_payload = json!({"path": "read4k.txt", "offset": 0, "maxBytes": 4096});
     let stat = only(&enabled, "stat")
@@ -216,6 +248,9 @@ fn main() {
         let (all, exec) = in_process(&small_desc, &grants_path, &small, name, payload.clone(), rtt_n);
         breakdown.push((name, 1e6 / f.adapter_rate, 1e6 / f.echo_rate, all, exec));
     }
+
+    // The search side (and the rg it starts) may use every CPU again.
+    pin_current_thread(None);
 
     // --- 3: search ---------------------------------------------------------------------------
     let search = only(&enabled, "search").then(|| search_vs_rg(&mut searcher, &tree_desc, &tree, &rg, reps));
@@ -282,7 +317,9 @@ fn main() {
     drop(searcher);
     let _ = stop_adapter.send(true);
     let _ = stop_echo.send(true);
-    let _ = adapter_thread.join();
+    for t in adapters {
+        let _ = t.join();
+    }
     let _ = echo_thread.join();
 }
 
@@ -308,9 +345,80 @@ fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// The same runtime shape `pi-conform selftest` gives the in-process adapter.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+/// The same runtime shape `pi-conform selftest` gives the in-process adapter; every thread
+/// it starts (workers and the blocking pool) pinned to `cpu` if one is given.
+fn runtime(cpu: Option<usize>) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            if cpu.is_some() {
+                pin_current_thread(cpu);
+            }
+        })
+        .build()
+        .expect("runtime")
+}
+
+/// Where the round trips' threads run (see the module documentation).
+#[derive(Clone, Copy, PartialEq)]
+enum Placement {
+    Same,
+    Split,
+    Unpinned,
+}
+
+impl Placement {
+    fn from_env() -> Placement {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match std::env::var("PI_BENCH_PIN").as_deref() {
+            Ok("none") => Placement::Unpinned,
+            Ok("split") if cpus >= 2 => Placement::Split,
+            Ok("split") => {
+                eprintln!("PI_BENCH_PIN=split needs two CPUs; using same");
+                Placement::Same
+            }
+            Ok("same") | Err(_) => Placement::Same,
+            Ok(other) => {
+                eprintln!("PI_BENCH_PIN must be same, split or none, not {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+
+    fn client_cpu(self) -> Option<usize> {
+        (self != Placement::Unpinned).then_some(0)
+    }
+
+    fn server_cpu(self) -> Option<usize> {
+        match self {
+            Placement::Same => Some(0),
+            Placement::Split => Some(1),
+            Placement::Unpinned => None,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Placement::Same => "same (client and both servers on CPU 0)",
+            Placement::Split => "split (client on CPU 0, both servers on CPU 1)",
+            Placement::Unpinned => "none (the scheduler places every thread)",
+        }
+    }
+}
+
+/// Pin the calling thread to `cpu`, or let it run on every CPU again (`None`).
+fn pin_current_thread(cpu: Option<usize>) {
+    let mut set = rustix::thread::CpuSet::new();
+    match cpu {
+        Some(c) => set.set(c),
+        // Every CPU the set can name (the kernel keeps the online ones); not
+        // available_parallelism, which a pinned thread sees as 1.
+        None => (0..rustix::thread::CpuSet::MAX_CPU).for_each(|c| set.set(c)),
+    }
+    if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+        eprintln!("cannot set the CPU affinity ({e}); the placement is not enforced");
+    }
 }
 
 fn wait_for(socket: &Path) {
