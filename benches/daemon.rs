@@ -260,7 +260,7 @@ fn one(c: &mut Client, kind: Kind, rep: usize, i: usize, d: &Value, cwd: &Path, 
                 json!("none")
             };
             let open = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid,
-                "generation": 1, "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}});
+                "generation": 1, "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(tools.clone())}});
             let line = line_of(&open);
             let (t, r) = c.timed(&line, &rid);
             // Only the error body is ever printed (never the request, which holds the handle).

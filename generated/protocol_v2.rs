@@ -1360,13 +1360,13 @@ impl ::std::convert::TryFrom<::std::string::String> for HostAdapterToolsMode {
 ///Recovery snapshot. Forward tolerant.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct HostRecovery {
-    ///Typed failure codes.
+    ///Failure counts by error code (an object; {} when none).
     #[serde(
         rename = "failureCodes",
         default,
-        skip_serializing_if = "::std::vec::Vec::is_empty"
+        skip_serializing_if = ":: std :: collections :: HashMap::is_empty"
     )]
-    pub failure_codes: ::std::vec::Vec<::std::string::String>,
+    pub failure_codes: ::std::collections::HashMap<::std::string::String, u64>,
     ///Recovery phase.
     pub phase: HostRecoveryPhase,
     ///Quarantined generations.
@@ -2134,33 +2134,77 @@ impl<'de> ::serde::Deserialize<'de> for OpenPayloadName {
             })
     }
 }
-///Resource policies; absent means "none". Forward tolerant.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+///Resource policies. When present, all six policies are required (Pi Daemon 0.3.3); there is no "absent means none". Forward tolerant.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct OpenResources {
-    #[serde(
-        rename = "contextFiles",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
-    pub context_files: ::std::option::Option<NoneResource>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub extensions: ::std::option::Option<NoneResource>,
-    #[serde(
-        rename = "promptTemplates",
-        skip_serializing_if = "::std::option::Option::is_none"
-    )]
-    pub prompt_templates: ::std::option::Option<NoneResource>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub skills: ::std::option::Option<NoneResource>,
-    ///System prompt.
+    #[serde(rename = "contextFiles")]
+    pub context_files: NoneResource,
+    pub extensions: NoneResource,
+    #[serde(rename = "promptTemplates")]
+    pub prompt_templates: NoneResource,
+    pub skills: NoneResource,
+    ///System prompt (at most 262144 UTF-16 units; the validator counts units).
     #[serde(
         rename = "systemPrompt",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
-    pub system_prompt: ::std::option::Option<::std::string::String>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub themes: ::std::option::Option<NoneResource>,
-    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub tools: ::std::option::Option<ToolsPolicy>,
+    pub system_prompt: ::std::option::Option<OpenResourcesSystemPrompt>,
+    pub themes: NoneResource,
+    pub tools: ToolsPolicy,
+}
+///System prompt (at most 262144 UTF-16 units; the validator counts units).
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct OpenResourcesSystemPrompt(::std::string::String);
+impl ::std::ops::Deref for OpenResourcesSystemPrompt {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<OpenResourcesSystemPrompt> for ::std::string::String {
+    fn from(value: OpenResourcesSystemPrompt) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for OpenResourcesSystemPrompt {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 262144usize {
+            return Err("longer than 262144 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for OpenResourcesSystemPrompt {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for OpenResourcesSystemPrompt {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for OpenResourcesSystemPrompt {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
 }
 ///Session storage. Forward tolerant.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]

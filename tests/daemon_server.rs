@@ -172,7 +172,7 @@ fn open_v2(rid: &str, session: &str, generation: u64, cwd: &Path, descriptor: Op
         None => json!("none"),
     };
     json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": session, "generation": generation,
-        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}})
+        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(tools.clone())}})
 }
 
 #[test]
@@ -542,30 +542,30 @@ fn v1_resource_rules_and_v2_no_tools_storage() {
     let dir = tempfile::tempdir().unwrap();
     let r = c.call(
         json!({"protocolVersion": "1.0", "requestId": "v1a", "operation": "open", "sessionId": "v1", "generation": 1,
-        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": {"tools": "none"}}}),
+        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}}),
     );
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["protocolVersion"], "1.0");
     let r = c.call(
         json!({"protocolVersion": "1.0", "requestId": "v1b", "operation": "open", "sessionId": "v1b", "generation": 1,
-        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": {"tools": {"mode": "host-adapter"}}}}),
+        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!({"mode": "host-adapter"}))}}),
     );
     assert_eq!(r["error"]["code"], "invalid_field");
     assert_eq!(r["error"]["details"]["field"], "payload.resources.tools");
     let r = c.call(
         json!({"protocolVersion": "1.0", "requestId": "v1c", "operation": "open", "sessionId": "v1c", "generation": 1,
-        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": {"tools": "all"}}}),
+        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("all"))}}),
     );
     assert_eq!(r["error"]["code"], "unsupported_resource_policy");
     // v2: tools "none" with an isolated agentDir and a confined sessionDir.
     let agent = dir.path().join("agent");
     let r = c.call(json!({"protocolVersion": "2.0", "requestId": "v2a", "operation": "open", "sessionId": "v2", "generation": 1,
         "payload": {"cwd": dir.path().join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": agent.join("sessions/x")},
-        "resources": {"tools": "none"}}}));
+        "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
     assert_eq!(r["ok"], true, "{r}");
     let r = c.call(json!({"protocolVersion": "2.0", "requestId": "v2b", "operation": "open", "sessionId": "v2b", "generation": 1,
         "payload": {"cwd": dir.path().join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": "/tmp/elsewhere"},
-        "resources": {"tools": "none"}}}));
+        "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
     assert_eq!(r["error"]["code"], "invalid_field", "{r}");
     // A turn without an adapter answers tool calls with a typed error.
     let r = c.call(

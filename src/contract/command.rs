@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 use super::descriptor::{admit_descriptor, safe_integer, Descriptor, ExpectedBinding, MAX_SAFE_INTEGER};
 use super::error::{Code, ContractError};
 use super::schema::{self, Entry};
-use super::text::{is_major_minor, units_in};
+use super::text::{is_major_minor, units_in, utf16_len};
 use super::types::protocol_v2;
 
 /// The eleven daemon operations.
@@ -16,7 +16,25 @@ pub const OPERATIONS: [&str; 11] =
 /// Versions a host speaks (the `supported` detail of `incompatible_protocol`).
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0", "2.0"];
 
-const NON_TOOL_RESOURCES: [&str; 5] = ["extensions", "skills", "promptTemplates", "themes", "contextFiles"];
+/// The six resource policies of an open, in the order they are checked (SPEC §3.1).
+pub const RESOURCES: [&str; 6] = ["extensions", "skills", "promptTemplates", "themes", "contextFiles", "tools"];
+
+/// The `resources` of an open in the protocol text's example shape: the five non-tool
+/// policies `"none"` and the given `tools` (`"none"` or a host-adapter policy). Every open
+/// this project sends uses it (a daemon may require all six members, as Pi Daemon 0.3.3 does).
+pub fn resources_with_tools(tools: Value) -> Value {
+    let mut m = Map::with_capacity(RESOURCES.len());
+    for name in RESOURCES {
+        m.insert(name.to_string(), if name == "tools" { tools.clone() } else { Value::String("none".into()) });
+    }
+    Value::Object(m)
+}
+
+/// A resource policy string is 1–16 units.
+const MAX_RESOURCE_UNITS: usize = 16;
+
+/// `prompt`, `message` and `systemPrompt` are at most 262144 units.
+const MAX_PROMPT_UNITS: usize = 262_144;
 
 /// The accepted envelope version: its exact text (echoed verbatim) and major.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,11 +186,12 @@ fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<O
         Some(Value::Object(r)) => r,
         Some(_) => return Err(err(Code::InvalidField, "payload.resources", "resources must be an object")),
     };
+    // When `resources` is present `tools` is required (Pi Daemon 0.3.3): missing is
+    // `invalid_field`, like any value that is neither "none" nor a policy object.
     let tools = match resources.get("tools") {
-        None => return Ok(None),
         Some(Value::String(s)) if s == "none" => return Ok(None),
         Some(Value::Object(t)) => t,
-        Some(_) => {
+        _ => {
             return Err(err(
                 Code::InvalidField,
                 "payload.resources.tools",
@@ -279,7 +298,7 @@ fn check_payload(op: &str, p: &Map<String, Value>, major: u8, has_descriptor: bo
     match op {
         "open" => check_open_payload(p, major, has_descriptor),
         "wake" => {
-            if !p.get("prompt").and_then(Value::as_str).is_some_and(|s| units_in(s, 262_144)) {
+            if !p.get("prompt").and_then(Value::as_str).is_some_and(|s| units_in(s, MAX_PROMPT_UNITS)) {
                 return Err(err(Code::InvalidField, "payload.prompt", "prompt must be a string of 1-262144 units"));
             }
             if p.get("source").is_some_and(|v| !v.is_string()) {
@@ -288,7 +307,7 @@ fn check_payload(op: &str, p: &Map<String, Value>, major: u8, has_descriptor: bo
             opt_bool(p, "waitForTerminal", "payload.waitForTerminal")
         }
         "steer" | "followUp" => {
-            if !p.get("message").and_then(Value::as_str).is_some_and(|s| units_in(s, 262_144)) {
+            if !p.get("message").and_then(Value::as_str).is_some_and(|s| units_in(s, MAX_PROMPT_UNITS)) {
                 return Err(err(Code::InvalidField, "payload.message", "message must be a string of 1-262144 units"));
             }
             Ok(())
@@ -342,25 +361,42 @@ fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -
         Some(Value::Object(r)) => r,
         Some(_) => return Err(err(Code::InvalidField, "payload.resources", "resources must be an object")),
     };
-    for name in NON_TOOL_RESOURCES.iter().chain(std::iter::once(&"tools")) {
+    // When present, all six policies are required (Pi Daemon 0.3.3, SPEC §3.1): a member
+    // missing, not a string, empty or over 16 units is `invalid_field`; a well-formed string
+    // other than "none" is `unsupported_resource_policy`. The v2 `tools` member was judged by
+    // the prelude (`"none"` or an admitted policy object).
+    for name in RESOURCES {
+        if name == "tools" && major == 2 {
+            debug_assert!(resources.get("tools").is_some_and(|t| t == "none" || (t.is_object() && has_descriptor)));
+            continue;
+        }
         let field = format!("payload.resources.{name}");
-        match resources.get(*name) {
-            None => {}
-            Some(Value::String(s)) if s == "none" => {}
-            Some(Value::Object(_)) if *name == "tools" && major == 2 && has_descriptor => {}
-            Some(Value::String(_)) if *name == "tools" && major == 2 => {
-                return Err(err(Code::InvalidField, &field, "tools must be \"none\" or a host-adapter policy"))
+        match resources.get(name) {
+            Some(Value::String(s)) if units_between(s, 1, MAX_RESOURCE_UNITS) => {
+                if s != "none" {
+                    return Err(err(Code::UnsupportedResourcePolicy, &field, "this resource policy must be \"none\""));
+                }
             }
-            Some(Value::String(_)) => {
-                return Err(err(Code::UnsupportedResourcePolicy, &field, "this resource policy must be \"none\""))
-            }
-            Some(_) => return Err(err(Code::InvalidField, &field, "resource policy must be the string \"none\"")),
+            _ => return Err(err(Code::InvalidField, &field, "resource policy must be a string of 1-16 units")),
         }
     }
-    if resources.get("systemPrompt").is_some_and(|v| !v.is_string()) {
-        return Err(err(Code::InvalidField, "payload.resources.systemPrompt", "systemPrompt must be a string"));
+    match resources.get("systemPrompt") {
+        None => {}
+        Some(Value::String(s)) if units_between(s, 0, MAX_PROMPT_UNITS) => {}
+        Some(_) => {
+            return Err(err(
+                Code::InvalidField,
+                "payload.resources.systemPrompt",
+                "systemPrompt must be a string of at most 262144 units",
+            ))
+        }
     }
     Ok(())
+}
+
+/// Whether `s` has min..=max UTF-16 units.
+fn units_between(s: &str, min: usize, max: usize) -> bool {
+    (min..=max).contains(&utf16_len(s))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub use path::{validate_relative_path, PathSide, ToolPath};
 pub mod descriptor;
 pub use descriptor::{admit_descriptor, fit_check, Descriptor, ExpectedBinding, Identity, Limits};
 pub mod command;
-pub use command::{parse_command, Command, CommandError, HostContext};
+pub use command::{parse_command, resources_with_tools, Command, CommandError, HostContext};
 pub mod frame;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
 pub mod record;

@@ -404,9 +404,10 @@ impl Host {
         let indeterminate = self.indeterminate.load(Ordering::Relaxed);
         let failed = self.failed_wakes.load(Ordering::Relaxed);
         let phase = if indeterminate > 0 { "degraded" } else { "ready" };
-        let mut codes = Vec::new();
+        // failureCodes maps an error code to a count, `{}` when none (as Pi Daemon 0.3.3).
+        let mut codes = Map::new();
         if indeterminate > 0 {
-            codes.push("request_indeterminate");
+            codes.insert("request_indeterminate".into(), json!(indeterminate));
         }
         let counters: Map<String, Value> = self
             .counters

@@ -378,7 +378,7 @@ pub fn host_id(c: &mut DClient) -> String {
 pub fn open_v2(rid: &str, session: &str, cwd: &Path, descriptor: &Value) -> Value {
     json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": session, "generation": 1,
         "payload": {"cwd": cwd, "session": {"mode": "new"},
-            "resources": {"tools": {"mode": "host-adapter", "descriptor": descriptor}}}})
+            "resources": pi_conform::contract::resources_with_tools(json!({"mode": "host-adapter", "descriptor": descriptor}))}})
 }
 
 /// A wake of (session, generation 1) that waits for the terminal result.

@@ -203,7 +203,7 @@ fn env_request_id_echo(c: &mut DCtx<'_>) -> Outcome {
 fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
     let rid = c.rid();
     json!({"protocolVersion": "1.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}})
+        "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}})
 }
 fn v1_tools_string(c: &mut DCtx<'_>) -> Outcome {
     let v = v1_open(c, json!("all"));
@@ -223,7 +223,7 @@ fn v2_no_tools_storage(c: &mut DCtx<'_>) -> Outcome {
     let rid = c.rid();
     let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
         "payload": {"cwd": c.target.cwd.join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": agent.join("sessions").join(&c.session)},
-        "resources": {"tools": "none"}}});
+        "resources": crate::contract::resources_with_tools(json!("none"))}});
     tok(one(c, v))
 }
 

@@ -129,7 +129,7 @@ impl<'a> DCtx<'a> {
     pub fn open(&mut self, generation: u64, tools: Value) -> Value {
         let rid = self.rid();
         let mut v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": self.session, "generation": generation,
-            "payload": {"cwd": self.target.cwd, "session": {"mode": "new"}, "resources": {"tools": tools}}});
+            "payload": {"cwd": self.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}});
         if let Some(m) = &self.target.model {
             v["payload"]["model"] = m.clone();
         }
