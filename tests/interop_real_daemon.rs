@@ -798,6 +798,11 @@ fn end_to_end_real_daemon_drives_reference_adapter() {
     }
     let marker = SENTINEL.lines().next().unwrap();
     assert!(!transcript.iter().any(|l| l.contains(marker)), "the sentinel's content was revealed");
+    // The adapter's log carries ids and outcome codes, never file content or the root's path.
+    let log = fs::read_to_string(&ad.log).unwrap();
+    for secret in [ad.root.to_str().unwrap(), "alpha", "gamma", marker] {
+        assert!(!log.contains(secret), "the adapter log reveals {secret:?}");
+    }
     println!(
         "end to end: {} lines from the daemon, {} files checked for the handles, {:?}",
         transcript.len(),
