@@ -1815,12 +1815,12 @@ pub struct OpenModel {
     pub id: OpenModelId,
     ///Provider.
     pub provider: OpenModelProvider,
-    ///Thinking level.
+    ///Thinking level (the levels Pi Daemon 0.3.3 accepts).
     #[serde(
         rename = "thinkingLevel",
         skip_serializing_if = "::std::option::Option::is_none"
     )]
-    pub thinking_level: ::std::option::Option<::std::string::String>,
+    pub thinking_level: ::std::option::Option<OpenModelThinkingLevel>,
 }
 ///Model id.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
@@ -1899,8 +1899,8 @@ impl ::std::str::FromStr for OpenModelProvider {
     fn from_str(
         value: &str,
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        if value.chars().count() > 256usize {
-            return Err("longer than 256 characters".into());
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
         }
         if value.chars().count() < 1usize {
             return Err("shorter than 1 characters".into());
@@ -1934,6 +1934,81 @@ impl<'de> ::serde::Deserialize<'de> for OpenModelProvider {
             .map_err(|e: self::error::ConversionError| {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
+    }
+}
+///Thinking level (the levels Pi Daemon 0.3.3 accepts).
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum OpenModelThinkingLevel {
+    #[serde(rename = "off")]
+    Off,
+    #[serde(rename = "minimal")]
+    Minimal,
+    #[serde(rename = "low")]
+    Low,
+    #[serde(rename = "medium")]
+    Medium,
+    #[serde(rename = "high")]
+    High,
+    #[serde(rename = "xhigh")]
+    Xhigh,
+    #[serde(rename = "max")]
+    Max,
+}
+impl ::std::fmt::Display for OpenModelThinkingLevel {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Off => f.write_str("off"),
+            Self::Minimal => f.write_str("minimal"),
+            Self::Low => f.write_str("low"),
+            Self::Medium => f.write_str("medium"),
+            Self::High => f.write_str("high"),
+            Self::Xhigh => f.write_str("xhigh"),
+            Self::Max => f.write_str("max"),
+        }
+    }
+}
+impl ::std::str::FromStr for OpenModelThinkingLevel {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "off" => Ok(Self::Off),
+            "minimal" => Ok(Self::Minimal),
+            "low" => Ok(Self::Low),
+            "medium" => Ok(Self::Medium),
+            "high" => Ok(Self::High),
+            "xhigh" => Ok(Self::Xhigh),
+            "max" => Ok(Self::Max),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for OpenModelThinkingLevel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for OpenModelThinkingLevel {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
     }
 }
 ///open payload. Forward tolerant.
@@ -1978,11 +2053,6 @@ impl ::std::str::FromStr for OpenPayloadAgentDir {
         }
         if value.chars().count() < 1usize {
             return Err("shorter than 1 characters".into());
-        }
-        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^/").unwrap() });
-        if PATTERN.find(value).is_none() {
-            return Err("doesn't match pattern \"^/\"".into());
         }
         Ok(Self(value.to_string()))
     }
@@ -2041,11 +2111,6 @@ impl ::std::str::FromStr for OpenPayloadCwd {
         if value.chars().count() < 1usize {
             return Err("shorter than 1 characters".into());
         }
-        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^/").unwrap() });
-        if PATTERN.find(value).is_none() {
-            return Err("doesn't match pattern \"^/\"".into());
-        }
         Ok(Self(value.to_string()))
     }
 }
@@ -2097,8 +2162,8 @@ impl ::std::str::FromStr for OpenPayloadName {
     fn from_str(
         value: &str,
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
-        if value.chars().count() > 256usize {
-            return Err("longer than 256 characters".into());
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
         }
         if value.chars().count() < 1usize {
             return Err("shorter than 1 characters".into());
@@ -2366,11 +2431,6 @@ impl ::std::str::FromStr for OpenSessionSessionDir {
         }
         if value.chars().count() < 1usize {
             return Err("shorter than 1 characters".into());
-        }
-        static PATTERN: ::std::sync::LazyLock<::regress::Regex> = ::std::sync::LazyLock::new(||
-        { ::regress::Regex::new("^/").unwrap() });
-        if PATTERN.find(value).is_none() {
-            return Err("doesn't match pattern \"^/\"".into());
         }
         Ok(Self(value.to_string()))
     }
@@ -3257,7 +3317,7 @@ pub struct WakePayload {
     pub prompt: WakePayloadPrompt,
     ///Where the wake came from.
     #[serde(skip_serializing_if = "::std::option::Option::is_none")]
-    pub source: ::std::option::Option<::std::string::String>,
+    pub source: ::std::option::Option<WakePayloadSource>,
     ///Wait for the terminal result (default true).
     #[serde(
         rename = "waitForTerminal",
@@ -3311,6 +3371,63 @@ impl ::std::convert::TryFrom<::std::string::String> for WakePayloadPrompt {
     }
 }
 impl<'de> ::serde::Deserialize<'de> for WakePayloadPrompt {
+    fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
+    where
+        D: ::serde::Deserializer<'de>,
+    {
+        ::std::string::String::deserialize(deserializer)?
+            .parse()
+            .map_err(|e: self::error::ConversionError| {
+                <D::Error as ::serde::de::Error>::custom(e.to_string())
+            })
+    }
+}
+///Where the wake came from.
+#[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
+#[serde(transparent)]
+pub struct WakePayloadSource(::std::string::String);
+impl ::std::ops::Deref for WakePayloadSource {
+    type Target = ::std::string::String;
+    fn deref(&self) -> &::std::string::String {
+        &self.0
+    }
+}
+impl ::std::convert::From<WakePayloadSource> for ::std::string::String {
+    fn from(value: WakePayloadSource) -> Self {
+        value.0
+    }
+}
+impl ::std::str::FromStr for WakePayloadSource {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        if value.chars().count() > 128usize {
+            return Err("longer than 128 characters".into());
+        }
+        if value.chars().count() < 1usize {
+            return Err("shorter than 1 characters".into());
+        }
+        Ok(Self(value.to_string()))
+    }
+}
+impl ::std::convert::TryFrom<&str> for WakePayloadSource {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WakePayloadSource {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl<'de> ::serde::Deserialize<'de> for WakePayloadSource {
     fn deserialize<D>(deserializer: D) -> ::std::result::Result<Self, D::Error>
     where
         D: ::serde::Deserializer<'de>,

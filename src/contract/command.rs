@@ -33,6 +33,13 @@ pub fn resources_with_tools(tools: Value) -> Value {
 /// A resource policy string is 1–16 units.
 const MAX_RESOURCE_UNITS: usize = 16;
 
+/// `operation` is a string of 1–32 units before it is looked up (Pi Daemon 0.3.3).
+const MAX_OPERATION_UNITS: usize = 32;
+
+/// The thinking levels Pi Daemon 0.3.3 accepts in `model.thinkingLevel` (a string of 1–16
+/// units first).
+pub const THINKING_LEVELS: [&str; 7] = ["off", "minimal", "low", "medium", "high", "xhigh", "max"];
+
 /// `prompt`, `message` and `systemPrompt` are at most 262144 units.
 const MAX_PROMPT_UNITS: usize = 262_144;
 
@@ -213,10 +220,11 @@ fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<O
             "tools mode must be host-adapter",
         ));
     }
-    // The early envelope check fires only on a type error: `sessionId` not a string, or
-    // `generation` not an integral number (its range is judged by check 8, then the envelope).
+    // The early envelope check fires only when `sessionId` is not a string or `generation` is
+    // not a safe integer (|n| <= 2^53-1, as JavaScript's Number.isSafeInteger); a negative
+    // generation is judged by check 8, then the envelope (Pi Daemon 0.3.3).
     let session_id = obj.get("sessionId").and_then(Value::as_str);
-    let generation = obj.get("generation").and_then(integral_as_i64);
+    let generation = obj.get("generation").and_then(safe_integer);
     let (Some(session_id), Some(generation)) = (session_id, generation) else {
         check_envelope(obj)?;
         return Err(err(Code::InvalidField, "sessionId", "sessionId and generation are required"));
@@ -226,17 +234,6 @@ fn v2_open_prelude(obj: &Map<String, Value>, host: &HostContext<'_>) -> Result<O
         .ok_or_else(|| err(Code::InvalidToolAdapterDescriptor, "descriptor", "the tools policy needs a descriptor"))?;
     let expected = ExpectedBinding { host_instance_id: host.host_instance_id, session_id, generation };
     admit_descriptor(descriptor, Some(&expected)).map(Some)
-}
-
-/// An integral JSON number as i64 (saturating: an out-of-range integer can match no binding).
-fn integral_as_i64(v: &Value) -> Option<i64> {
-    if let Some(i) = v.as_i64() {
-        return Some(i);
-    }
-    if v.as_u64().is_some() {
-        return Some(i64::MAX);
-    }
-    v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)
 }
 
 fn needs_session(op: &str) -> bool {
@@ -249,11 +246,16 @@ fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
     if !obj.get("requestId").and_then(Value::as_str).is_some_and(|s| units_in(s, 128)) {
         return Err(err(Code::InvalidField, "requestId", "requestId must be a string of 1-128 units"));
     }
+    // A missing, non-string, empty or over-long operation is a malformed field; a well-formed
+    // name outside the eleven is unknown (Pi Daemon 0.3.3).
     let op = obj
         .get("operation")
         .and_then(Value::as_str)
-        .filter(|o| OPERATIONS.contains(o))
-        .ok_or_else(|| err(Code::UnknownOperation, "operation", "operation is not one of the eleven"))?;
+        .filter(|o| units_in(o, MAX_OPERATION_UNITS))
+        .ok_or_else(|| err(Code::InvalidField, "operation", "operation must be a string of 1-32 units"))?;
+    if !OPERATIONS.contains(&op) {
+        return Err(err(Code::UnknownOperation, "operation", "operation is not one of the eleven"));
+    }
     if !obj.get("payload").is_some_and(Value::is_object) {
         return Err(err(Code::InvalidField, "payload", "payload must be an object"));
     }
@@ -275,15 +277,13 @@ fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
     Ok(())
 }
 
-fn opt_string(p: &Map<String, Value>, key: &str, field: &str, max: usize, absolute: bool) -> Result<(), ContractError> {
+/// An optional string of 1..=max units. (Paths such as `cwd` are not required to be absolute
+/// here: Pi Daemon 0.3.3's validator does not, and where a path leads is judged at dispatch.)
+fn opt_string(p: &Map<String, Value>, key: &str, field: &str, max: usize) -> Result<(), ContractError> {
     match p.get(key) {
         None => Ok(()),
-        Some(Value::String(s)) if units_in(s, max) && (!absolute || s.starts_with('/')) => Ok(()),
-        Some(_) => Err(err(
-            Code::InvalidField,
-            field,
-            if absolute { "must be an absolute path string within bounds" } else { "must be a string within bounds" },
-        )),
+        Some(Value::String(s)) if units_in(s, max) => Ok(()),
+        Some(_) => Err(err(Code::InvalidField, field, "must be a string within bounds")),
     }
 }
 
@@ -301,9 +301,7 @@ fn check_payload(op: &str, p: &Map<String, Value>, major: u8, has_descriptor: bo
             if !p.get("prompt").and_then(Value::as_str).is_some_and(|s| units_in(s, MAX_PROMPT_UNITS)) {
                 return Err(err(Code::InvalidField, "payload.prompt", "prompt must be a string of 1-262144 units"));
             }
-            if p.get("source").is_some_and(|v| !v.is_string()) {
-                return Err(err(Code::InvalidField, "payload.source", "source must be a string"));
-            }
+            opt_string(p, "source", "payload.source", 128)?;
             opt_bool(p, "waitForTerminal", "payload.waitForTerminal")
         }
         "steer" | "followUp" => {
@@ -323,11 +321,11 @@ fn check_payload(op: &str, p: &Map<String, Value>, major: u8, has_descriptor: bo
 }
 
 fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -> Result<(), ContractError> {
-    if !p.get("cwd").and_then(Value::as_str).is_some_and(|s| units_in(s, 4096) && s.starts_with('/')) {
-        return Err(err(Code::InvalidField, "payload.cwd", "cwd must be an absolute path of 1-4096 units"));
+    if !p.get("cwd").and_then(Value::as_str).is_some_and(|s| units_in(s, 4096)) {
+        return Err(err(Code::InvalidField, "payload.cwd", "cwd must be a string of 1-4096 units"));
     }
-    opt_string(p, "name", "payload.name", 256, false)?;
-    opt_string(p, "agentDir", "payload.agentDir", 4096, true)?;
+    opt_string(p, "name", "payload.name", 128)?;
+    opt_string(p, "agentDir", "payload.agentDir", 4096)?;
     let session = p
         .get("session")
         .and_then(Value::as_object)
@@ -339,21 +337,29 @@ fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -
         .ok_or_else(|| {
             err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory")
         })?;
+    opt_string(session, "path", "payload.session.path", 4096)?;
+    opt_string(session, "sessionDir", "payload.session.sessionDir", 4096)?;
     if mode == "open" && !session.contains_key("path") {
         return Err(err(Code::InvalidField, "payload.session.path", "session path is required for mode open"));
     }
-    opt_string(session, "path", "payload.session.path", 4096, false)?;
-    opt_string(session, "sessionDir", "payload.session.sessionDir", 4096, true)?;
     if let Some(model) = p.get("model") {
         let m = model.as_object().ok_or_else(|| err(Code::InvalidField, "payload.model", "model must be an object"))?;
-        for key in ["provider", "id"] {
-            if !m.get(key).and_then(Value::as_str).is_some_and(|s| units_in(s, 256)) {
+        for (key, max) in [("provider", 128), ("id", 256)] {
+            if !m.get(key).and_then(Value::as_str).is_some_and(|s| units_in(s, max)) {
                 let field = format!("payload.model.{key}");
-                return Err(err(Code::InvalidField, &field, "must be a string of 1-256 units"));
+                return Err(err(Code::InvalidField, &field, "must be a string within bounds"));
             }
         }
-        if m.get("thinkingLevel").is_some_and(|v| !v.is_string()) {
-            return Err(err(Code::InvalidField, "payload.model.thinkingLevel", "thinkingLevel must be a string"));
+        match m.get("thinkingLevel") {
+            None => {}
+            Some(Value::String(s)) if units_in(s, 16) && THINKING_LEVELS.contains(&s.as_str()) => {}
+            Some(_) => {
+                return Err(err(
+                    Code::InvalidField,
+                    "payload.model.thinkingLevel",
+                    "thinkingLevel must be one of off, minimal, low, medium, high, xhigh, max",
+                ))
+            }
         }
     }
     let resources = match p.get("resources") {

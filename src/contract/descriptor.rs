@@ -335,9 +335,9 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
     if let Some(k) = obj.keys().find(|k| !DESCRIPTOR_KEYS.contains(&k.as_str())) {
         return Err(err(InvalidToolAdapterDescriptor, join_field("descriptor", k), "descriptor has an unknown key"));
     }
-    // 2. protocolVersion
-    let pv = obj.get("protocolVersion").and_then(Value::as_str).ok_or_else(|| {
-        err(InvalidToolAdapterField, "descriptor.protocolVersion", "protocolVersion must be a string")
+    // 2. protocolVersion: a string of 1-16 units (a malformed field), then exactly "1.0"
+    let pv = obj.get("protocolVersion").and_then(Value::as_str).filter(|s| units_in(s, 16)).ok_or_else(|| {
+        err(InvalidToolAdapterField, "descriptor.protocolVersion", "protocolVersion must be a string of 1-16 units")
     })?;
     if pv != "1.0" {
         return Err(err(
@@ -374,26 +374,8 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
     if let Some(k) = b.keys().find(|k| !BINDING_KEYS.contains(&k.as_str())) {
         return Err(err(InvalidToolAdapterBinding, join_field("descriptor.binding", k), "binding has an unknown key"));
     }
-    let host =
-        b.get("hostInstanceId").and_then(Value::as_str).filter(|s| units_in(s, 128) && !has_control(s)).ok_or_else(
-            || {
-                err(
-                    InvalidToolAdapterField,
-                    "descriptor.binding.hostInstanceId",
-                    "hostInstanceId must be a string of 1-128 units without control characters",
-                )
-            },
-        )?;
-    let session =
-        b.get("sessionId").and_then(Value::as_str).filter(|s| units_in(s, 256) && !has_control(s)).ok_or_else(
-            || {
-                err(
-                    InvalidToolAdapterField,
-                    "descriptor.binding.sessionId",
-                    "sessionId must be a string of 1-256 units without control characters",
-                )
-            },
-        )?;
+    let host = binding_id(b, "hostInstanceId", 128)?;
+    let session = binding_id(b, "sessionId", 256)?;
     let generation = b.get("generation").and_then(safe_integer).filter(|g| *g >= 0).ok_or_else(|| {
         err(InvalidToolAdapterField, "descriptor.binding.generation", "generation must be an integer 0..2^53-1")
     })? as u64;
@@ -476,6 +458,27 @@ pub fn typed_descriptor(value: &Value) -> Result<HostToolAdapterDescriptor, Cont
         .map_err(|_| err(Code::InvalidToolAdapterDescriptor, "descriptor", "descriptor does not decode"))
 }
 
+/// A binding id: a string of 1..=max units (`invalid_tool_adapter_field`), then free of C0/DEL
+/// (`invalid_tool_adapter_binding`, as Pi Daemon 0.3.3 reports it).
+fn binding_id<'a>(b: &'a Map<String, Value>, key: &str, max: usize) -> Result<&'a str, ContractError> {
+    let field = format!("descriptor.binding.{key}");
+    let s = b.get(key).and_then(Value::as_str).filter(|s| units_in(s, max)).ok_or_else(|| {
+        ContractError::new(
+            Code::InvalidToolAdapterField,
+            field.clone(),
+            format!("{key} must be a string of 1-{max} units"),
+        )
+    })?;
+    if has_control(s) {
+        return Err(ContractError::new(
+            Code::InvalidToolAdapterBinding,
+            field,
+            format!("{key} must not contain control characters"),
+        ));
+    }
+    Ok(s)
+}
+
 fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
     use Code::InvalidToolAdapterEndpoint as E;
     let ep = v.and_then(Value::as_object).ok_or_else(|| err(E, "descriptor.endpoint", "endpoint must be an object"))?;
@@ -485,10 +488,11 @@ fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
     if ep.get("transport").and_then(Value::as_str) != Some("unix") {
         return Err(err(E, "descriptor.endpoint.transport", "endpoint transport must be \"unix\""));
     }
-    let path = ep
-        .get("path")
-        .and_then(Value::as_str)
-        .ok_or_else(|| err(E, "descriptor.endpoint.path", "endpoint path must be a string"))?;
+    // A path that is not a string of 1-4096 units is a malformed field (Pi Daemon 0.3.3); a
+    // string that is not a canonical socket path is a bad endpoint.
+    let path = ep.get("path").and_then(Value::as_str).filter(|s| units_in(s, 4096)).ok_or_else(|| {
+        err(Code::InvalidToolAdapterField, "descriptor.endpoint.path", "endpoint path must be a string of 1-4096 units")
+    })?;
     if !is_endpoint_path(path) {
         return Err(err(
             E,

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::descriptor::{fit_check, parse_limits, parse_operations, safe_integer, Descriptor, Identity, Limits};
 use super::error::{safe_key, Code, ContractError};
-use super::path::{validate_relative_path, PathSide};
+use super::path::{validate_relative_path, validate_result_path, PathSide};
 use super::schema::{self, Entry};
 use super::secret::CapabilityHandle;
 use super::text::{has_control, is_base64url, is_digest, is_error_code, is_frame_id, is_timestamp, units_in};
@@ -641,7 +641,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             if d.get("content").and_then(Value::as_str).is_none_or(|s| s.len() > MAX_CONTENT_BYTES) {
                 return Err(c.fail("data.content", "content must be a string of at most 4 MiB"));
             }
-            c.req_int(d, "bytesRead", "data", 0, super::descriptor::MAX_SAFE_INTEGER)?;
+            c.req_int(d, "bytesRead", "data", 0, MAX_CONTENT_BYTES as u64)?;
             c.req_bool(d, "eof", "data")
         }
         ToolOperation::FsSearch => {
@@ -656,7 +656,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
                 let m = c.object(Some(e), &prefix)?;
                 c.closed(m, &["path", "line", "column", "text"], &prefix)?;
                 let path = m.get("path").and_then(Value::as_str).unwrap_or("");
-                validate_relative_path(path, PathSide::Adapter, "")
+                validate_result_path(path, "")
                     .map_err(|_| c.fail(&format!("{prefix}.path"), "match path must be a root-relative path"))?;
                 c.req_int(m, "line", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
                 c.req_int(m, "column", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
@@ -669,7 +669,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
         ToolOperation::FsWrite => {
             c.closed(d, &["created", "bytesWritten", "digest"], "data")?;
             c.req_bool(d, "created", "data")?;
-            c.req_int(d, "bytesWritten", "data", 0, super::descriptor::MAX_SAFE_INTEGER)?;
+            c.req_int(d, "bytesWritten", "data", 0, MAX_CONTENT_BYTES as u64)?;
             c.req_digest(d, "digest", "data")
         }
         ToolOperation::FsEdit => {
@@ -680,9 +680,10 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
     }
 }
 
-/// A directory entry name: 1–255 bytes, not `.`/`..`, no `/`, no C0/DEL.
+/// A directory entry name as a daemon judges it: 1–255 UTF-16 units (Pi Daemon 0.3.3), not
+/// `.`/`..`, no `/`, no C0/DEL. (A real name is at most 255 bytes, which is never more units.)
 pub fn is_entry_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 255 && s != "." && s != ".." && !s.contains('/') && !has_control(s)
+    units_in(s, 255) && s != "." && s != ".." && !s.contains('/') && !has_control(s)
 }
 
 struct Checker {

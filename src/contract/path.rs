@@ -50,6 +50,17 @@ impl ToolPath {
 /// (SPEC §5.3: a filesystem limit the daemon side does not apply). `field` names the
 /// path in the error; the error never contains the path itself.
 pub fn validate_relative_path(path: &str, side: PathSide, field: &str) -> Result<ToolPath, ContractError> {
+    check_path(path, side, side == PathSide::Adapter, field)
+}
+
+/// A path inside a result (`fs.search` match paths), as a daemon judges it: the adapter-side
+/// forms (`./`, one trailing `/`) and no component limit, as Pi Daemon 0.3.3 judges it (the
+/// 255-byte component limit is what an adapter refuses in its input, not a rule on data).
+pub fn validate_result_path(path: &str, field: &str) -> Result<ToolPath, ContractError> {
+    check_path(path, PathSide::Adapter, false, field)
+}
+
+fn check_path(path: &str, side: PathSide, component_limit: bool, field: &str) -> Result<ToolPath, ContractError> {
     let code = match side {
         PathSide::Daemon => Code::InvalidToolAdapterPath,
         PathSide::Adapter => Code::InvalidPath,
@@ -90,9 +101,7 @@ pub fn validate_relative_path(path: &str, side: PathSide, field: &str) -> Result
             "" => return refuse("is not canonical (empty segment)"),
             "." => return refuse("is not canonical (`.` segment)"),
             ".." => return refuse("contains a `..` segment"),
-            s if side == PathSide::Adapter && s.len() > MAX_COMPONENT_BYTES => {
-                return refuse("has a component over 255 bytes")
-            }
+            s if component_limit && s.len() > MAX_COMPONENT_BYTES => return refuse("has a component over 255 bytes"),
             s => components.push(s.to_string()),
         }
     }

@@ -63,38 +63,37 @@ pub fn is_major_minor(s: &str) -> bool {
     }
 }
 
-/// SemVer 2.0.0 `MAJOR.MINOR.PATCH[-pre][+build]`, no leading zeros in numeric identifiers.
+/// `adapterVersion`, as Pi Daemon 0.3.3 checks it: `MAJOR.MINOR.PATCH` with no leading zeros,
+/// then an optional `-pre` and an optional `+build`, each a non-empty run of
+/// `[0-9A-Za-z.-]` (so `1.2.0-01` and `1.2.0-a..b` pass; strict SemVer 2.0.0 would refuse
+/// them, but the protocol text does not ask for it). ASCII only.
 pub fn is_semver(s: &str) -> bool {
     fn numeric(p: &str) -> bool {
         !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) && (p == "0" || !p.starts_with('0'))
     }
-    fn ident_chars(p: &str) -> bool {
-        !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+    fn tail_chars(p: &str) -> bool {
+        !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-')
     }
-    let (rest, build) = match s.split_once('+') {
-        Some((r, b)) => (r, Some(b)),
-        None => (s, None),
-    };
-    if let Some(b) = build {
-        if !b.split('.').all(ident_chars) {
-            return false;
-        }
-    }
-    let (core, pre) = match rest.split_once('-') {
-        Some((c, p)) => (c, Some(p)),
-        None => (rest, None),
-    };
-    if let Some(p) = pre {
-        let ok = p.split('.').all(|id| ident_chars(id) && (!id.bytes().all(|c| c.is_ascii_digit()) || numeric(id)));
-        if !ok {
-            return false;
-        }
-    }
+    let core_end = s.find(['-', '+']).unwrap_or(s.len());
+    let (core, mut rest) = s.split_at(core_end);
     let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3 && parts.iter().all(|p| numeric(p))
+    if parts.len() != 3 || !parts.iter().all(|p| numeric(p)) {
+        return false;
+    }
+    if let Some(r) = rest.strip_prefix('-') {
+        let end = r.find('+').unwrap_or(r.len());
+        if !tail_chars(&r[..end]) {
+            return false;
+        }
+        rest = &r[end..];
+    }
+    match rest.strip_prefix('+') {
+        Some(build) => tail_chars(build),
+        None => rest.is_empty(),
+    }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`.
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, the fraction 1–9 digits (so at most 30 characters).
 pub fn is_timestamp(s: &str) -> bool {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|x| x.iter().all(u8::is_ascii_digit));
@@ -107,7 +106,8 @@ pub fn is_timestamp(s: &str) -> bool {
     let tail = &b[19..];
     match tail {
         [b'Z'] => true,
-        [b'.', frac @ .., b'Z'] => !frac.is_empty() && frac.iter().all(u8::is_ascii_digit),
+        // One to nine fraction digits (Pi Daemon 0.3.3 refuses more).
+        [b'.', frac @ .., b'Z'] => (1..=9).contains(&frac.len()) && frac.iter().all(u8::is_ascii_digit),
         _ => false,
     }
 }
@@ -123,10 +123,22 @@ mod tests {
 
     #[test]
     fn semver_cases() {
-        for ok in ["1.2.0", "0.0.0", "1.2.0-rc.1+build.5", "1.0.0-alpha-1", "1.0.0+001", "10.20.30-0a"] {
+        for ok in [
+            "1.2.0",
+            "0.0.0",
+            "1.2.0-rc.1+build.5",
+            "1.0.0-alpha-1",
+            "1.0.0+001",
+            "10.20.30-0a",
+            "1.2.0-01",
+            "1.2.0-a..b",
+            "1.2.0-.a",
+            "1.2.0+..",
+            "1.2.0--+-",
+        ] {
             assert!(is_semver(ok), "{ok}");
         }
-        for bad in ["01.2.0", "1.2", "1.2.0-01", "v1.2.0", "1.2.0-", "1.2.0+", "1.2.0-a..b", "1.2.3.4", ""] {
+        for bad in ["01.2.0", "1.2", "v1.2.0", "1.2.0-", "1.2.0+", "1.2.3.4", "", "1.2.0+a+b", "1.2.0-é", "1.2.0_a"] {
             assert!(!is_semver(bad), "{bad}");
         }
     }
@@ -135,6 +147,7 @@ mod tests {
     fn timestamps() {
         assert!(is_timestamp("2026-12-02T14:43:25Z"));
         assert!(is_timestamp("2026-12-02T14:43:25.123456789Z"));
+        assert!(!is_timestamp("2026-12-02T14:43:25.1234567890Z"));
         assert!(!is_timestamp("2026-12-02T14:43:25.Z"));
         assert!(!is_timestamp("2026-12-02 14:43:25Z"));
         assert!(!is_timestamp("2026-12-02T14:43:25+00:00"));
