@@ -136,3 +136,78 @@ fn a_broken_daemon_fails_on_named_cases_with_diagnostics() {
     }
     assert!(out.contains("supportedProtocolVersions"), "the diagnostic names the Pi Daemon 0.3.3 variant:\n{out}");
 }
+
+/// A daemon that refuses every command but the handshake with `invalid_field` naming
+/// `extensions`: what Pi Daemon 0.3.3 answered to opens whose `resources` held `tools` alone.
+/// Its responses are valid records, so only the reasons are wrong.
+fn wrong_reason_daemon(sock: &std::path::Path) {
+    let l = UnixListener::bind(sock).unwrap();
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { break };
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                for line in BufReader::new(s).lines().map_while(Result::ok) {
+                    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    let rid = v["requestId"].as_str().unwrap_or("x");
+                    let version = v["protocolVersion"].as_str().unwrap_or("1.0");
+                    let reply = if v["operation"] == "handshake" {
+                        json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": true,
+                            "data": {"host": {"hostInstanceId": "wrong-reason-host"}}})
+                    } else {
+                        json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": false,
+                            "error": {"code": "invalid_field", "message": "extensions must be a string", "retryable": false, "details": {"field": "extensions"}}})
+                    };
+                    let _ = writeln!(w, "{reply}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_refusal_for_another_reason_makes_negative_cases_inconclusive_never_pass() {
+    let dir = tempfile::Builder::new().prefix("pc-dwrong").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sock = dir.path().join("wrong.sock");
+    wrong_reason_daemon(&sock);
+    let (code, out, err) = run(&[
+        "daemon",
+        sock.to_str().unwrap(),
+        "--cwd",
+        dir.path().join("cwd").to_str().unwrap(),
+        "--id",
+        "daemon.admission",
+        "--id",
+        "daemon.v1",
+        "--id",
+        "daemon.bind",
+        "--id",
+        "daemon.policy",
+        "--id",
+        "daemon.tools",
+        "--format",
+        "json",
+        "--time-scale",
+        "0.25",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}\n{err}"));
+    let results = v["results"].as_array().unwrap();
+    assert!(results.len() >= 30, "{out}");
+    for r in results {
+        let (id, status, reason) =
+            (r["id"].as_str().unwrap(), r["status"].as_str().unwrap(), r["reason"].as_str().unwrap());
+        assert_ne!(status, "pass", "{id} passed on a refusal it did not provoke: {reason}");
+        // No refusal names the member a case faulted, so every negative open case is
+        // inconclusive; positive cases fail or are inconclusive (their precondition failed).
+        if id.starts_with("daemon.admission.") || id.starts_with("daemon.v1.") || id == "daemon.bind.endpoint-insecure"
+        {
+            assert_eq!(status, "error", "{id}: {reason}");
+            assert!(reason.contains("inconclusive") && reason.contains("extensions"), "{id}: {reason}");
+        }
+        // Diagnostics never name a variant they did not observe.
+        assert!(!reason.contains("0.3.3 variant"), "{id} names a variant it did not observe: {reason}");
+    }
+    assert_ne!(code, 0, "a run with harness errors is never green");
+}

@@ -303,6 +303,7 @@ pub fn run_daemon(
             return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
         };
         let started = Instant::now();
+        let first_link = probe.seen().connections;
         let mut ctx = super::daemon::DCtx::new(target, &probe, host.clone(), i);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx)))
             .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
@@ -312,6 +313,9 @@ pub fn run_daemon(
         if ctx.handles.iter().any(|h| memchr::memmem::find(&received, h.as_bytes()).is_some()) {
             oracle.push("the daemon sent a capability handle to a client".into());
         }
+        // Every frame the daemon sent, to a client or to the probe, is judged by the contract.
+        oracle.extend(super::daemon::judge_client_lines(&received));
+        oracle.extend(probe.seen().violations.into_iter().filter(|(n, _)| *n >= first_link).map(|(_, why)| why));
         let transcript = ctx.transcript.borrow().clone();
         let r = classify(meta, outcome, oracle, transcript, started.elapsed());
         progress(i + 1, selected.len(), &r);

@@ -126,6 +126,9 @@ faults! {
     /// Calls beyond the admission limits are sent anyway.
     NoQueueCapacity = "no-queue-capacity", "PC-4.4",
         "a call beyond maxConcurrentRequests + maxQueuedRequests is written to the adapter at once instead of refused with adapter_queue_capacity";
+    /// `./` and `dir/` tool paths are dispatched, as Pi Daemon 0.3.3 does.
+    PassNonCanonicalPaths = "pass-non-canonical-paths-0.3.3", "PC-5.1",
+        "tool paths `./` and `dir/` (one trailing slash) are sent to the adapter instead of refused before dispatch, as Pi Daemon 0.3.3";
     /// Results with another idempotencyKey are accepted.
     AcceptMismatchedResults = "accept-mismatched-results", "PC-4.3",
         "a result whose idempotencyKey differs from its invoke's is accepted instead of failing the connection";
@@ -409,8 +412,26 @@ pub fn run_faulty_daemon(
 }
 
 /// The ids a report counts as killed: every case that did not pass, sorted.
+/// Whether `path` is one of the non-canonical forms Pi Daemon 0.3.3 passes on (`./`, or one
+/// trailing `/` after a canonical path), which [`DaemonFault::PassNonCanonicalPaths`] lets by.
+pub fn is_0_3_3_passed_path(path: &str) -> bool {
+    path == "./"
+        || path.strip_suffix('/').is_some_and(|p| {
+            !p.is_empty()
+                && crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "path").is_ok()
+        })
+}
+
+/// A daemon case is killed when it does not pass: a failure, a warning, or `error` — the
+/// runner's inconclusive verdict, which a fault earns when it breaks what a case relies on
+/// (without an abort on the wire, no result can follow an `aborted`).
 pub fn killed_ids(report: &Report) -> BTreeSet<String> {
-    crate::conform::selftest::killed_ids(report)
+    report
+        .results
+        .iter()
+        .filter(|r| matches!(r.status, Status::Fail | Status::Warn | Status::Error))
+        .map(|r| r.id.clone())
+        .collect()
 }
 
 /// One fault's row of the daemon kill matrix.
@@ -425,7 +446,7 @@ pub struct DaemonKillRow {
     pub description: String,
     /// Cases it killed (did not pass), sorted.
     pub killed: Vec<String>,
-    /// Harness errors: `<case id>: <reason>`, or why the run could not happen.
+    /// Why the run could not happen, if it could not.
     pub errors: Vec<String>,
     /// Cases run.
     pub cases: usize,
@@ -437,14 +458,8 @@ pub struct DaemonKillRow {
 pub fn daemon_kill_row(bin: &Path, fault: DaemonFault, cases: &[CaseMeta], time_scale: f64) -> DaemonKillRow {
     let started = Instant::now();
     let (killed, errors) = match run_faulty_daemon(bin, fault.into(), cases, time_scale) {
-        Ok(rep) => (
-            killed_ids(&rep).into_iter().collect(),
-            rep.results
-                .iter()
-                .filter(|r| r.status == Status::Error)
-                .map(|r| format!("{}: {}", r.id, r.reason))
-                .collect(),
-        ),
+        // An inconclusive case (`error`) under a fault counts as killed (see `killed_ids`).
+        Ok(rep) => (killed_ids(&rep).into_iter().collect(), Vec::new()),
         Err(e) => (Vec::new(), vec![e]),
     };
     DaemonKillRow {

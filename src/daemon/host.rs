@@ -884,7 +884,11 @@ impl Host {
             return Err(DErr::new("invalid_tool_arguments", "tool arguments must be a JSON object"));
         }
         if let Some(p) = payload.get("path").and_then(Value::as_str) {
-            validate_relative_path(p, PathSide::Daemon, "path").map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
+            let passed = self.faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
+            if !passed {
+                validate_relative_path(p, PathSide::Daemon, "path")
+                    .map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
+            }
         }
         let link = link.ok_or_else(|| DErr::new("tool_unavailable", "this session has no tool adapter"))?;
         link.start(op, payload, call_id).map_err(call_error)

@@ -484,8 +484,11 @@ impl AdapterRuntime {
         // The daemon side sends canonical paths only (SPEC §5.1).
         let path = payload.get("path").and_then(Value::as_str).map(str::to_string);
         if let Some(p) = &path {
-            crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "payload.path")
-                .map_err(|e| CallError::local(e.code.as_str(), &e.message))?;
+            let passed = self.faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
+            if !passed {
+                crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "payload.path")
+                    .map_err(|e| CallError::local(e.code.as_str(), &e.message))?;
+            }
         }
         let request_id = uuid::Uuid::new_v4().to_string();
         let key = idempotency_key(op, tool_call_id);

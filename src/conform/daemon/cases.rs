@@ -45,6 +45,65 @@ fn tok(r: Result<Recv, Outcome>) -> Outcome {
     }
 }
 
+/// The last dotted segment of a `details.field`: SPEC §3.2 fixes codes, not field spellings,
+/// so a field is compared only by the member it names (`descriptor.binding.extra`,
+/// `binding.extra` and `extra` all name `extra`).
+pub fn last_segment(field: &str) -> &str {
+    field.rsplit('.').next().unwrap_or(field)
+}
+
+/// Judge the refusal a negative case provoked. `code` is the code the case provokes and
+/// `member` the member it put the fault in (when the daemon names one).
+///
+/// - accepted (`ok:true`) → token `accepted`, which no catalogue entry accepts: fail;
+/// - refused naming `member` (last dotted segment) → `error:<code>@<member>`: the refusal is
+///   the one provoked, so a wrong code fails against the catalogue;
+/// - refused with `code` when there is no member to confirm → `error:<code>`;
+/// - any other refusal (another member, or another code where no member is named) →
+///   `error` (inconclusive): the daemon refused for a reason the case did not provoke, so
+///   the clause under test was never reached.
+pub fn refusal(r: &Recv, code: &str, member: Option<&str>) -> Outcome {
+    let Some(f) = r.frame() else { return Outcome::token(rtoken(r)) };
+    if f["ok"] == true {
+        return Outcome::token("accepted");
+    }
+    let got = f["error"]["code"].as_str().unwrap_or("?");
+    let field = f["error"]["details"]["field"].as_str().unwrap_or("");
+    match member {
+        Some(m) if last_segment(field) == m => Outcome::token(format!("error:{got}@{m}")),
+        None if got == code => Outcome::token(format!("error:{got}")),
+        _ => Outcome::Error(format!(
+            "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for              another reason before it judged what this case tests",
+            if field.is_empty() { String::new() } else { format!(" (field `{field}`)") },
+            member.map(|m| format!(" naming `{m}`")).unwrap_or_default(),
+        )),
+    }
+}
+
+/// A valid open a case relies on was refused: the case cannot reach what it tests, so the
+/// verdict is `error` (inconclusive), never `fail` of the clause under test. The positive
+/// cases (`daemon.bind.before-open-answer`, `daemon.v2.no-tools-storage`) fail for it.
+fn precondition_open(r: &Recv) -> Outcome {
+    Outcome::Error(format!(
+        "inconclusive: a valid host-adapter open this case relies on was answered {} ({})",
+        rtoken(r),
+        r.frame().map(|f| f["error"]["message"].as_str().unwrap_or("").to_string()).unwrap_or_default()
+    ))
+}
+
+/// Whether a `bind` reached the probe on a connection accepted at or after `first`.
+fn bind_seen_since(c: &DCtx<'_>, first: usize) -> bool {
+    c.probe.seen().frames.iter().any(|(n, f)| *n >= first && f["kind"] == "bind")
+}
+
+/// [`refusal`] of a response that may be missing.
+fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Outcome {
+    match r {
+        Ok(r) => refusal(&r, code, member),
+        Err(o) => o,
+    }
+}
+
 fn closed_after(c: &mut DCtx<'_>, conn: &mut crate::conform::adapter::conn::Conn) -> bool {
     let step = c.target.step;
     loop {
@@ -60,7 +119,11 @@ fn closed_after(c: &mut DCtx<'_>, conn: &mut crate::conform::adapter::conn::Conn
 
 fn hs_payload_required(c: &mut DCtx<'_>) -> Outcome {
     let rid = c.rid();
-    tok(one(c, json!({"protocolVersion": "2.0", "requestId": rid, "operation": "handshake"})))
+    refusal_of(
+        one(c, json!({"protocolVersion": "2.0", "requestId": rid, "operation": "handshake"})),
+        "invalid_field",
+        Some("payload"),
+    )
 }
 fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
     let v = c.cmd("2.0", "handshake", json!({}));
@@ -114,11 +177,14 @@ fn env_echo_on_error(c: &mut DCtx<'_>) -> Outcome {
     let s = c.session.clone();
     let v = c.cmd("2.3", "wake", json!({"sessionId": s, "generation": 1, "payload": {"prompt": "x"}}));
     let r = tryo!(one(c, v));
-    Outcome::token(format!(
-        "{}@{}",
-        rtoken(&r),
-        r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")
-    ))
+    // The provoked refusal: the wake has no idempotencyKey.
+    match refusal(&r, "invalid_field", Some("idempotencyKey")) {
+        Outcome::Observed { token, .. } if token == "error:invalid_field@idempotencyKey" => Outcome::token(format!(
+            "version:{}",
+            r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")
+        )),
+        other => other,
+    }
 }
 fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Silence, InvokeMode::Normal);
@@ -154,23 +220,34 @@ fn env_incompatible_closes(c: &mut DCtx<'_>) -> Outcome {
     let v = c.cmd("3.0", "handshake", json!({}));
     let mut conn = tryo!(c.connect());
     let r = c.call(&mut conn, v);
-    let t = rtoken(&r);
     let closed = closed_after(c, &mut conn);
-    Outcome::token(format!("{t}{}", if closed { "+closed" } else { "+open" }))
+    with_close(refusal(&r, "incompatible_protocol", None), closed)
+}
+
+/// Append `+closed` / `+open` to an observed token.
+fn with_close(o: Outcome, closed: bool) -> Outcome {
+    match o {
+        Outcome::Observed { token, problems } => {
+            Outcome::with(format!("{token}{}", if closed { "+closed" } else { "+open" }), problems)
+        }
+        other => other,
+    }
 }
 fn env_bad_json_closes(c: &mut DCtx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
     conn.send_raw(b"{\"protocolVersion\":\"2.0\",\n");
     let r = conn.recv_within(c.target.step * 2);
-    let t = rtoken(&r);
     let rid_ok = r.frame().and_then(|f| f["requestId"].as_str()).is_some_and(|s| s.starts_with("invalid-"));
     let closed = closed_after(c, &mut conn);
-    let p = if rid_ok || r.frame().is_none() {
-        vec![]
-    } else {
-        vec!["the requestId of a decoder error must be invalid-<uuid>".into()]
-    };
-    Outcome::with(format!("{t}{}", if closed { "+closed" } else { "+open" }), p)
+    match with_close(refusal(&r, "invalid_json", None), closed) {
+        Outcome::Observed { token, mut problems } => {
+            if !rid_ok && r.frame().is_some() {
+                problems.push("the requestId of a decoder error must be invalid-<uuid>".into());
+            }
+            Outcome::with(token, problems)
+        }
+        other => other,
+    }
 }
 fn env_oversize_closes(c: &mut DCtx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
@@ -178,9 +255,8 @@ fn env_oversize_closes(c: &mut DCtx<'_>) -> Outcome {
     big.push(b'\n');
     conn.send_raw(&big);
     let r = conn.recv_within(c.target.step * 2);
-    let t = rtoken(&r);
     let closed = closed_after(c, &mut conn);
-    Outcome::token(format!("{t}{}", if closed { "+closed" } else { "+open" }))
+    with_close(refusal(&r, "line_too_large", None), closed)
 }
 fn env_validation_keeps_open(c: &mut DCtx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
@@ -188,7 +264,10 @@ fn env_validation_keeps_open(c: &mut DCtx<'_>) -> Outcome {
     let r1 = c.call(&mut conn, bad);
     let good = c.cmd("2.0", "handshake", json!({}));
     let r2 = c.call(&mut conn, good);
-    Outcome::token(format!("{}+{}", rtoken(&r1), rtoken(&r2)))
+    match refusal(&r1, "unknown_operation", None) {
+        Outcome::Observed { token, .. } => Outcome::token(format!("{token}+{}", rtoken(&r2))),
+        other => other,
+    }
 }
 fn env_request_id_echo(c: &mut DCtx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
@@ -207,7 +286,7 @@ fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
 }
 fn v1_tools_string(c: &mut DCtx<'_>) -> Outcome {
     let v = v1_open(c, json!("all"));
-    tok(one(c, v))
+    refusal_of(one(c, v), "unsupported_resource_policy", Some("tools"))
 }
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
     let d = c.descriptor(1, None);
@@ -215,21 +294,52 @@ fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
     let v = v1_open(c, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     let p = if c.probe.seen().connections != before { vec!["a v1 open reached the adapter".into()] } else { vec![] };
-    Outcome::with(rtoken(&r), p)
+    match refusal(&r, "invalid_field", Some("tools")) {
+        Outcome::Observed { token, .. } => Outcome::with(token, p),
+        other => other,
+    }
 }
 fn v2_no_tools_storage(c: &mut DCtx<'_>) -> Outcome {
-    let agent = c.target.cwd.join(format!(".pc-agent-{}", c.session));
-    let _ = std::fs::create_dir_all(agent.join("sessions"));
+    // The case creates what it relies on, owner-only, under --cwd: a session cwd, an isolated
+    // agentDir beside it (no overlap) and the confined sessionDir inside <agentDir>/sessions.
+    let base = c.target.cwd.join(format!(".pc-storage-{}", c.session));
+    let (cwd, agent) = (base.join("work"), base.join("agent"));
+    let session_dir = agent.join("sessions").join(&c.session);
+    for d in [&base, &cwd, &agent, &agent.join("sessions"), &session_dir] {
+        if let Err(e) = private_dir(d) {
+            return Outcome::Error(format!("cannot create {}: {e}", d.display()));
+        }
+    }
     let rid = c.rid();
     let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": c.target.cwd.join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": agent.join("sessions").join(&c.session)},
+        "payload": {"cwd": cwd, "agentDir": agent, "session": {"mode": "new", "sessionDir": session_dir},
         "resources": crate::contract::resources_with_tools(json!("none"))}});
     tok(one(c, v))
 }
 
+/// Create `d` (if missing) with mode 0700.
+fn private_dir(d: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(d) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 // ---------------------------------------------------------------- admission
 
-fn admission(c: &mut DCtx<'_>, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
+/// Whether a refusal is one that only comes after admission (`open_failed`, or an `adapter_*`
+/// code): the descriptor was admitted.
+fn admitted_then_failed(r: &Recv) -> bool {
+    r.frame().and_then(|f| f["error"]["code"].as_str()).is_some_and(|c| c == "open_failed" || c.starts_with("adapter_"))
+}
+
+/// A descriptor check: `member` is the member the fault is put in, `code` the code it must
+/// draw (compared exactly; the field only by its last dotted segment).
+fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
     let mut d = c.descriptor(1, None);
     let host = c.host.clone();
     mutate(&mut d, &host);
@@ -241,44 +351,64 @@ fn admission(c: &mut DCtx<'_>, mutate: impl FnOnce(&mut Value, &str)) -> Outcome
     if c.probe.seen().connections != before {
         p.push("a refused descriptor reached the adapter: admission must answer before any connection".into());
     }
-    let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str().map(str::to_string)).unwrap_or_default();
-    Outcome::with(format!("{}@{field}", rtoken(&r)), p)
+    match refusal(&r, code, Some(member)) {
+        Outcome::Observed { token, .. } => Outcome::with(token, p),
+        // Refused only after admission (the open failed later, or an adapter reason): the
+        // faulted descriptor was admitted.
+        Outcome::Error(_) if admitted_then_failed(&r) => {
+            let got = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("?").to_string();
+            p.insert(
+                0,
+                format!("the descriptor passed admission: the open failed only later ({got}), not with {code}"),
+            );
+            Outcome::with(format!("admitted:{got}"), p)
+        }
+        // Another refusal: inconclusive, but a connection to the adapter is still a failure.
+        other if p.is_empty() => other,
+        _ => Outcome::with("reached-adapter", p),
+    }
 }
 fn adm_1(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["token"] = json!("smuggled"))
+    admission(c, "invalid_tool_adapter_descriptor", "token", |d, _| d["token"] = json!("smuggled"))
 }
 fn adm_2(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["protocolVersion"] = json!("2.0"))
+    admission(c, "unsupported_tool_adapter_version", "protocolVersion", |d, _| d["protocolVersion"] = json!("2.0"))
 }
 fn adm_3(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["adapterId"] = json!("-bad"))
+    admission(c, "invalid_tool_adapter_identity", "adapterId", |d, _| d["adapterId"] = json!("-bad"))
 }
 fn adm_4(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["adapterVersion"] = json!("01.2.0"))
+    admission(c, "invalid_tool_adapter_identity", "adapterVersion", |d, _| d["adapterVersion"] = json!("01.2.0"))
 }
 fn adm_5(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
+    admission(c, "invalid_tool_adapter_endpoint", "path", |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
 }
 fn adm_6(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["binding"]["extra"] = json!(1))
+    admission(c, "invalid_tool_adapter_binding", "extra", |d, _| d["binding"]["extra"] = json!(1))
 }
 fn adm_7(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["binding"]["capabilityHandle"] = json!("tooShort"))
+    admission(c, "invalid_tool_adapter_capability", "capabilityHandle", |d, _| {
+        d["binding"]["capabilityHandle"] = json!("tooShort")
+    })
 }
 fn adm_8(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, h| d["binding"]["hostInstanceId"] = json!(format!("{h}-previous")))
+    admission(c, "tool_adapter_binding_mismatch", "hostInstanceId", |d, h| {
+        d["binding"]["hostInstanceId"] = json!(format!("{h}-previous"))
+    })
 }
 fn adm_9(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
+    admission(c, "unsupported_tool_operation", "operations", |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
 }
 fn adm_10(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, |d, _| d["limits"]["maxConcurrentRequests"] = json!(65))
+    admission(c, "invalid_tool_adapter_limit", "maxConcurrentRequests", |d, _| {
+        d["limits"]["maxConcurrentRequests"] = json!(65)
+    })
 }
 fn adm_11(c: &mut DCtx<'_>) -> Outcome {
     // SPEC §3.3: 256 × € in the session id makes `bound` larger than 1024 bytes, so limits
     // 2048/1024 pass the range check and fail the fit check on maxResponseBytes.
     c.session = "\u{20ac}".repeat(256);
-    admission(c, |d, _| {
+    admission(c, "invalid_tool_adapter_limit", "maxResponseBytes", |d, _| {
         d["limits"]["maxRequestBytes"] = json!(2048);
         d["limits"]["maxResponseBytes"] = json!(1024);
     })
@@ -314,21 +444,22 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
 }
 fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
     c.probe.set(mode, InvokeMode::Normal);
+    let first = c.probe.seen().connections;
     let d = c.descriptor(1, Some(limits_with_timeout(800)));
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let t = rtoken(&r);
+    if t != "ok" && !bind_seen_since(c, first) {
+        // The refusal came before any bind: the bound violation was never provoked.
+        return Outcome::Error(format!(
+            "inconclusive: the daemon refused the open ({t}) before any bind reached the probe, so the bound \
+             violation this case provokes was never sent"
+        ));
+    }
     let mut p = Vec::new();
     if t == "ok" {
         p.push("a bound violation must fail the open".into());
-    } else if let Some(f) = r.frame() {
-        let cause = f["error"]["details"]["cause"]["code"].as_str().unwrap_or("");
-        if !cause.starts_with("adapter_") {
-            p.push(format!(
-                "the open failed ({t}) without details.cause.code naming the adapter_* reason (the generic-cause variant of Pi Daemon 0.3.3, SPEC §9)"
-            ));
-        }
     }
     // No usable binding: a wake of this generation may not reach the adapter.
     let w = c.wake(1, "fs_stat", &json!({"path": "."}));
@@ -338,6 +469,45 @@ fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
         p.push("a tool call reached the adapter after a failed bind".into());
     }
     Outcome::with(if t == "ok" { "opened".to_string() } else { "open-refused".to_string() }, p)
+}
+/// SPEC §3.4 and the §9 conflict "adapter failure reasons are typed": a failed bind names its
+/// `adapter_*` reason, as the error code or as `details.cause.code`.
+fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::WrongLimits, InvokeMode::Normal);
+    let first = c.probe.seen().connections;
+    let d = c.descriptor(1, Some(limits_with_timeout(800)));
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let r = one(c, v);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let r = tryo!(r);
+    let t = rtoken(&r);
+    let Some(f) = r.frame().filter(|f| f["ok"] == false) else {
+        return Outcome::with(t.clone(), vec![format!("a bound with a changed limit must fail the open, got {t}")]);
+    };
+    if !bind_seen_since(c, first) {
+        return Outcome::Error(format!(
+            "inconclusive: the daemon refused the open ({t}) before any bind reached the probe"
+        ));
+    }
+    let code = f["error"]["code"].as_str().unwrap_or("");
+    let cause = &f["error"]["details"]["cause"];
+    if let Some(typed) = [code, cause["code"].as_str().unwrap_or("")].into_iter().find(|c| c.starts_with("adapter_")) {
+        return Outcome::token(format!("typed:{typed}"));
+    }
+    if code == "open_failed" && cause.is_object() {
+        return Outcome::with(
+            "generic-cause",
+            vec![format!(
+                "observed the Pi Daemon 0.3.3 variant (SPEC §9): open_failed with a generic cause {{name: {}, message: {}}} \
+                 and no adapter_* code; the reason (a bound whose limits differ: adapter_protocol_invalid) should be typed",
+                cause["name"], cause["message"]
+            )],
+        );
+    }
+    Outcome::with(
+        format!("untyped:{t}"),
+        vec!["the failed bind's reason is named neither by the error code nor by details.cause.code".into()],
+    )
 }
 fn bound_wrong_limits(c: &mut DCtx<'_>) -> Outcome {
     bound_violation(c, BoundMode::WrongLimits)
@@ -366,12 +536,32 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     let r = one(c, v);
     let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o600));
     let r = tryo!(r);
-    let p = if c.probe.seen().connections != before {
-        vec!["the daemon connected to a socket others can write".into()]
-    } else {
-        vec![]
-    };
-    Outcome::with(if rtoken(&r) == "ok" { "opened".to_string() } else { "open-refused".to_string() }, p)
+    let connected = c.probe.seen().connections != before;
+    let p = if connected { vec!["the daemon connected to a socket others can write".into()] } else { vec![] };
+    let t = rtoken(&r);
+    if t == "ok" || connected {
+        return Outcome::with(if t == "ok" { "opened" } else { "open-refused" }, p);
+    }
+    // Confirm the refusal is about the endpoint: not a parse or admission refusal, and the
+    // same open with the socket made private again succeeds (in a fresh session).
+    let code = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("").to_string();
+    if code.starts_with("invalid_") || code.starts_with("unsupported_") || code == "tool_adapter_binding_mismatch" {
+        let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str()).unwrap_or("").to_string();
+        return Outcome::Error(format!(
+            "inconclusive: the open was refused at parse or admission ({t}, field `{field}`), before the endpoint was looked at"
+        ));
+    }
+    c.session = format!("{}-control", c.session);
+    let d = c.descriptor(1, None);
+    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let control = tryo!(one(c, v));
+    if rtoken(&control) != "ok" {
+        return Outcome::Error(format!(
+            "inconclusive: the control open with the socket private again was refused too ({})",
+            rtoken(&control)
+        ));
+    }
+    Outcome::token("open-refused")
 }
 fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
     let t = Instant::now();
@@ -389,7 +579,7 @@ fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outco
     let v = c.open(generation, super::DCtx::host_adapter(&d));
     let r = one(c, v)?;
     if rtoken(&r) != "ok" {
-        return Err(Outcome::with(format!("open-{}", rtoken(&r)), vec!["a valid host-adapter open failed".into()]));
+        return Err(precondition_open(&r));
     }
     let idx = c.probe.seen().connections.saturating_sub(1);
     Ok((d, idx))
@@ -426,25 +616,33 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
 }
 fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Close, InvokeMode::Normal);
+    let first = c.probe.seen().connections;
     let d = c.descriptor(1, None);
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    let _ = tryo!(one(c, v));
+    let r = one(c, v);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let r = tryo!(r);
+    if !bind_seen_since(c, first) {
+        return Outcome::Error(format!(
+            "inconclusive: the first open was answered {} before any bind reached the probe, so no policy was retained by a failed bind",
+            rtoken(&r)
+        ));
+    }
     let v = c.open(1, json!("none"));
-    tok(one(c, v))
+    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
 }
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
     let mut d = c.descriptor(1, None);
     d["limits"]["maxQueuedRequests"] = json!(15);
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    tok(one(c, v))
+    refusal_of(one(c, v), "session_policy_conflict", None)
 }
 fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
     let d = c.descriptor(1, None);
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    tok(one(c, v))
+    refusal_of(one(c, v), "stale_generation", None)
 }
 
 // ---------------------------------------------------------------- tool traffic
@@ -478,7 +676,7 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-        return Outcome::with(rtoken(&r), vec!["a valid open failed".into()]);
+        return precondition_open(&r);
     }
     let w = c.wake(1, "fs_stat", &json!({"path": "."}));
     let _ = one(c, w);
@@ -497,6 +695,15 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     };
     Outcome::token(if abort { "abort-sent" } else { "no-abort" })
 }
+/// The first value under `key` anywhere inside `v` (depth-first).
+fn find_key<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
+    match v {
+        Value::Object(m) => m.get(key).or_else(|| m.values().find_map(|x| find_key(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
 /// `requestTimeoutMs` of the queue-capacity case: `retryAfterMs` = max(25, min(1000,
 /// floor(600 / 20))) = 30, a value the clamp does not produce.
 const CAPACITY_TIMEOUT_MS: u64 = 600;
@@ -521,7 +728,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
-        return Outcome::with(format!("open-{}", rtoken(&r)), vec!["a valid host-adapter open failed".into()]);
+        return precondition_open(&r);
     }
     let link = c.probe.seen().connections.saturating_sub(1);
     // Attached, so the turn's toolCallEnd events are seen too.
@@ -563,7 +770,12 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
             _ => {}
         }
     }
-    // Why each call failed: the turn result's toolCalls, then the toolCallEnd events.
+    // How the daemon reported the refusals. Two forms are accepted (the protocol fixes the
+    // refusal, not how a turn reports it):
+    // - per call (the reference daemon): `result.toolCalls[]` / `toolCallEnd` events whose
+    //   error is `adapter_queue_capacity`, with `retryable` and `details.retryAfterMs` checked;
+    // - Pi Daemon 0.3.3: failed `toolEnd` events (`isError`) and the session's
+    //   `hostToolAdapterQueue` telemetry (`rejectedRequests`, `lastRejectionReason`).
     let mut refused = std::collections::BTreeSet::new();
     let mut p = Vec::new();
     let result = resp.frame().map(|f| f["data"]["result"]["toolCalls"].clone()).unwrap_or(Value::Null);
@@ -589,6 +801,16 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     for (i, e) in events.iter().filter(|e| e["event"] == "toolCallEnd").enumerate() {
         if e["data"].to_string().contains(CODE) {
             refused.insert(e["data"]["toolCallId"].as_str().map_or_else(|| format!("event#{i}"), str::to_string));
+        }
+    }
+    if refused.is_empty() {
+        let failed_tool_ends =
+            events.iter().filter(|e| e["event"] == "toolEnd" && e["data"]["isError"] == true).count();
+        let telemetry =
+            resp.frame().and_then(|f| find_key(&f["data"], "hostToolAdapterQueue")).cloned().unwrap_or(Value::Null);
+        let rejected = telemetry["rejectedRequests"].as_u64().unwrap_or(0) as usize;
+        if rejected > 0 && telemetry["lastRejectionReason"] == CODE && failed_tool_ends >= rejected {
+            refused.extend((0..rejected).map(|i| format!("telemetry#{i}")));
         }
     }
     let extra = calls.len() - allowed;
@@ -626,12 +848,65 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     ));
     Outcome::with("not-refused", p)
 }
+/// Protocol text: "Empty, absolute, backslash, control-character, non-canonical, and .. paths
+/// fail before adapter dispatch." Each path below goes to the model as one tool call; none may
+/// reach the adapter. Pi Daemon 0.3.3 passes `./` and `dir/` on (SPEC §9).
+fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(open_bound(c, 1));
+    let dir = format!("pc-ncp-{}", &c.session[c.session.len().saturating_sub(8)..]);
+    if let Err(e) = private_dir(&c.target.cwd.join(&dir)) {
+        return Outcome::Error(format!("cannot create the directory the paths name: {e}"));
+    }
+    let bad = [
+        "./".to_string(),
+        format!("{dir}/"),
+        format!("{dir}//x"),
+        format!("./{dir}"),
+        format!("{dir}/./x"),
+        format!("{dir}/../x"),
+    ];
+    let calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
+    let before = invokes(c).len();
+    let w = c.wake_calls(1, &calls);
+    let r = tryo!(one(c, w));
+    let seen = invokes(c);
+    let dispatched: Vec<String> = seen[before.min(seen.len())..]
+        .iter()
+        .filter_map(|f| f["payload"]["path"].as_str())
+        .filter(|p| bad.iter().any(|b| b == p))
+        .map(str::to_string)
+        .collect();
+    if dispatched.is_empty() {
+        return Outcome::with(
+            "refused-before-dispatch",
+            if rtoken(&r) == "ok" || rtoken(&r).starts_with("error:") {
+                vec![]
+            } else {
+                vec![format!("the wake was answered {}", rtoken(&r))]
+            },
+        );
+    }
+    let only_0_3_3 = dispatched.iter().all(|p| p == "./" || (p.ends_with('/') && !p[..p.len() - 1].contains('/')));
+    let mut why = format!("non-canonical paths reached the adapter: {}", dispatched.join(", "));
+    if only_0_3_3 {
+        why.push_str(" (observed the Pi Daemon 0.3.3 variant, SPEC §9: `./` and a single trailing `/` are passed on)");
+    }
+    Outcome::with(format!("dispatched:{}", dispatched.len()), vec![why])
+}
 fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode) -> Outcome {
     let _ = tryo!(open_bound(c, 1));
     c.probe.set(BoundMode::Exact, mode);
+    let sent = invokes(c).len();
     let w = c.wake(1, "fs_stat", &json!({"path": "."}));
-    let r1 = tryo!(one(c, w));
+    let r1 = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let r1 = tryo!(r1);
+    if invokes(c).len() == sent {
+        return Outcome::Error(format!(
+            "inconclusive: the wake ({}) made no tool call through the adapter, so the bad adapter frame was never sent",
+            rtoken(&r1)
+        ));
+    }
     // The connection must be failed: a later call never succeeds through it.
     let before = invokes(c).len();
     let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
@@ -665,13 +940,20 @@ fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     let v = c.open(1, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
-        return Outcome::with(rtoken(&r), vec!["a valid open failed".into()]);
+        return precondition_open(&r);
     }
     c.probe.set(BoundMode::Exact, InvokeMode::ResultAfterAborted);
     let w = c.wake(1, "fs_stat", &json!({"path": "."}));
     let _ = one(c, w);
     std::thread::sleep(Duration::from_millis(100));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    if !c.probe.seen().frames.iter().any(|(_, f)| f["kind"] == "abort") {
+        return Outcome::Error(
+            "inconclusive: no abort reached the probe (the call did not time out on the wire), so no result after \
+             aborted was ever sent"
+                .into(),
+        );
+    }
     let before = invokes(c).len();
     let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
     let _ = tryo!(one(c, w2));
@@ -712,7 +994,7 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
     }
     let _ = tryo!(restart_flow(c));
     let v = c.open(1, json!("none"));
-    tok(one(c, v))
+    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -720,7 +1002,7 @@ fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     }
     let d = tryo!(restart_flow(c));
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    tok(one(c, v))
+    refusal_of(one(c, v), "tool_adapter_binding_mismatch", Some("hostInstanceId"))
 }
 fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -776,6 +1058,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.bound-echoes-handle", bound_echo_handle),
         ("daemon.bind.close-before-bound", bound_close),
         ("daemon.bind.silence", bound_silence),
+        ("daemon.bind.typed-failure-cause", bind_typed_cause),
         ("daemon.bind.endpoint-insecure", endpoint_insecure),
         ("daemon.bind.revoke-on-close", revoke_on_close),
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
@@ -785,6 +1068,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.policy.lower-generation", policy_lower_generation),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
         ("daemon.tools.queue-capacity", tools_queue_capacity),
+        ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
         ("daemon.tools.unsolicited-result-fails-closed", tools_unsolicited),
@@ -795,4 +1079,78 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.old-host-descriptor-refused", restart_old_host_refused),
         ("daemon.restart.reprovision-clears", restart_reprovision),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: &str, field: Option<&str>) -> Recv {
+        let mut e = json!({"code": code, "message": "m", "retryable": false});
+        if let Some(f) = field {
+            e["details"] = json!({"field": f});
+        }
+        let v = json!({"protocolVersion": "2.0", "kind": "response", "requestId": "r", "hostInstanceId": "h", "ok": false, "error": e});
+        Recv::Frame(v, Vec::new())
+    }
+
+    fn token(o: Outcome) -> String {
+        match o {
+            Outcome::Observed { token, .. } => token,
+            other => panic!("expected an observed outcome, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refusal_naming_the_faulted_member_is_judged_by_its_code() {
+        // Every spelling of the member passes through the last dotted segment.
+        for field in ["descriptor.binding.extra", "binding.extra", "extra"] {
+            let r = refused("invalid_tool_adapter_binding", Some(field));
+            assert_eq!(
+                token(refusal(&r, "invalid_tool_adapter_binding", Some("extra"))),
+                "error:invalid_tool_adapter_binding@extra"
+            );
+        }
+        // The provoked member with another code is a token the catalogue does not accept: fail.
+        let r = refused("invalid_tool_adapter_field", Some("binding.extra"));
+        assert_eq!(
+            token(refusal(&r, "invalid_tool_adapter_binding", Some("extra"))),
+            "error:invalid_tool_adapter_field@extra"
+        );
+    }
+
+    #[test]
+    fn a_refusal_for_another_reason_is_inconclusive_never_a_pass() {
+        // The 0.3.3 resources refusal that made bind.endpoint-insecure and v1.tools-object pass.
+        let r = refused("invalid_field", Some("extensions"));
+        match refusal(&r, "invalid_field", Some("tools")) {
+            Outcome::Error(why) => {
+                assert!(why.contains("inconclusive") && why.contains("extensions") && why.contains("`tools`"), "{why}")
+            }
+            other => panic!("another member's refusal must be inconclusive, got {other:?}"),
+        }
+        // No member to confirm: only the provoked code passes.
+        let r = refused("invalid_protocol_version", None);
+        assert!(matches!(refusal(&r, "incompatible_protocol", None), Outcome::Error(_)));
+        assert_eq!(
+            token(refusal(&refused("incompatible_protocol", None), "incompatible_protocol", None)),
+            "error:incompatible_protocol"
+        );
+    }
+
+    #[test]
+    fn an_acceptance_is_observed_as_accepted() {
+        let ok = Recv::Frame(json!({"ok": true, "data": {}}), Vec::new());
+        assert_eq!(token(refusal(&ok, "invalid_field", Some("payload"))), "accepted");
+        assert_eq!(token(refusal(&Recv::Timeout, "invalid_field", Some("payload"))), "timeout");
+    }
+
+    #[test]
+    fn only_the_0_3_3_forms_count_as_passed_paths() {
+        use crate::daemon::faults::is_0_3_3_passed_path;
+        assert!(is_0_3_3_passed_path("./") && is_0_3_3_passed_path("a/") && is_0_3_3_passed_path("a/b/"));
+        for p in ["a//", "a", "../", "/", "a//b", "./a", "a/./"] {
+            assert!(!is_0_3_3_passed_path(p), "{p}");
+        }
+    }
 }

@@ -176,9 +176,31 @@ impl<'a> DCtx<'a> {
         let Some(cmd) = self.target.restart_cmd.clone() else {
             return Err(Outcome::Skip("no --restart-cmd given".into()));
         };
-        let st = std::process::Command::new("sh").arg("-c").arg(&cmd).status();
-        if !st.is_ok_and(|s| s.success()) {
-            return Err(Outcome::Error("the restart command failed".into()));
+        // Its output goes to stderr, never into a report on stdout; it gets a deadline.
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(std::io::stderr()))
+            .spawn();
+        let mut child = child.map_err(|e| Outcome::Error(format!("the restart command could not start: {e}")))?;
+        let deadline = RESTART_CMD_BUDGET.max(self.target.step * 20);
+        let started = std::time::Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => break,
+                Ok(Some(st)) => return Err(Outcome::Error(format!("the restart command failed ({st})"))),
+                Ok(None) if started.elapsed() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Outcome::Error(format!(
+                        "the restart command did not finish within {} s",
+                        deadline.as_secs()
+                    )));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(Outcome::Error(format!("cannot wait for the restart command: {e}"))),
+            }
         }
         let t = std::time::Instant::now();
         loop {
@@ -194,6 +216,9 @@ impl<'a> DCtx<'a> {
     }
 }
 
+/// The least time a `--restart-cmd` is given to finish (a daemon may take seconds to start).
+const RESTART_CMD_BUDGET: Duration = Duration::from_secs(60);
+
 /// Read the daemon's hostInstanceId with a v2 handshake.
 pub fn read_host(socket: &Path, step: Duration) -> Result<String, String> {
     let mut c = Conn::connect(socket, "", step, Rc::default(), Rc::default()).map_err(|e| e.to_string())?;
@@ -207,6 +232,53 @@ pub fn read_host(socket: &Path, step: Duration) -> Result<String, String> {
     }
 }
 
+/// Judge every line the daemon sent a client during a case through the contract: each must be
+/// one strict JSON object, a response (`validate_response`) or an event (`validate_event`).
+/// Returns one sentence per violation (at most `MAX_LISTED`, then a count).
+pub fn judge_client_lines(received: &[u8]) -> Vec<String> {
+    const MAX_LISTED: usize = 5;
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    for line in received.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let why = match crate::wire::decode_strict(line) {
+            Err(_) => Some("a line that is not one strict JSON object".to_string()),
+            Ok(v) => {
+                let verdict = match v.get("kind").and_then(Value::as_str) {
+                    Some("response") => crate::contract::validate_response(&v),
+                    Some("event") => crate::contract::validate_event(&v),
+                    _ => Err(crate::contract::ContractError::new(
+                        crate::contract::Code::InvalidResponse,
+                        "kind",
+                        "a record that is neither a response nor an event".to_string(),
+                    )),
+                };
+                verdict.err().map(|e| {
+                    let what = v.get("event").and_then(Value::as_str).map_or_else(
+                        || format!("a {}", v.get("kind").and_then(Value::as_str).unwrap_or("record")),
+                        |ev| format!("a `{ev}` event"),
+                    );
+                    format!("{what} that breaks the contract: {} at `{}` ({})", e.code, e.field(), e.message)
+                })
+            }
+        };
+        if let Some(why) = why {
+            if out.len() < MAX_LISTED {
+                out.push(format!("the daemon sent a client {why}"));
+            } else {
+                more += 1;
+            }
+        }
+    }
+    if more > 0 {
+        out.push(format!("… and {more} more such lines"));
+    }
+    out
+}
+
 /// A response's outcome token: `ok`, or `error:<code>`; `closed` / `timeout` otherwise.
 pub fn rtoken(r: &Recv) -> String {
     match r.frame() {
@@ -214,5 +286,36 @@ pub fn rtoken(r: &Recv) -> String {
         Some(v) if v["ok"] == false => format!("error:{}", v["error"]["code"].as_str().unwrap_or("?")),
         Some(_) => "frame".into(),
         None => r.describe(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::judge_client_lines;
+
+    #[test]
+    fn every_client_line_is_judged_and_violations_say_why() {
+        let good =
+            br#"{"protocolVersion":"2.0","kind":"response","requestId":"r","hostInstanceId":"h","ok":true,"data":{}}"#;
+        assert!(judge_client_lines(&[good.as_slice(), b"\n"].concat()).is_empty());
+        // A failed response without its error body, a line that is not JSON, an unknown kind.
+        let bad = [
+            br#"{"protocolVersion":"2.0","kind":"response","requestId":"r","hostInstanceId":"h","ok":false}"#
+                .as_slice(),
+            b"not json",
+            br#"{"kind":"gossip"}"#,
+        ];
+        let got = judge_client_lines(&bad.join(&b'\n'));
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[0].contains("a response that breaks the contract"), "{}", got[0]);
+        assert!(got[1].contains("not one strict JSON object"), "{}", got[1]);
+        assert!(got[2].contains("neither a response nor an event"), "{}", got[2]);
+    }
+
+    #[test]
+    fn violations_are_listed_up_to_five_then_counted() {
+        let got = judge_client_lines(&b"x\n".repeat(8));
+        assert_eq!(got.len(), 6);
+        assert!(got[5].contains("3 more"), "{}", got[5]);
     }
 }

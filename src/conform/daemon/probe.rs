@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::adapter::fs::{Cancel, Root};
 use crate::adapter::session::Job;
+use crate::contract::Binding;
 
 /// How the probe answers `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,10 @@ pub struct ProbeLog {
     pub frames: Vec<(usize, Value)>,
     /// Raw byte lengths of each received line (LF included), parallel to `frames`.
     pub sizes: Vec<usize>,
+    /// Every frame that broke the contract (connection index, why): the first line of a
+    /// connection is judged as a `bind` request, every later one as a daemon → adapter frame
+    /// against that binding, by the same contract functions the reference adapter uses.
+    pub violations: Vec<(usize, String)>,
 }
 
 /// A running probe adapter.
@@ -121,6 +126,35 @@ impl Probe {
     }
 }
 
+/// Judge one line the daemon sent through the contract: the first as a `bind` request (whose
+/// binding then judges the rest), later ones as daemon → adapter frames.
+fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<(), String> {
+    use crate::contract::{parse_adapter_frame, parse_bind_request, Direction};
+    match binding {
+        None => {
+            let req = parse_bind_request(line, MAX_BIND_LINE)
+                .map_err(|e| format!("the daemon's first frame is not a valid bind: {}", why(&e.error)))?;
+            *binding = Some(Binding {
+                identity: req.identity,
+                handle: req.handle,
+                operations: req.operations,
+                limits: req.limits,
+            });
+            Ok(())
+        }
+        Some(b) => parse_adapter_frame(line, b, Direction::ToAdapter)
+            .map(|_| ())
+            .map_err(|e| format!("the daemon sent the adapter a frame that breaks the contract: {}", why(&e.error))),
+    }
+}
+
+fn why(e: &crate::contract::ContractError) -> String {
+    format!("{} at `{}` ({})", e.code, e.field(), e.message)
+}
+
+/// The largest legal `bind` line (`maxRequestBytes` at its maximum, 4 MiB).
+const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
+
 fn serve(
     n: usize,
     s: UnixStream,
@@ -135,12 +169,22 @@ fn serve(
     let mut handle = String::new();
     let mut held: Vec<Value> = Vec::new();
     let root = Root::open(&root).ok();
+    let mut binding: Option<Binding> = None;
     for line in reader.split(b'\n') {
         let Ok(line) = line else { break };
-        let Ok(f) = serde_json::from_slice::<Value>(&line) else { break };
+        let verdict = judge(&line, &mut binding);
+        let Ok(f) = serde_json::from_slice::<Value>(&line) else {
+            if let Ok(mut l) = log.lock() {
+                l.violations.push((n, verdict.err().unwrap_or_else(|| "a line that is not JSON".into())));
+            }
+            break;
+        };
         if let Ok(mut l) = log.lock() {
             l.frames.push((n, f.clone()));
             l.sizes.push(line.len() + 1);
+            if let Err(why) = verdict {
+                l.violations.push((n, why));
+            }
         }
         let send = |w: &mut UnixStream, v: &Value| {
             let mut b = serde_json::to_vec(v).unwrap_or_default();
