@@ -567,6 +567,26 @@ fn v1_resource_rules_and_v2_no_tools_storage() {
         "payload": {"cwd": dir.path().join("work"), "agentDir": agent, "session": {"mode": "new", "sessionDir": "/tmp/elsewhere"},
         "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
     assert_eq!(r["error"]["code"], "invalid_field", "{r}");
+    // A relative cwd passes the command rules (as in Pi Daemon 0.3.3) but fails the open at
+    // dispatch, naming the field, before anything touches the filesystem.
+    for (i, payload) in [
+        json!({"cwd": "work", "session": {"mode": "new"}}),
+        json!({"cwd": dir.path(), "agentDir": "agent", "session": {"mode": "new"}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut open = json!({"protocolVersion": "2.0", "requestId": format!("rel{i}"), "operation": "open", "sessionId": format!("rel{i}"), "generation": 1,
+            "payload": payload});
+        open["payload"]["resources"] = pi_conform::contract::resources_with_tools(json!("none"));
+        let r = c.call(open);
+        assert_eq!(r["error"]["code"], "open_failed", "{r}");
+        let why = r["error"]["details"]["cause"]["message"].as_str().unwrap_or("");
+        assert!(
+            why.contains(if i == 0 { "payload.cwd" } else { "payload.agentDir" }) && why.contains("absolute"),
+            "{r}"
+        );
+    }
     // A turn without an adapter answers tool calls with a typed error.
     let r = c.call(
         json!({"protocolVersion": "2.0", "requestId": "w", "operation": "wake", "sessionId": "v2", "generation": 1,

@@ -518,6 +518,7 @@ impl Host {
         let generation = cmd.generation.unwrap_or(0);
         let p = &cmd.payload;
         let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
+        check_absolute_paths(p)?;
         check_session_dir(p)?;
         let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
         let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
@@ -1036,6 +1037,27 @@ fn body_to_err(v: Option<&Value>) -> DErr {
         e.details = d.clone();
     }
     e
+}
+
+/// `cwd`, `agentDir` and `session.sessionDir` must be absolute at dispatch. The command parser
+/// accepts relative forms as Pi Daemon 0.3.3's validator does (it then resolves them against
+/// its own working directory, and fails the open); the reference daemon fails the open at once
+/// with a cause naming the field, before anything touches the filesystem.
+fn check_absolute_paths(p: &Map<String, Value>) -> Result<(), DErr> {
+    let session = p.get("session");
+    for (field, v) in [
+        ("payload.cwd", p.get("cwd")),
+        ("payload.agentDir", p.get("agentDir")),
+        ("payload.session.sessionDir", session.and_then(|s| s.get("sessionDir"))),
+    ] {
+        if v.and_then(Value::as_str).is_some_and(|s| !s.starts_with('/')) {
+            return Err(DErr::new("open_failed", "failed to open logical session").detail(
+                "cause",
+                json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `session.sessionDir` must lie inside `<agentDir>/sessions` and, when it exists, be an
