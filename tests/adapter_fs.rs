@@ -475,14 +475,31 @@ fn search_skips_binary(mode: ResolveMode) {
     }
 }
 
-/// The window rule, computed naively.
+/// The window rule, computed naively over the line's characters: a line of at most 4096 UTF-16
+/// units whole; else whole characters, at most 1024 units before the match, then forward
+/// while the window holds 4096 units, then back again if the line ended first.
 fn window(line: &str, col: usize) -> String {
     let chars: Vec<char> = line.chars().collect();
-    if chars.len() <= 4096 {
+    let units = |c: &char| c.len_utf16();
+    if chars.iter().map(units).sum::<usize>() <= 4096 {
         return line.to_string();
     }
-    let start = (col - 1).saturating_sub(1024).min(chars.len() - 4096);
-    chars[start..start + 4096].iter().collect()
+    let (mut start, mut end, mut used) = (col - 1, col - 1, 0);
+    while start > 0 && used + units(&chars[start - 1]) <= 1024 {
+        start -= 1;
+        used += units(&chars[start]);
+    }
+    while end < chars.len() && used + units(&chars[end]) <= 4096 {
+        used += units(&chars[end]);
+        end += 1;
+    }
+    if end == chars.len() {
+        while start > 0 && used + units(&chars[start - 1]) <= 4096 {
+            start -= 1;
+            used += units(&chars[start]);
+        }
+    }
+    chars[start..end].iter().collect()
 }
 
 fn search_long_line_window(mode: ResolveMode) {
@@ -501,14 +518,18 @@ fn search_long_line_window(mode: ResolveMode) {
     assert_eq!(got[6], m("long.txt", 3, 5, "end X"));
     for (g, at) in got[1..6].iter().zip([9usize, 2000, 5000, 9000, 9999]) {
         assert_eq!((g.1, g.2), (2, at as u64 + 1));
-        assert_eq!(g.3.chars().count(), 4096);
+        // At most 4096 UTF-16 units (Pi Daemon 0.3.3 counts JavaScript length), and at most
+        // one unit short of it (a surrogate pair that does not fit).
+        let units = g.3.encode_utf16().count();
+        assert!((4095..=4096).contains(&units), "match at {at}: {units} units");
         assert_eq!(g.3, window(&line, at + 1), "match at {at}");
     }
     // Near the start the window starts at the line start; near the end it ends there.
     assert!(line.starts_with(&got[1].3));
     assert!(line.ends_with(&got[5].3));
-    let start = line.char_indices().nth(5000 - 1024).unwrap().0;
-    assert!(line[start..].starts_with(&got[3].3));
+    // In the middle it starts at most 1024 units before the match.
+    let before = &got[3].3[..got[3].3.find('X').unwrap()];
+    assert!((1021..=1024).contains(&before.encode_utf16().count()), "{}", before.encode_utf16().count());
     // A line of exactly 4096 characters is returned whole.
     let exact: String = "é".repeat(4095) + "X";
     f.file("exact.txt", &exact);

@@ -660,8 +660,8 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
                     .map_err(|_| c.fail(&format!("{prefix}.path"), "match path must be a root-relative path"))?;
                 c.req_int(m, "line", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
                 c.req_int(m, "column", &prefix, 1, super::descriptor::MAX_SAFE_INTEGER)?;
-                if m.get("text").and_then(Value::as_str).is_none_or(|t| t.chars().count() > 4096) {
-                    return Err(c.fail(&format!("{prefix}.text"), "match text must be at most 4096 characters"));
+                if m.get("text").and_then(Value::as_str).is_none_or(|t| super::text::utf16_len(t) > 4096) {
+                    return Err(c.fail(&format!("{prefix}.text"), "match text must be at most 4096 UTF-16 units"));
                 }
             }
             c.req_bool(d, "truncated", "data")

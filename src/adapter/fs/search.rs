@@ -42,9 +42,9 @@ use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// Bytes read per chunk.
 const CHUNK: usize = 256 * 1024;
-/// Characters kept before a match in the window of a long line.
+/// UTF-16 units kept before a match in the window of a long line.
 const WINDOW_BEFORE: u64 = 1024;
-/// The window of a long line, in characters.
+/// The window of a long line, in UTF-16 units.
 const WINDOW: u64 = MAX_MATCH_TEXT_CHARS as u64;
 /// Files per batch handed to a scanner thread.
 const BATCH_FILES: usize = 32;
@@ -698,66 +698,114 @@ fn scan(
     }
 }
 
-/// The byte index where the `n`-th character counted from the end of `bytes` starts.
-fn nth_char_from_end(bytes: &[u8], n: u64) -> Option<usize> {
-    if n == 0 {
-        return Some(bytes.len());
+/// The `text` of a match: its line without the terminator (a trailing CR stripped), or, for a
+/// line over 4096 UTF-16 units, a window of whole characters of at most 4096 units that starts
+/// at most 1024 units before the match and is filled forward, then shifted back to stay inside
+/// the line. Units, not characters: Pi Daemon 0.3.3 bounds `text` by its JavaScript length and
+/// drops the connection on a longer one. `None` if the file changed meanwhile.
+fn match_text(fd: &OwnedFd, m: &RawMatch) -> Result<Option<String>, AdapterError> {
+    let mut end = m.line_end;
+    if end > m.line_start && pread_at(fd, end - 1, 1)?.first() == Some(&b'\r') {
+        end -= 1;
     }
-    let mut seen = 0;
-    for (i, b) in bytes.iter().enumerate().rev() {
-        if !is_continuation(*b) {
-            seen += 1;
-            if seen == n {
-                return Some(i);
-            }
-        }
+    // A line of at most 4096 bytes has at most 4096 units: whole.
+    if end - m.line_start <= WINDOW {
+        return Ok(String::from_utf8(pread_at(fd, m.line_start, (end - m.line_start) as usize)?).ok());
     }
-    None
+    // A character takes at most 3 bytes per unit, so 3 × 4096 bytes on each side of the
+    // match start hold every character a window can take from that side.
+    let reach = 3 * WINDOW + 3;
+    let from = m.start.saturating_sub(reach).max(m.line_start);
+    let mut before = pread_at(fd, from, (m.start - from) as usize)?;
+    if from > m.line_start {
+        // Skip a character cut by the read.
+        let skip = before.iter().take_while(|b| is_continuation(**b)).count();
+        before.drain(..skip);
+    }
+    let to = (m.start + reach).min(end);
+    let mut after = pread_at(fd, m.start, (to - m.start) as usize)?;
+    if to < end {
+        let valid = std::str::from_utf8(&after).map_or_else(|e| e.valid_up_to(), |s| s.len());
+        after.truncate(valid);
+    }
+    let (Ok(before), Ok(after)) = (String::from_utf8(before), String::from_utf8(after)) else { return Ok(None) };
+    Ok(Some(window_text(&before, &after, to == end)))
 }
 
-/// The `text` of a match: its line without the terminator (a trailing CR stripped), or for
-/// a line over 4096 characters the 4096-character window starting 1024 characters before
-/// the match, shifted to stay inside the line. `None` if the file changed meanwhile.
-fn match_text(fd: &OwnedFd, m: &RawMatch) -> Result<Option<String>, AdapterError> {
-    let (mut end, mut chars) = (m.line_end, m.line_chars);
-    if end > m.line_start && pread_at(fd, end - 1, 1)?.first() == Some(&b'\r') {
-        (end, chars) = (end - 1, chars - 1);
-    }
-    let bytes = if chars <= WINDOW {
-        pread_at(fd, m.line_start, (end - m.line_start) as usize)?
-    } else {
-        let col = m.column - 1;
-        let first = col.saturating_sub(WINDOW_BEFORE).min(chars - WINDOW);
-        if first == chars - WINDOW {
-            // The window ends with the line: its last 4096 characters.
-            let from = end.saturating_sub(4 * WINDOW).max(m.line_start);
-            let tail = pread_at(fd, from, (end - from) as usize)?;
-            let Some(cut) = nth_char_from_end(&tail, WINDOW) else { return Ok(None) };
-            tail[cut..].to_vec()
-        } else {
-            // The window starts `col - first` (at most 1024) characters before the match.
-            let back = col - first;
-            let from = m.start.saturating_sub(4 * back).max(m.line_start);
-            let head = pread_at(fd, from, (m.start - from) as usize)?;
-            let Some(cut) = nth_char_from_end(&head, back) else { return Ok(None) };
-            let start = from + cut as u64;
-            let mut body = pread_at(fd, start, (4 * WINDOW).min(end - start) as usize)?;
-            let valid = std::str::from_utf8(&body).map_or_else(|e| e.valid_up_to(), |s| s.len());
-            body.truncate(valid);
-            let cut =
-                std::str::from_utf8(&body).ok().and_then(|s| s.char_indices().nth(WINDOW as usize)).map(|(i, _)| i);
-            if let Some(cut) = cut {
-                body.truncate(cut);
-            }
-            body
+/// The window of [`match_text`] over a line around a match: `before` is the line's text
+/// before the match (at least 4096 units of it, or all of it), `after` from the match on (to
+/// the line end when `at_end`).
+fn window_text(before: &str, after: &str, at_end: bool) -> String {
+    let (window, back) = (WINDOW as usize, WINDOW_BEFORE as usize);
+    let units = |c: char| c.len_utf16();
+    // At most 1024 units of whole characters before the match.
+    let mut used = 0;
+    let mut start = before.len();
+    for (i, c) in before.char_indices().rev() {
+        if used + units(c) > back {
+            break;
         }
-    };
-    Ok(String::from_utf8(bytes).ok())
+        used += units(c);
+        start = i;
+    }
+    // Then forward while the window holds.
+    let mut stop = 0;
+    for (i, c) in after.char_indices() {
+        if used + units(c) > window {
+            break;
+        }
+        used += units(c);
+        stop = i + c.len_utf8();
+    }
+    // The line ended first: shift back to stay inside the line.
+    if stop == after.len() && at_end {
+        for (i, c) in before[..start].char_indices().rev() {
+            if used + units(c) > window {
+                break;
+            }
+            used += units(c);
+            start = i;
+        }
+    }
+    format!("{}{}", &before[start..], &after[..stop])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn units(s: &str) -> usize {
+        s.encode_utf16().count()
+    }
+
+    #[test]
+    fn windows_are_bounded_in_utf16_units() {
+        // An astral line: 6000 characters, 12000 units. The window holds 4096 units (2048
+        // characters), 1024 units (512 characters) before the match.
+        let line: String = "\u{1F600}".repeat(6000);
+        let (b, a) = line.split_at(4 * 1500);
+        let w = window_text(b, a, true);
+        assert_eq!(units(&w), 4096);
+        assert!(a.starts_with(&w[4 * 512..]) && b.ends_with(&w[..4 * 512]), "512 characters before the match");
+        // Near the end the window shifts back to stay inside the line: its last 4096 units.
+        let (b, a) = line.split_at(4 * 5990);
+        let w = window_text(b, a, true);
+        assert_eq!((units(&w), line.ends_with(&w)), (4096, true));
+        // A match at the start: nothing before it.
+        let w = window_text("", &line, true);
+        assert_eq!((units(&w), line.starts_with(&w)), (4096, true));
+        // Mixed widths never split a character and never exceed the bound.
+        let line: String = "a\u{1F600}\u{e9}".repeat(2000);
+        for cut in (0..line.len()).filter(|i| line.is_char_boundary(*i)).step_by(997) {
+            let w = window_text(&line[..cut], &line[cut..], true);
+            assert!(units(&w) <= 4096 && units(&w) >= 4095, "{cut}: {}", units(&w));
+            assert!(line.contains(&w));
+        }
+        // BMP text: exactly the old 4096-character window, 1024 characters before.
+        let line = "x".repeat(10_000);
+        let w = window_text(&line[..5000], &line[5000..], true);
+        assert_eq!(w.len(), 4096);
+    }
 
     /// What the fast check must agree with: a valid prefix on a character boundary, and
     /// the whole input when it is valid.
@@ -927,15 +975,5 @@ mod tests {
         let cancel = Cancel::new();
         cancel.cancel();
         assert!(tree(fd, String::new(), &finder, &mut out, &cancel).is_err());
-    }
-
-    #[test]
-    fn nth_char_from_end_counts_scalars() {
-        let s = "aé€😀".as_bytes();
-        assert_eq!(nth_char_from_end(s, 0), Some(s.len()));
-        assert_eq!(nth_char_from_end(s, 1), Some(6));
-        assert_eq!(nth_char_from_end(s, 2), Some(3));
-        assert_eq!(nth_char_from_end(s, 4), Some(0));
-        assert_eq!(nth_char_from_end(s, 5), None);
     }
 }
