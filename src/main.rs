@@ -1062,7 +1062,11 @@ fn daemon_runner(
 ) -> anyhow::Result<u8> {
     use pi_conform::conform::run as engine;
     let filter = runner_filter(&run)?;
-    let catalogue = pi_conform::conform::daemon::catalogue();
+    let vectors = pi_conform::vectors::default_dir();
+    let (catalogue, no_vectors) = pi_conform::conform::daemon::catalogue_with_vectors(&vectors);
+    if let Some(why) = no_vectors {
+        eprintln!("pi-conform: {why}");
+    }
     if run.list {
         let mut out = std::io::stdout().lock();
         for m in catalogue.iter().filter(|m| filter.keeps(m)) {
@@ -1109,6 +1113,7 @@ fn daemon_runner(
         restart_cmd,
         model,
         step: std::time::Duration::from_secs_f64((2.0 * run.time_scale).max(0.05)),
+        vectors,
     };
     let baseline = load_baseline(&run)?;
     let progress = progress_printer();

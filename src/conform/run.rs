@@ -297,16 +297,32 @@ pub fn run_daemon(
         .map_err(|e| RunError::Harness(format!("cannot start the probe adapter: {e}")))?;
     let reg = super::daemon::cases::registry();
     let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
+    // Golden vectors replayed as cases (`vector:<id>`), loaded only when one is selected.
+    let replay = super::daemon::replay::PREFIX;
+    let vectors = if selected.iter().any(|m| m.id.starts_with(replay)) {
+        Some(
+            crate::vectors::VectorSet::load(&target.vectors)
+                .map_err(|e| RunError::Harness(format!("cannot load the golden vectors: {e}")))?,
+        )
+    } else {
+        None
+    };
     let mut results = Vec::new();
     for (i, meta) in selected.iter().enumerate() {
-        let Some((_, f)) = reg.iter().find(|(id, _)| *id == meta.id) else {
+        let f = reg.iter().find(|(id, _)| *id == meta.id).map(|(_, f)| *f);
+        let vector = meta.id.strip_prefix(replay).filter(|_| f.is_none());
+        if f.is_none() && vector.is_none() {
             return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
-        };
+        }
         let started = Instant::now();
         let first_link = probe.seen().connections;
         let mut ctx = super::daemon::DCtx::new(target, &probe, host.clone(), i);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx)))
-            .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match (f, vector, &vectors) {
+            (Some(f), _, _) => f(&mut ctx),
+            (None, Some(id), Some(set)) => super::daemon::replay::run(&mut ctx, set, id),
+            _ => Outcome::Error("no implementation".into()),
+        }))
+        .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
         host = ctx.host.clone();
         let mut oracle = Vec::new();
         let received = ctx.received.borrow().clone();

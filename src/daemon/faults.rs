@@ -383,6 +383,7 @@ impl FaultyDaemon {
             restart_cmd: Some(format!("sh '{}'", self.script.display().to_string().replace('\'', "'\\''"))),
             model: None,
             step: Duration::from_secs_f64((2.0 * time_scale).max(0.05)),
+            vectors: crate::vectors::default_dir(),
         }
     }
 }

@@ -518,8 +518,11 @@ impl Host {
         let generation = cmd.generation.unwrap_or(0);
         let p = &cmd.payload;
         let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
-        check_absolute_paths(p)?;
-        check_session_dir(p)?;
+        check_absolute_paths(p, cmd.version.major)?;
+        // v1 ignores sessionDir (its form was checked by the command rules; SPEC §3.1).
+        if cmd.version.major == 2 {
+            check_session_dir(p)?;
+        }
         let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
         let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
         let mut old_link = None;
@@ -1043,8 +1046,9 @@ fn body_to_err(v: Option<&Value>) -> DErr {
 /// accepts relative forms as Pi Daemon 0.3.3's validator does (it then resolves them against
 /// its own working directory, and fails the open); the reference daemon fails the open at once
 /// with a cause naming the field, before anything touches the filesystem.
-fn check_absolute_paths(p: &Map<String, Value>) -> Result<(), DErr> {
-    let session = p.get("session");
+fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
+    // v1 ignores sessionDir.
+    let session = p.get("session").filter(|_| major == 2);
     for (field, v) in [
         ("payload.cwd", p.get("cwd")),
         ("payload.agentDir", p.get("agentDir")),

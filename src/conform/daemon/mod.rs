@@ -3,6 +3,7 @@
 
 pub mod cases;
 pub mod probe;
+pub mod replay;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,20 @@ pub fn catalogue() -> Vec<CaseMeta> {
     serde_json::from_str(CATALOGUE).expect("the built-in daemon catalogue is valid")
 }
 
+/// The catalogue of a daemon run: the built-in cases, then one `vector:<id>` case per golden
+/// command and descriptor vector of `dir` ([`replay`]). The vectors are not loaded (and no
+/// vector case is listed) when `dir` cannot be read; the second value says why.
+pub fn catalogue_with_vectors(dir: &Path) -> (Vec<CaseMeta>, Option<String>) {
+    let mut cat = catalogue();
+    match crate::vectors::VectorSet::load(dir) {
+        Ok(set) => {
+            cat.extend(replay::catalogue(&set));
+            (cat, None)
+        }
+        Err(e) => (cat, Some(format!("no vector is replayed: {e}"))),
+    }
+}
+
 /// What the runner is pointed at.
 #[derive(Clone, Debug)]
 pub struct DaemonTarget {
@@ -39,6 +54,8 @@ pub struct DaemonTarget {
     pub model: Option<Value>,
     /// One step's budget.
     pub step: Duration,
+    /// The golden vectors replayed as `vector:` cases.
+    pub vectors: PathBuf,
 }
 
 /// Everything one daemon case may use.
