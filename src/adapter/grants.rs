@@ -3,7 +3,7 @@
 //! ceilings. It holds no handle: the handle exists only in the descriptor printed by
 //! `pi-conform grant`, which the operator hands to the daemon.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -86,27 +86,75 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GrantsError + '_ {
 }
 
 /// Read the grants file, refusing it unless it is a regular file owned by us with mode 0600.
+///
+/// Never blocks and never follows a symlink: the file is opened `O_NOFOLLOW | O_NONBLOCK`
+/// (a FIFO swapped in for it opens at once instead of waiting for a writer) and judged on the
+/// open descriptor with `fstat` before a byte is read; anything but a regular file is refused.
 pub fn load(path: &Path) -> Result<Vec<Grant>, GrantsError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .map_err(io(path))?;
+    let parsed = read_file(path)?;
+    parsed
+        .grants
+        .iter()
+        .map(|g| to_grant(g).map_err(|m| GrantsError::Format { path: path.to_path_buf(), message: m }))
+        .collect()
+}
+
+/// Largest grants file read (a grant is well under 2 KiB; this is tens of thousands).
+const MAX_GRANTS_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Open, check and parse the grants file (see [`load`]).
+fn read_file(path: &Path) -> Result<GrantsFile, GrantsError> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits() as i32).open(path).map_err(io(path))?;
     let meta = file.metadata().map_err(io(path))?;
     let uid = rustix::process::geteuid().as_raw();
     let mode = meta.permissions().mode() & 0o7777;
     if !meta.is_file() || meta.uid() != uid || mode != 0o600 {
         return Err(GrantsError::Insecure { path: path.to_path_buf(), uid, mode, owner: meta.uid() });
     }
+    if meta.len() > MAX_GRANTS_FILE_BYTES {
+        return Err(GrantsError::Format { path: path.to_path_buf(), message: "the file is too large".into() });
+    }
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut &file, &mut text).map_err(io(path))?;
-    let parsed: GrantsFile = serde_json::from_str(&text)
-        .map_err(|e| GrantsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
-    parsed
-        .grants
-        .iter()
-        .map(|g| to_grant(g).map_err(|m| GrantsError::Format { path: path.to_path_buf(), message: m }))
-        .collect()
+    (&file).take(MAX_GRANTS_FILE_BYTES + 1).read_to_string(&mut text).map_err(io(path))?;
+    serde_json::from_str(&text).map_err(|e| GrantsError::Format { path: path.to_path_buf(), message: e.to_string() })
+}
+
+/// An exclusive `flock` on `<grants>.lock` beside the grants file, held for the whole
+/// read-modify-write of one `grant` run (released when dropped). The grants file itself is
+/// replaced by rename, so it cannot carry the lock; the lock file is never replaced.
+struct GrantsLock {
+    _file: std::fs::File,
+}
+
+fn lock_grants(grants_path: &Path) -> Result<GrantsLock, GrantsError> {
+    let name = grants_path.file_name().ok_or_else(|| GrantsError::Invalid("grants path has no file name".into()))?;
+    let mut lock_name = name.to_os_string();
+    lock_name.push(".lock");
+    let lock_path = grants_path.with_file_name(lock_name);
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(flags.bits() as i32)
+        .open(&lock_path)
+        .map_err(io(&lock_path))?;
+    let meta = file.metadata().map_err(io(&lock_path))?;
+    let uid = rustix::process::geteuid().as_raw();
+    if !meta.is_file() || meta.uid() != uid {
+        let mode = meta.permissions().mode() & 0o7777;
+        return Err(GrantsError::Insecure { path: lock_path, uid, mode, owner: meta.uid() });
+    }
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(GrantsLock { _file: file }),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(io(&lock_path)(e.into())),
+        }
+    }
 }
 
 fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
@@ -198,12 +246,13 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
     // The descriptor must be one a daemon admits (checks 1-7 and 9-11).
     admit_descriptor(&descriptor, None)
         .map_err(|e| GrantsError::Invalid(format!("the descriptor would be refused: {e}")))?;
+    // Concurrent `grant` runs serialize here: each reads the file as the previous one left
+    // it, so none loses another's grant.
+    let _lock = lock_grants(grants_path)?;
     let mut file = match std::fs::symlink_metadata(grants_path) {
         Ok(_) => {
             load(grants_path)?;
-            let text = std::fs::read_to_string(grants_path).map_err(io(grants_path))?;
-            serde_json::from_str::<GrantsFile>(&text)
-                .map_err(|e| GrantsError::Format { path: grants_path.to_path_buf(), message: e.to_string() })?
+            read_file(grants_path)?
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => GrantsFile { version: 1, grants: vec![] },
         Err(e) => return Err(io(grants_path)(e)),
