@@ -164,6 +164,12 @@ enum Cmd {
         /// Test aid: break one rule on purpose (repeatable; see `kill-matrix --help`).
         #[arg(long = "fault", value_name = "NAME", hide = true)]
         faults: Vec<Fault>,
+        /// Close a connection that has not sent a complete `bind` within this many ms.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        bind_deadline_ms: u64,
+        /// Most connections waiting unbound at once; one more is closed at once.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+        max_unbound: u64,
     },
     /// Mint a capability handle, add its grant to the grants file, print the descriptor.
     ///
@@ -439,8 +445,22 @@ fn main() -> ExitCode {
                 kill_matrix(faults, format, expect, time_scale)
             }
         }
-        Cmd::ServeAdapter { socket, grants, log_format, adapter_id, adapter_version, op_delay_ms, faults } => {
-            serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms, faults)
+        Cmd::ServeAdapter {
+            socket,
+            grants,
+            log_format,
+            adapter_id,
+            adapter_version,
+            op_delay_ms,
+            faults,
+            bind_deadline_ms,
+            max_unbound,
+        } => {
+            let discipline = pi_conform::adapter::server::Discipline {
+                bind_deadline: std::time::Duration::from_millis(bind_deadline_ms),
+                max_unbound: usize::try_from(max_unbound).unwrap_or(usize::MAX),
+            };
+            serve_adapter(socket, grants, log_format, adapter_id, adapter_version, op_delay_ms, faults, discipline)
         }
         Cmd::Grant {
             grants,
@@ -1163,6 +1183,7 @@ fn init_logs(format: LogFormat) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve_adapter(
     socket: PathBuf,
     grants: PathBuf,
@@ -1171,6 +1192,7 @@ fn serve_adapter(
     adapter_version: String,
     op_delay_ms: u64,
     faults: Vec<Fault>,
+    discipline: pi_conform::adapter::server::Discipline,
 ) -> anyhow::Result<u8> {
     init_logs(log_format);
     let cfg = pi_conform::adapter::server::ServeConfig {
@@ -1181,7 +1203,7 @@ fn serve_adapter(
         handle_signals: true,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(pi_conform::adapter::server::serve_with(cfg, faults.into_iter().collect(), None))?;
+    rt.block_on(pi_conform::adapter::server::serve_disciplined(cfg, faults.into_iter().collect(), discipline, None))?;
     Ok(EXIT_OK)
 }
 

@@ -4,9 +4,11 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use subtle::ConstantTimeEq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
@@ -51,6 +53,34 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Connection discipline before a binding exists (issue 15, F1/F2): how long a peer may take
+/// to send its `bind`, and how many connections may wait unbound at once. The pre-bind line
+/// cap is not a knob: it is [`MAX_BIND_LINE`], the largest legal bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Discipline {
+    /// From accept to a complete `bind` line; past it the connection is closed.
+    pub bind_deadline: Duration,
+    /// Connections accepted but not bound yet; one more is closed at once, without a line.
+    pub max_unbound: usize,
+}
+
+impl Default for Discipline {
+    fn default() -> Self {
+        Self { bind_deadline: DEFAULT_BIND_DEADLINE, max_unbound: DEFAULT_MAX_UNBOUND }
+    }
+}
+
+/// Default [`Discipline::bind_deadline`].
+pub const DEFAULT_BIND_DEADLINE: Duration = Duration::from_secs(10);
+/// Default [`Discipline::max_unbound`].
+pub const DEFAULT_MAX_UNBOUND: usize = 64;
+/// Read buffer of an unbound connection (the whole largest bind fits in one read).
+const PRE_BIND_READ: usize = 4096;
+/// Longest pause of the accept loop when accepting fails (descriptor exhaustion).
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// At most one log line per this interval for a repeated accept failure or cap refusal.
+const LOG_EVERY: Duration = Duration::from_secs(1);
+
 /// The default adapter identity: this crate's name and version.
 pub fn default_identity() -> AdapterIdentity {
     AdapterIdentity { adapter_id: "pi-conform-reference".into(), adapter_version: env!("CARGO_PKG_VERSION").into() }
@@ -78,15 +108,37 @@ pub fn prepare_socket_path(path: &Path) -> Result<(), ServeError> {
             if !m.file_type().is_socket() || m.uid() != uid {
                 return Err(ServeError::Insecure("the socket path exists and is not our socket".into()));
             }
-            match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => return Err(ServeError::Insecure("another server answers on the socket path".into())),
-                Err(_) => std::fs::remove_file(path)?,
+            if probe_live(path)? {
+                return Err(ServeError::Insecure("another server answers on the socket path".into()));
             }
+            std::fs::remove_file(path)?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
     }
     Ok(())
+}
+
+/// Whether something listens on the socket at `path`, without ever waiting: a non-blocking
+/// `connect` either succeeds (a live server), fails with `EAGAIN` (a live server whose backlog
+/// is full — a blocking connect would hang here forever, issue 15 F11) or with
+/// `ECONNREFUSED` (a stale socket nobody listens on).
+fn probe_live(path: &Path) -> Result<bool, ServeError> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    match rustix::net::connect(&sock, &addr) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INPROGRESS) => Ok(true),
+        Err(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(ServeError::Insecure(format!("cannot probe the socket path: {e}"))),
+    }
 }
 
 /// Bind an owner-only (0600) listener at `path`.
@@ -100,7 +152,60 @@ pub fn bind_private(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(l)
 }
 
-type SharedGrants = Arc<RwLock<Arc<Vec<Grant>>>>;
+/// Whether the grant a connection was bound under is still in `current`: the same handle
+/// digest with the same root and binding identity, still allowing the bound operations and
+/// limits. A reload that drops or narrows it revokes the binding.
+fn still_granted(bound: &Grant, ops: &[ToolOperation], limits: &crate::contract::Limits, current: &[Grant]) -> bool {
+    current.iter().any(|g| {
+        bool::from(g.handle_sha256.ct_eq(&bound.handle_sha256))
+            && g.root == bound.root
+            && g.host_instance_id == bound.host_instance_id
+            && g.session_id == bound.session_id
+            && g.generation == bound.generation
+            && ops.iter().all(|o| g.operations.contains(o))
+            && limits.values().iter().zip(g.ceilings.values()).all(|(asked, max)| *asked <= max)
+    })
+}
+
+/// A slot among the unbound connections, given back when dropped (bound or gone).
+struct UnboundSlot(Arc<AtomicUsize>);
+
+impl Drop for UnboundSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A log line at most once per [`LOG_EVERY`], with how many were suppressed meanwhile.
+struct RateLimited {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimited {
+    fn new() -> Self {
+        Self { last: None, suppressed: 0 }
+    }
+
+    /// `Some(suppressed)` when a line may be written now.
+    fn tick(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Whether an accept error means the process or system is out of descriptors or memory.
+fn is_exhaustion(e: &std::io::Error) -> bool {
+    let raw = e.raw_os_error();
+    [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE, rustix::io::Errno::NOBUFS, rustix::io::Errno::NOMEM]
+        .iter()
+        .any(|x| raw == Some(x.raw_os_error()))
+}
 
 /// Run the adapter until SIGTERM/SIGINT (or `shutdown` fires). Returns when every connection
 /// has been revoked and the socket removed.
@@ -116,6 +221,17 @@ pub async fn serve(cfg: ServeConfig, shutdown: Option<watch::Receiver<bool>>) ->
 pub async fn serve_with(
     cfg: ServeConfig,
     faults: Faults,
+    shutdown: Option<watch::Receiver<bool>>,
+) -> Result<(), ServeError> {
+    serve_disciplined(cfg, faults, Discipline::default(), shutdown).await
+}
+
+/// [`serve_with`] with explicit pre-bind [`Discipline`] (the CLI's `--bind-deadline-ms` and
+/// `--max-unbound`).
+pub async fn serve_disciplined(
+    cfg: ServeConfig,
+    faults: Faults,
+    discipline: Discipline,
     mut shutdown: Option<watch::Receiver<bool>>,
 ) -> Result<(), ServeError> {
     if !faults.is_empty() {
@@ -123,7 +239,14 @@ pub async fn serve_with(
     }
     let loaded = grants::load(&cfg.grants)?;
     info!(grants = loaded.len(), "grants loaded");
-    let grants: SharedGrants = Arc::new(RwLock::new(Arc::new(loaded)));
+    // Connections read the grants when their bind arrives (not when accepted) and bound ones
+    // watch them: a reload that drops their grant revokes them (issue 15, F5).
+    let (grants_tx, grants_rx) = watch::channel(Arc::new(loaded));
+    let unbound = Arc::new(AtomicUsize::new(0));
+    let mut accept_log = RateLimited::new();
+    let mut cap_log = RateLimited::new();
+    let mut backoff = Duration::ZERO;
+    let mut paused_until: Option<tokio::time::Instant> = None;
     let listener = bind_private(&cfg.socket)?;
     info!("listening");
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -148,22 +271,58 @@ pub async fn serve_with(
                 None => std::future::pending::<()>().await,
             }
         };
+        let resume = async {
+            match paused_until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = listener.accept(), if paused_until.is_none() => {
                 let (stream, _) = match accepted {
                     Ok(x) => x,
-                    Err(e) => { warn!(error = %e, "accept failed"); continue; }
+                    Err(e) => {
+                        // Never spin: pause accepting, longer while descriptors stay exhausted.
+                        backoff = if is_exhaustion(&e) {
+                            (backoff * 2).clamp(Duration::from_millis(10), MAX_ACCEPT_BACKOFF)
+                        } else {
+                            Duration::from_millis(10)
+                        };
+                        paused_until = Some(tokio::time::Instant::now() + backoff);
+                        if let Some(suppressed) = accept_log.tick() {
+                            warn!(error = %e, suppressed, backoff_ms = backoff.as_millis() as u64, "accept failed; pausing");
+                        }
+                        continue;
+                    }
                 };
+                backoff = Duration::ZERO;
+                if unbound.load(Ordering::Acquire) >= discipline.max_unbound {
+                    drop(stream);
+                    if let Some(suppressed) = cap_log.tick() {
+                        warn!(max_unbound = discipline.max_unbound, suppressed, "unbound connection cap reached; closed a new connection");
+                    }
+                    continue;
+                }
+                unbound.fetch_add(1, Ordering::AcqRel);
+                let slot = UnboundSlot(unbound.clone());
                 next_conn += 1;
-                let g = grants.read().map(|g| g.clone()).unwrap_or_default();
-                let ident = cfg.identity.clone();
-                tasks.spawn(connection(next_conn, stream, g, ident, cfg.op_delay, faults, stop_rx.clone()));
+                let conn = Conn {
+                    id: next_conn,
+                    grants: grants_rx.clone(),
+                    me: cfg.identity.clone(),
+                    delay: cfg.op_delay,
+                    faults,
+                    bind_deadline: discipline.bind_deadline,
+                    slot,
+                };
+                tasks.spawn(connection(conn, stream, stop_rx.clone()));
             }
+            _ = resume => paused_until = None,
             Some(_) = recv(&mut hup) => {
                 match grants::load(&cfg.grants) {
                     Ok(g) => {
                         info!(grants = g.len(), "grants reloaded");
-                        if let Ok(mut w) = grants.write() { *w = Arc::new(g); }
+                        grants_tx.send_replace(Arc::new(g));
                     }
                     Err(e) => warn!(error = %e, "grants reload refused; keeping the previous grants"),
                 }
@@ -239,18 +398,24 @@ fn skippable_before_bind(line: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-async fn connection(
+/// What one connection needs besides its socket.
+struct Conn {
     id: u64,
-    stream: UnixStream,
-    grants: Arc<Vec<Grant>>,
+    grants: watch::Receiver<Arc<Vec<Grant>>>,
     me: AdapterIdentity,
-    delay: std::time::Duration,
+    delay: Duration,
     faults: Faults,
-    mut stop: watch::Receiver<bool>,
-) {
+    bind_deadline: Duration,
+    slot: UnboundSlot,
+}
+
+async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bool>) {
+    let Conn { id, grants: mut grants_rx, me, delay, faults, bind_deadline, slot } = conn;
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; PRE_BIND_READ];
+    let deadline = tokio::time::sleep(bind_deadline);
+    tokio::pin!(deadline);
     // The first line must be a bind.
     let first = loop {
         if let Some(line) = decoder.next_line() {
@@ -270,12 +435,19 @@ async fn connection(
                 Ok(n) => decoder.push(&buf[..n]),
             },
             _ = stop.changed() => return,
+            _ = &mut deadline => {
+                info!(conn = id, reason = "bind_deadline", "bind refused");
+                return;
+            }
         }
     };
     let Ok(first) = first else {
         info!(conn = id, reason = "oversize_bind", "bind refused");
         return;
     };
+    // The grants as they are now, when the bind is judged: a grant removed by a reload since
+    // this connection was accepted cannot bind.
+    let grants = grants_rx.borrow_and_update().clone();
     let (binding, gi, bound) = match handle_bind_with(&first, &grants, &me, faults) {
         Ok(x) => x,
         Err(r) => {
@@ -283,7 +455,9 @@ async fn connection(
             return;
         }
     };
-    let root_path = grants[gi].root.clone();
+    let grant = grants[gi].clone();
+    drop(grants);
+    let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
     let root = match tokio::task::spawn_blocking(move || Root::open(&root_path)).await {
         Ok(Ok(r)) => Arc::new(r),
@@ -293,6 +467,8 @@ async fn connection(
         }
     };
     let runner = Runner { root, dir, delay, faults };
+    drop(slot);
+    let mut buf = vec![0u8; 64 * 1024];
     info!(conn = id, session = %binding.identity.session_id, generation = binding.identity.generation, "bound");
     let mut session = Session::with_faults(binding, faults);
     if wr.write_all(&bound).await.is_err() {
@@ -375,13 +551,30 @@ async fn connection(
             }
             _ = stop.changed() => {
                 // Shutdown revokes the binding: cancel everything, say revoked, close.
-                let revoked = crate::wire::encode_line(&session.binding().identity.frame("revoked", []));
-                session.handle_eof();
-                let _ = wr.write_all(&revoked).await;
-                let _ = wr.shutdown().await;
+                revoke(&mut session, &mut wr).await;
                 info!(conn = id, reason = "shutdown", "closed");
                 return;
             }
+            Ok(()) = grants_rx.changed() => {
+                let current = grants_rx.borrow_and_update().clone();
+                let b = session.binding();
+                if !still_granted(&grant, &b.operations, &b.limits, &current) {
+                    // DECISION (conformance/SPEC.md PC-4.5): a reload that removes the grant
+                    // aborts in-flight work exactly like shutdown — no further result is sent.
+                    revoke(&mut session, &mut wr).await;
+                    info!(conn = id, reason = "grant_revoked", "closed");
+                    return;
+                }
+            }
         }
     }
+}
+
+/// Revoke a bound session: cancel every job (no result of theirs is sent after this),
+/// send `revoked` and close the write side.
+async fn revoke(session: &mut Session, wr: &mut tokio::net::unix::OwnedWriteHalf) {
+    let revoked = crate::wire::encode_line(&session.binding().identity.frame("revoked", []));
+    session.handle_eof();
+    let _ = wr.write_all(&revoked).await;
+    let _ = wr.shutdown().await;
 }

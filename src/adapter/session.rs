@@ -18,8 +18,13 @@ use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
 use crate::wire::{encode_line, json_len};
 
-/// Largest first line read before a binding exists (the largest legal `maxRequestBytes`).
-pub const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
+/// Largest first line read before a binding exists: the compact `bind` frame with every
+/// field at its contract maximum (`adapterId` 128 and `adapterVersion` 64 units, then
+/// `hostInstanceId` 128 and `sessionId` 256 UTF-16 units of 3-byte characters, generation
+/// 2^53-1, a 512-character handle, all six operations, every limit at its maximum), LF
+/// included. A daemon encodes compactly (SPEC §1), so no legal bind is longer; a unit test
+/// rebuilds that frame and checks this figure.
+pub const MAX_BIND_LINE: usize = 2291;
 
 /// One provisioned grant (see `adapter::grants`).
 #[derive(Clone, Debug)]
@@ -795,5 +800,21 @@ mod tests {
         assert!(!aborted.is_empty());
         let c = s.handle_line(t, &invoke(&s, "r3", "k1", "fs.stat", json!({"path": "b.txt"})));
         assert_eq!(sent_code(&c).as_deref(), Some("idempotency_conflict"));
+    }
+    #[test]
+    fn max_bind_line_is_the_largest_legal_bind() {
+        let wide = |n: usize| "\u{fffd}".repeat(n);
+        let mut limits = serde_json::Map::new();
+        for (k, _, max) in crate::contract::descriptor::LIMITS {
+            limits.insert(k.into(), max.into());
+        }
+        let frame = json!({
+            "protocolVersion": "1.0", "kind": "bind", "adapterId": "a".repeat(128),
+            "adapterVersion": "1".repeat(64), "hostInstanceId": wide(128), "sessionId": wide(256),
+            "generation": (1u64 << 53) - 1, "capabilityHandle": "A".repeat(512),
+            "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
+            "limits": limits,
+        });
+        assert_eq!(encode_line(&frame).len(), MAX_BIND_LINE);
     }
 }

@@ -1,0 +1,370 @@
+//! Hardening of the reference adapter against hostile peers and local races (issue 15):
+//! real `pi-conform` processes, real sockets, real signals.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::Digest;
+use support::{bin, mint, Adapter, Client, Opts};
+
+fn sighup(a: &Adapter) {
+    let pid = rustix::process::Pid::from_child(a.child.as_ref().unwrap());
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+}
+
+/// Wait until the adapter's log holds `needle` `n` times.
+fn wait_log(a: &Adapter, needle: &str, n: usize) {
+    let t = Instant::now();
+    while a.log_text().matches(needle).count() < n {
+        assert!(t.elapsed() < Duration::from_secs(10), "no {needle:?} in the log:\n{}", a.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Read until EOF (or the read timeout); true when the peer closed within `within`.
+fn closed_within(s: &mut UnixStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let t = Instant::now();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return t.elapsed() <= within,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn grants_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn write_grants(path: &Path, v: &Value) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, serde_json::to_vec(v).unwrap()).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn handle_hash(descriptor: &Value) -> String {
+    hex::encode(sha2::Sha256::digest(descriptor["binding"]["capabilityHandle"].as_str().unwrap().as_bytes()))
+}
+
+/// Start a second adapter process with extra flags on an existing grants file.
+fn spawn_with(a: &mut Adapter, extra: &[&str]) {
+    let log = std::fs::File::create(&a.log).unwrap();
+    let child = Command::new(bin())
+        .args(["serve-adapter", "--log-format", "json", "--socket"])
+        .arg(&a.socket)
+        .arg("--grants")
+        .arg(&a.grants)
+        .args(extra)
+        .env("PI_CONFORM_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    a.child = Some(child);
+    let t = Instant::now();
+    while UnixStream::connect(&a.socket).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "adapter did not start: {}", a.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Restart the fixture's adapter with extra flags.
+fn restart_with(a: &mut Adapter, extra: &[&str]) {
+    a.sigterm();
+    spawn_with(a, extra);
+}
+
+// ---------------------------------------------------------------------------------------
+// F6: `grant` under concurrency.
+
+#[test]
+fn fifty_parallel_grants_lose_nothing() {
+    let dir = tempfile::Builder::new().prefix("pc-grant").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let grants = dir.path().join("grants.json");
+    let socket = dir.path().join("a.sock");
+    let children: Vec<Child> = (0..50)
+        .map(|i| {
+            Command::new(bin())
+                .args(["grant", "--grants"])
+                .arg(&grants)
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--root")
+                .arg(&root)
+                .args(["--host-instance", "host-t", "--session", &format!("s-{i}"), "--generation", "1"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let descriptors: Vec<Value> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "grant failed: {}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    let file = grants_json(&grants);
+    let stored: Vec<&str> =
+        file["grants"].as_array().unwrap().iter().map(|g| g["handleSha256"].as_str().unwrap()).collect();
+    assert_eq!(stored.len(), 50, "every parallel grant must be in the file");
+    for d in &descriptors {
+        assert!(stored.contains(&handle_hash(d).as_str()), "a printed descriptor has no grant in the file");
+    }
+    // And each descriptor binds.
+    let mut a = Adapter {
+        dir,
+        root,
+        socket,
+        grants,
+        log: std::path::PathBuf::new(),
+        descriptor: descriptors[0].clone(),
+        child: None,
+    };
+    a.log = a.dir.path().join("adapter.log");
+    a.spawn(0);
+    for d in &descriptors {
+        let mut c = Client::new(&a.socket, d.clone());
+        c.send(&c.bind_frame());
+        assert_eq!(c.recv().expect("bound"), c.expected_bound());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// F5: revocation by reload.
+
+#[test]
+fn reload_that_removes_a_grant_revokes_it() {
+    let a = Adapter::start(Opts { op_delay_ms: 3000, ..Opts::default() });
+    let other = mint(&a.grants, &a.socket, &a.root, "host-t", "sess-2", 1, &Opts::default());
+    // The second grant is only in the file; load it.
+    sighup(&a);
+    wait_log(&a, "grants reloaded", 1);
+    std::fs::write(a.root.join("f.txt"), "x").unwrap();
+    // c1: bound, with a request in flight (the operation waits 3 s).
+    let mut c1 = a.bound();
+    c1.send(&c1.invoke("r1", "k1", "fs.stat", json!({"path": "f.txt"})));
+    // c2: accepted before the reload, binds only after it.
+    let mut c2 = a.connect();
+    // c3: bound under the grant that stays.
+    let mut c3 = Client::new(&a.socket, other.clone());
+    c3.send(&c3.bind_frame());
+    assert_eq!(c3.recv().expect("bound"), c3.expected_bound());
+    // Remove the first grant.
+    let mut file = grants_json(&a.grants);
+    let keep = handle_hash(&other);
+    file["grants"].as_array_mut().unwrap().retain(|g| g["handleSha256"] == keep.as_str());
+    assert_eq!(file["grants"].as_array().unwrap().len(), 1);
+    write_grants(&a.grants, &file);
+    sighup(&a);
+    wait_log(&a, "grants reloaded", 2);
+    // c1 is revoked: `revoked`, then EOF, and never the in-flight result.
+    let t = Instant::now();
+    let first = c1.recv().expect("a revoked frame before the close");
+    assert_eq!(first["kind"], "revoked", "in-flight work is aborted, not answered: {first}");
+    assert!(c1.recv().is_none(), "the revoked connection must close");
+    assert!(t.elapsed() < Duration::from_secs(2), "revocation must not wait for in-flight work");
+    // c2 cannot bind the removed grant.
+    c2.send(&c2.bind_frame());
+    assert!(c2.recv().is_none(), "a connection accepted before the reload bound a removed grant");
+    // A fresh connection cannot either.
+    let mut c4 = a.connect();
+    c4.send(&c4.bind_frame());
+    assert!(c4.recv().is_none(), "a removed grant still binds");
+    // The remaining grant's connection keeps working.
+    c3.send(&c3.invoke("r2", "k2", "fs.stat", json!({"path": "f.txt"})));
+    assert_eq!(c3.result_of("r2")["ok"], true);
+    assert!(a.log_text().contains("grant_revoked"));
+}
+
+// ---------------------------------------------------------------------------------------
+// F10: a grants file swapped for a FIFO never blocks the reload.
+
+#[test]
+fn reload_of_a_fifo_grants_file_is_refused_without_blocking() {
+    let mut a = Adapter::start(Opts::default());
+    std::fs::remove_file(&a.grants).unwrap();
+    rustix::fs::mknodat(rustix::fs::CWD, &a.grants, rustix::fs::FileType::Fifo, rustix::fs::Mode::from(0o600), 0)
+        .unwrap();
+    sighup(&a);
+    wait_log(&a, "grants reload refused", 1);
+    // The old grants are kept and the server still serves.
+    let _c = a.bound();
+    // And SIGTERM is acted on promptly.
+    let t = Instant::now();
+    let status = a.sigterm();
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+// ---------------------------------------------------------------------------------------
+// F1: pre-bind discipline.
+
+#[test]
+fn a_slow_bind_is_closed_at_the_deadline() {
+    let mut a = Adapter::start(Opts::default());
+    restart_with(&mut a, &["--bind-deadline-ms", "500"]);
+    // A slowloris: one byte of a valid bind every 100 ms never completes in time.
+    let mut c = a.connect();
+    let line = serde_json::to_vec(&c.bind_frame()).unwrap();
+    let t = Instant::now();
+    let mut closed = false;
+    for b in &line {
+        if c.stream.write_all(std::slice::from_ref(b)).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if t.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+    }
+    assert!(closed || closed_within(&mut c.stream, Duration::from_secs(2)), "the slow bind was not closed");
+    assert!(t.elapsed() < Duration::from_secs(3), "closed only after {:?}", t.elapsed());
+    wait_log(&a, "bind_deadline", 1);
+    // A prompt bind still works.
+    let _ok = a.bound();
+}
+
+#[test]
+fn a_bind_line_over_the_largest_legal_bind_is_refused_at_once() {
+    let a = Adapter::start(Opts::default());
+    let mut c = a.connect();
+    // One byte more than the largest legal bind (2291 bytes with its LF), no LF yet.
+    c.send_raw(&vec![b' '; 2292]);
+    assert!(closed_within(&mut c.stream, Duration::from_secs(2)), "an oversize partial bind is buffered");
+    wait_log(&a, "oversize_bind", 1);
+    // The largest legal bind itself is not refused as oversize: it reaches the bind check.
+    assert_eq!(pi_conform::adapter::session::MAX_BIND_LINE, 2291);
+}
+
+#[test]
+fn unbound_connections_are_capped() {
+    let mut a = Adapter::start(Opts::default());
+    restart_with(&mut a, &["--max-unbound", "8"]);
+    let idle: Vec<Client> = (0..8).map(|_| a.connect()).collect();
+    // Let the adapter accept them all.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut over = UnixStream::connect(&a.socket).unwrap();
+    assert!(closed_within(&mut over, Duration::from_secs(2)), "a connection over the unbound cap was kept");
+    wait_log(&a, "unbound connection cap reached", 1);
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    // Slots come back when unbound connections go; bound ones do not hold a slot.
+    let bound: Vec<Client> = (0..10).map(|_| a.bound()).collect();
+    assert_eq!(bound.len(), 10);
+}
+
+// ---------------------------------------------------------------------------------------
+// F2: descriptor exhaustion never makes the accept loop spin.
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn accept_backs_off_at_the_descriptor_limit() {
+    let mut a = Adapter::start(Opts::default());
+    a.sigterm();
+    let log = std::fs::File::create(&a.log).unwrap();
+    // A shell lowers the descriptor limit, then becomes the adapter.
+    let cmd = format!(
+        "ulimit -n 32 && exec '{}' serve-adapter --log-format json --max-unbound 1000 --socket '{}' --grants '{}'",
+        bin(),
+        a.socket.display(),
+        a.grants.display()
+    );
+    a.child = Some(Command::new("sh").args(["-c", &cmd]).stdout(Stdio::null()).stderr(log).spawn().unwrap());
+    let t = Instant::now();
+    while UnixStream::connect(&a.socket).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "adapter did not start: {}", a.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = a.child.as_ref().unwrap().id();
+    let held: Vec<UnixStream> = (0..60).filter_map(|_| UnixStream::connect(&a.socket).ok()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    let ticks_per_s = 100; // USER_HZ
+    assert!(used * 10 < 2 * ticks_per_s, "the accept loop used {used} ticks of CPU in 2 s at the descriptor limit");
+    let lines = a.log_text().matches("accept failed").count();
+    assert!((1..=10).contains(&lines), "{lines} accept-failure lines in ~2.5 s (want rate-limited, at least one)");
+    drop(held);
+    // Once descriptors are free again the adapter serves.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _c = a.bound();
+}
+
+// ---------------------------------------------------------------------------------------
+// F11: a live socket with a full backlog never hangs startup.
+
+#[test]
+fn startup_does_not_hang_on_a_live_socket_with_a_full_backlog() {
+    let dir = tempfile::Builder::new().prefix("pc-stale").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let socket = dir.path().join("a.sock");
+    let grants = dir.path().join("grants.json");
+    mint(&grants, &socket, &root, "h", "s", 1, &Opts::default());
+    // A listener that never accepts, its backlog filled with non-blocking connects.
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mut fill = Vec::new();
+    for _ in 0..10_000 {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let s = rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::NONBLOCK, None).unwrap();
+        match rustix::net::connect(&s, &SocketAddrUnix::new(&socket).unwrap()) {
+            Ok(()) => fill.push(s),
+            Err(_) => break,
+        }
+    }
+    let t = Instant::now();
+    let mut child = Command::new(bin())
+        .args(["serve-adapter", "--socket"])
+        .arg(&socket)
+        .arg("--grants")
+        .arg(&grants)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = status.expect("startup hung probing a live socket with a full backlog");
+    assert!(!status.success());
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("another server answers"), "{err}");
+    assert!(socket.exists(), "a live server's socket must not be removed");
+    drop(listener);
+}
