@@ -865,11 +865,21 @@ fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
         format!("{dir}/./x"),
         format!("{dir}/../x"),
     ];
-    let calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
+    // A control call with the canonical path comes last: it must reach the adapter, or the
+    // wake made no tool calls at all and proves nothing.
+    let mut calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
+    calls.push(("fs_stat", json!({"path": dir})));
     let before = invokes(c).len();
     let w = c.wake_calls(1, &calls);
     let r = tryo!(one(c, w));
     let seen = invokes(c);
+    if !seen[before.min(seen.len())..].iter().any(|f| f["payload"]["path"] == dir.as_str()) {
+        return Outcome::Error(format!(
+            "inconclusive: the control call with the canonical path `{dir}` never reached the adapter (the wake was \
+             answered {}), so the daemon's tool calls cannot be observed with this wake template",
+            rtoken(&r)
+        ));
+    }
     let dispatched: Vec<String> = seen[before.min(seen.len())..]
         .iter()
         .filter_map(|f| f["payload"]["path"].as_str())
