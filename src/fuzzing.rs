@@ -231,23 +231,7 @@ fn handle_at(v: &Value, pointer: &str) -> Option<CapabilityHandle> {
 // ---------------------------------------------------------------------------------------------
 // command
 
-const COMMAND_CODES: [Code; 15] = [
-    Code::InvalidField,
-    Code::InvalidProtocolVersion,
-    Code::IncompatibleProtocol,
-    Code::UnknownOperation,
-    Code::UnsupportedResourcePolicy,
-    Code::InvalidToolAdapterDescriptor,
-    Code::InvalidToolAdapterField,
-    Code::UnsupportedToolAdapterVersion,
-    Code::InvalidToolAdapterIdentity,
-    Code::InvalidToolAdapterEndpoint,
-    Code::InvalidToolAdapterBinding,
-    Code::InvalidToolAdapterCapability,
-    Code::ToolAdapterBindingMismatch,
-    Code::UnsupportedToolOperation,
-    Code::InvalidToolAdapterLimit,
-];
+const COMMAND_CODES: [Code; 15] = crate::contract::command::VALIDATION_CODES;
 
 /// The command target: a strictly decoded value through `parse_command`; Ok or a typed
 /// error from the command catalogue, with a coherent reply envelope.

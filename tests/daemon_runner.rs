@@ -86,9 +86,8 @@ fn restart_cases_skip_without_a_restart_command_and_list_works() {
     assert!(out.contains("daemon.restart.reprovision-clears"));
 }
 
-/// A broken daemon: it answers every line `ok:true` with an empty data object as version
-/// "1.0", never closes, never binds.
-fn broken_daemon(sock: &std::path::Path) {
+/// A fake daemon on `sock`: every line gets the reply `answer` builds from the command.
+fn fake_daemon(sock: &std::path::Path, answer: fn(&Value) -> Value) {
     let l = UnixListener::bind(sock).unwrap();
     std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::thread::spawn(move || {
@@ -98,20 +97,24 @@ fn broken_daemon(sock: &std::path::Path) {
                 let mut w = s.try_clone().unwrap();
                 for line in BufReader::new(s).lines().map_while(Result::ok) {
                     let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                    let rid = v["requestId"].as_str().unwrap_or("x");
-                    let data = if v["operation"] == "handshake" {
-                        json!({"host": {"hostInstanceId": "broken-host"}, "supportedProtocolVersions": ["1.0", "2.0"]})
-                    } else {
-                        json!({})
-                    };
-                    let _ = writeln!(
-                        w,
-                        "{}",
-                        json!({"protocolVersion": "1.0", "kind": "response", "requestId": rid, "hostInstanceId": "broken-host", "ok": true, "data": data})
-                    );
+                    let _ = writeln!(w, "{}", answer(&v));
                 }
             });
         }
+    });
+}
+
+/// A broken daemon: it answers every line `ok:true` with an empty data object as version
+/// "1.0", never closes, never binds.
+fn broken_daemon(sock: &std::path::Path) {
+    fake_daemon(sock, |v| {
+        let rid = v["requestId"].as_str().unwrap_or("x");
+        let data = if v["operation"] == "handshake" {
+            json!({"host": {"hostInstanceId": "broken-host"}, "supportedProtocolVersions": ["1.0", "2.0"]})
+        } else {
+            json!({})
+        };
+        json!({"protocolVersion": "1.0", "kind": "response", "requestId": rid, "hostInstanceId": "broken-host", "ok": true, "data": data})
     });
 }
 
@@ -157,27 +160,15 @@ fn a_broken_daemon_fails_on_named_cases_with_diagnostics() {
 /// `extensions`: what Pi Daemon 0.3.3 answered to opens whose `resources` held `tools` alone.
 /// Its responses are valid records, so only the reasons are wrong.
 fn wrong_reason_daemon(sock: &std::path::Path) {
-    let l = UnixListener::bind(sock).unwrap();
-    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(s) = s else { break };
-            std::thread::spawn(move || {
-                let mut w = s.try_clone().unwrap();
-                for line in BufReader::new(s).lines().map_while(Result::ok) {
-                    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                    let rid = v["requestId"].as_str().unwrap_or("x");
-                    let version = v["protocolVersion"].as_str().unwrap_or("1.0");
-                    let reply = if v["operation"] == "handshake" {
-                        json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": true,
-                            "data": {"host": {"hostInstanceId": "wrong-reason-host"}}})
-                    } else {
-                        json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": false,
-                            "error": {"code": "invalid_field", "message": "extensions must be a string", "retryable": false, "details": {"field": "extensions"}}})
-                    };
-                    let _ = writeln!(w, "{reply}");
-                }
-            });
+    fake_daemon(sock, |v| {
+        let rid = v["requestId"].as_str().unwrap_or("x");
+        let version = v["protocolVersion"].as_str().unwrap_or("1.0");
+        if v["operation"] == "handshake" {
+            json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": true,
+                "data": {"host": {"hostInstanceId": "wrong-reason-host"}}})
+        } else {
+            json!({"protocolVersion": version, "kind": "response", "requestId": rid, "hostInstanceId": "wrong-reason-host", "ok": false,
+                "error": {"code": "invalid_field", "message": "extensions must be a string", "retryable": false, "details": {"field": "extensions"}}})
         }
     });
 }

@@ -16,6 +16,25 @@ pub const OPERATIONS: [&str; 11] =
 /// Versions a host speaks (the `supported` detail of `incompatible_protocol`).
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0", "2.0"];
 
+/// Every code [`parse_command`] can refuse a command with (validation, never dispatch).
+pub const VALIDATION_CODES: [Code; 15] = [
+    Code::InvalidField,
+    Code::InvalidProtocolVersion,
+    Code::IncompatibleProtocol,
+    Code::UnknownOperation,
+    Code::UnsupportedResourcePolicy,
+    Code::InvalidToolAdapterDescriptor,
+    Code::InvalidToolAdapterField,
+    Code::UnsupportedToolAdapterVersion,
+    Code::InvalidToolAdapterIdentity,
+    Code::InvalidToolAdapterEndpoint,
+    Code::InvalidToolAdapterBinding,
+    Code::InvalidToolAdapterCapability,
+    Code::ToolAdapterBindingMismatch,
+    Code::UnsupportedToolOperation,
+    Code::InvalidToolAdapterLimit,
+];
+
 /// The six resource policies of an open, in the order they are checked (SPEC §3.1).
 pub const RESOURCES: [&str; 6] = ["extensions", "skills", "promptTemplates", "themes", "contextFiles", "tools"];
 

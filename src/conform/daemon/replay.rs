@@ -169,30 +169,13 @@ fn expected_token(v: &Vector) -> String {
     }
 }
 
-/// The codes of command validation (a refusal with one of them is not a dispatch outcome).
+/// The codes of command validation and of the line decoder (a refusal with one of them is not
+/// a dispatch outcome).
 fn is_validation_code(code: &str) -> bool {
-    [
-        Code::InvalidField,
-        Code::InvalidProtocolVersion,
-        Code::IncompatibleProtocol,
-        Code::UnknownOperation,
-        Code::UnsupportedResourcePolicy,
-        Code::InvalidJson,
-        Code::InvalidUtf8,
-        Code::LineTooLarge,
-        Code::InvalidToolAdapterDescriptor,
-        Code::InvalidToolAdapterField,
-        Code::UnsupportedToolAdapterVersion,
-        Code::InvalidToolAdapterIdentity,
-        Code::InvalidToolAdapterEndpoint,
-        Code::InvalidToolAdapterBinding,
-        Code::InvalidToolAdapterCapability,
-        Code::ToolAdapterBindingMismatch,
-        Code::UnsupportedToolOperation,
-        Code::InvalidToolAdapterLimit,
-    ]
-    .iter()
-    .any(|c| c.as_str() == code)
+    crate::contract::command::VALIDATION_CODES
+        .iter()
+        .chain(&[Code::InvalidJson, Code::InvalidUtf8, Code::LineTooLarge])
+        .any(|c| c.as_str() == code)
 }
 
 /// Replay the vector `id` (without the prefix).
