@@ -95,3 +95,59 @@ impl AdapterError {
         json!({"code": self.code.as_str(), "message": self.message, "retryable": self.code.retryable()})
     }
 }
+
+impl AdapterCode {
+    /// Whether `retryable` is the flag this code must carry (SPEC §5.3, PC-5.3.errors): `busy`
+    /// and `io_error` true, every other code false. `io_error` may also carry false: it is
+    /// retryable "only when nothing was changed", so an adapter that changed something says so.
+    pub fn allows_retryable(self, retryable: bool) -> bool {
+        retryable == self.retryable() || self == AdapterCode::IoError
+    }
+}
+
+/// An adapter's error body (`error` of a `result` or `aborted`) against the closed code set of
+/// SPEC §5.3 and each code's `retryable` flag; the shape itself is
+/// [`crate::contract::frame::check_error_body`]. An adapter obligation (PC-5.3.errors), so a
+/// daemon does not apply it (Pi Daemon 0.3.3 accepts any well-formed code); the adapter runner does.
+pub fn check_adapter_error_code(body: &Value, prefix: &str) -> Result<(), crate::contract::ContractError> {
+    use crate::contract::{Code, ContractError};
+    let text = body.get("code").and_then(Value::as_str).unwrap_or_default();
+    let Some(code) = AdapterCode::from_wire(text) else {
+        return Err(ContractError::new(
+            Code::AdapterProtocolInvalid,
+            format!("{prefix}.code"),
+            "error code is not one of the closed set of adapter error codes".to_string(),
+        ));
+    };
+    match body.get("retryable").and_then(Value::as_bool) {
+        Some(r) if code.allows_retryable(r) => Ok(()),
+        _ => Err(ContractError::new(
+            Code::AdapterProtocolInvalid,
+            format!("{prefix}.retryable"),
+            format!("{} must carry retryable:{}", code.as_str(), code.retryable()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_code_carries_its_retryable_flag() {
+        for c in AdapterCode::ALL {
+            let good = json!({"code": c.as_str(), "message": "m", "retryable": c.retryable()});
+            assert!(check_adapter_error_code(&good, "error").is_ok(), "{}", c.as_str());
+            let flipped = json!({"code": c.as_str(), "message": "m", "retryable": !c.retryable()});
+            let r = check_adapter_error_code(&flipped, "error");
+            if *c == AdapterCode::IoError {
+                assert!(r.is_ok());
+            } else {
+                assert_eq!(r.unwrap_err().field(), "error.retryable", "{}", c.as_str());
+            }
+        }
+        let unknown = json!({"code": "no_such_code", "message": "m", "retryable": false});
+        assert_eq!(check_adapter_error_code(&unknown, "error").unwrap_err().field(), "error.code");
+        assert!(AdapterCode::Busy.retryable() && !AdapterCode::NotFound.retryable());
+    }
+}
