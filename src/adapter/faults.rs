@@ -195,6 +195,22 @@ faults! {
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";
+    // ---- well-formed JSON that breaks the contract, and the semantics behind it
+    /// `modifiedAt` with an offset instead of the canonical `Z`.
+    ModifiedAtOffset = "modified-at-offset", "PC-5.2",
+        "fs.stat/fs.list modifiedAt ends in +00:00 instead of the canonical Z form";
+    /// `not_found` carries `retryable:true`.
+    NotFoundRetryable = "not-found-retryable", "PC-5.3.errors",
+        "not_found errors carry retryable:true (the code's flag is false)";
+    /// fs.write ignores cancellation for a while; its result follows `aborted:true` late.
+    AbortResultLate = "abort-result-late", "PC-4.5",
+        "fs.write ignores cancellation for 1.2 s and its result is sent after aborted:true";
+    /// fs.search of a file runs a query with regex metacharacters as a regular expression.
+    SearchRegex = "search-regex", "PC-5.3.search",
+        "fs.search of a file treats a query with regex metacharacters as a regular expression";
+    /// fs.write of an existing file truncates it and writes in place, slowly.
+    WriteInPlace = "write-in-place", "PC-5.3.write",
+        "fs.write of an existing file truncates it and writes it in place in slow chunks (not atomic)";
 }
 
 const _: () = assert!(Fault::ALL.len() <= 64, "Faults is a u64 bitset");
@@ -274,6 +290,14 @@ impl fmt::Debug for Faults {
 /// How long `fs.write` waits before running under [`Fault::AbortSendsResult`], so that an
 /// abort sent right behind it always lands while it is in flight.
 pub const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long `fs.write` ignores cancellation under [`Fault::AbortResultLate`]: longer than
+/// half a step (what the runner once waited after `aborted:true`), shorter than a step.
+pub const LATE_RESULT: std::time::Duration = std::time::Duration::from_millis(1200);
+
+/// Chunks and the pause between them of an in-place write under [`Fault::WriteInPlace`].
+const IN_PLACE_CHUNKS: usize = 16;
+const IN_PLACE_PAUSE: std::time::Duration = std::time::Duration::from_millis(15);
 
 /// Longest line read after the bind under [`Fault::NoLineLimit`].
 pub const NO_LINE_LIMIT: usize = 64 * 1024 * 1024;
@@ -618,6 +642,99 @@ pub(crate) fn search_byte_columns(mut data: Value) -> Value {
         }
     }
     data
+}
+
+/// The error body of a result: [`AdapterError::body`], except under
+/// [`Fault::NotFoundRetryable`].
+pub(crate) fn error_body(e: &AdapterError, faults: Faults) -> Value {
+    let mut body = e.body();
+    if faults.has(Fault::NotFoundRetryable) && e.code == AdapterCode::NotFound {
+        body["retryable"] = true.into();
+    }
+    body
+}
+
+/// [`Fault::ModifiedAtOffset`]: every `modifiedAt` of stat/list data ends in `+00:00`.
+pub(crate) fn modified_at_offset(mut data: Value) -> Value {
+    let fix = |m: &mut Value| {
+        if let Some(t) = m.get("modifiedAt").and_then(Value::as_str).and_then(|t| t.strip_suffix('Z')) {
+            m["modifiedAt"] = format!("{t}+00:00").into();
+        }
+    };
+    fix(&mut data);
+    if let Some(a) = data.get_mut("entries").and_then(Value::as_array_mut) {
+        a.iter_mut().for_each(fix);
+    }
+    data
+}
+
+/// The characters that make a query a pattern to a regex engine.
+const REGEX_META: &str = ".*+?()[]{}|\\^$";
+
+/// [`Fault::SearchRegex`]: the matches of a file named directly, found by running a query
+/// with regex metacharacters as a (JavaScript) regular expression over each line. Files that
+/// are not plain UTF-8 text, long lines and queries that are no valid pattern keep `data`.
+pub(crate) fn search_regex(dir: &Path, job: &Job, data: Value) -> Value {
+    let query = job.payload.get("query").and_then(Value::as_str).unwrap_or_default();
+    let Some(rel) = payload_path(job) else { return data };
+    if !query.contains(|c| REGEX_META.contains(c)) {
+        return data;
+    }
+    let Ok(re) = regress::Regex::new(query) else { return data };
+    let path = dir.join(rel);
+    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+        return data;
+    }
+    let Ok(text) = std::fs::read(&path).map(String::from_utf8) else { return data };
+    let Ok(text) = text else { return data };
+    if text.contains('\0') {
+        return data;
+    }
+    let max = job.payload.get("maxResults").and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let (mut out, mut truncated) = (Vec::new(), false);
+    for (i, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.chars().count() >= 4096 {
+            return data;
+        }
+        for m in re.find_iter(line).take(line.len() + 1) {
+            if out.len() == max {
+                truncated = true;
+                break;
+            }
+            let column = line[..m.start()].chars().count() + 1;
+            out.push(json!({"path": rel, "line": i + 1, "column": column, "text": line}));
+        }
+    }
+    json!({"matches": out, "truncated": truncated})
+}
+
+/// [`Fault::WriteInPlace`]: an fs.write that replaces an existing regular file (no
+/// `expectedDigest`, `overwrite` not false) truncates it and writes the new content in place,
+/// in [`IN_PLACE_CHUNKS`] chunks with a pause after each, so a concurrent reader sees a torn
+/// file. `None`: the normal write runs.
+pub(crate) fn write_in_place(root: &super::fs::Root, dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    use std::io::Write;
+    let p = &job.payload;
+    if p.get("expectedDigest").is_some() || p.get("overwrite") == Some(&Value::Bool(false)) {
+        return None;
+    }
+    let rel = payload_path(job)?;
+    let path = crate::contract::validate_relative_path(rel, crate::contract::PathSide::Adapter, "payload.path").ok()?;
+    let st = root.stat(&path, 1 << 20, &job.cancel).ok()?;
+    if st["type"] != "file" {
+        return None;
+    }
+    let content = p.get("content").and_then(Value::as_str)?.as_bytes();
+    let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(dir.join(rel)).ok()?;
+    let chunk = content.len().div_ceil(IN_PLACE_CHUNKS).max(1);
+    for part in content.chunks(chunk) {
+        if let Err(e) = f.write_all(part) {
+            return Some(Err(io_err(e)));
+        }
+        std::thread::sleep(IN_PLACE_PAUSE);
+    }
+    Some(Ok(json!({"created": false, "bytesWritten": content.len(), "digest": digest(content)})))
 }
 
 /// [`Fault::EditPartial`]: the 1-based index of the failing edit in an

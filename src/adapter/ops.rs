@@ -24,6 +24,15 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         return execute(root, job);
     }
     let path = job.payload.get("path").and_then(Value::as_str).unwrap_or_default();
+    let op = job.operation;
+    if op == ToolOperation::FsWrite && faults.has(Fault::AbortResultLate) {
+        std::thread::sleep(faults::LATE_RESULT); // cancellation ignored meanwhile
+    }
+    if op == ToolOperation::FsWrite && faults.has(Fault::WriteInPlace) {
+        if let Some(out) = faults::write_in_place(root, dir, job) {
+            return out;
+        }
+    }
     let mut out = match run(root, job, faults) {
         Err(e)
             if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && faults::has_dotdot(path) =>
@@ -32,7 +41,6 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         }
         o => o,
     };
-    let op = job.operation;
     out = match out {
         Err(e) if e.code == AdapterCode::SymlinkRefused && faults.has(Fault::FollowSymlinks) => {
             faults::plain_execute(dir, job).unwrap_or(Err(e))
@@ -81,13 +89,20 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                     a.reverse();
                 }
             }
+            if faults.has(Fault::ModifiedAtOffset) {
+                data = faults::modified_at_offset(data);
+            }
         }
+        ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = faults::modified_at_offset(data),
         ToolOperation::FsSearch => {
             if faults.has(Fault::SearchOverlapping) {
                 data = faults::search_overlapping(job, data);
             }
             if faults.has(Fault::SearchByteColumns) {
                 data = faults::search_byte_columns(data);
+            }
+            if faults.has(Fault::SearchRegex) {
+                data = faults::search_regex(dir, job, data);
             }
         }
         ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {

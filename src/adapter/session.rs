@@ -530,7 +530,7 @@ impl Session {
             }
             Err(e) => {
                 out.extend_from_slice(b",\"ok\":false,\"error\":");
-                serde_json::to_writer(&mut out, &e.body())
+                serde_json::to_writer(&mut out, &super::faults::error_body(e, self.faults))
             }
         };
         debug_assert!(body.is_ok(), "a JSON value always serializes");
@@ -669,7 +669,7 @@ impl Session {
             f.late_aborts.push(request_id);
             return vec![];
         }
-        if running && !self.faults.has(Fault::AbortSendsResult) {
+        if running && !self.faults.has(Fault::AbortSendsResult) && !self.faults.has(Fault::AbortResultLate) {
             f.aborted = true; // handle_done drops its outcome
         }
         self.counters.aborted += 1;
@@ -801,6 +801,7 @@ mod tests {
         let c = s.handle_line(t, &invoke(&s, "r3", "k1", "fs.stat", json!({"path": "b.txt"})));
         assert_eq!(sent_code(&c).as_deref(), Some("idempotency_conflict"));
     }
+
     #[test]
     fn max_bind_line_is_the_largest_legal_bind() {
         let wide = |n: usize| "\u{fffd}".repeat(n);

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::judge::FrameJudge;
 use crate::conform::case::WireLine;
 
 /// What a read produced.
@@ -73,6 +74,7 @@ pub struct Conn {
     step: Duration,
     closed: bool,
     stash: Vec<Recv>,
+    judge: Option<FrameJudge>,
 }
 
 impl Conn {
@@ -95,9 +97,16 @@ impl Conn {
             step,
             closed: false,
             stash: Vec::new(),
+            judge: None,
         };
         c.note("connected");
         Ok(c)
+    }
+
+    /// Judge every frame sent and received on this connection with `judge` (adapter frames).
+    pub fn judged_by(mut self, judge: FrameJudge) -> Conn {
+        self.judge = Some(judge);
+        self
     }
 
     fn redact(&self, text: &str) -> String {
@@ -126,6 +135,11 @@ impl Conn {
         let shown = shorten(&shown, bytes.len());
         let text = self.redact(&shown);
         self.transcript.borrow_mut().push(WireLine { dir: ">".into(), text });
+        if let Some(j) = &mut self.judge {
+            for line in bytes.split_inclusive(|b| *b == b'\n').filter_map(|l| l.strip_suffix(b"\n")) {
+                j.sent(line);
+            }
+        }
         if let Err(e) = self.stream.write_all(bytes) {
             self.note(&format!("write failed: {}", e.kind()));
         }
@@ -151,9 +165,13 @@ impl Conn {
                 let shown = shorten(&shown, body.len());
                 let text = self.redact(&shown);
                 self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
-                match crate::wire::decode_strict(&body) {
-                    Ok(v) => Recv::Frame(v, body),
-                    Err(_) => Recv::Garbage(body),
+                let value = match &mut self.judge {
+                    Some(j) => j.received(&body),
+                    None => crate::wire::decode_strict(&body).ok(),
+                };
+                match value {
+                    Some(v) => Recv::Frame(v, body),
+                    None => Recv::Garbage(body),
                 }
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {

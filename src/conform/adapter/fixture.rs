@@ -42,6 +42,18 @@ pub fn lay(root: &Path, sentinel: &Path) -> std::io::Result<Fixture> {
     w("nul.txt", b"needle\x00binary\n")?;
     w("crlf.txt", b"one\r\ntwo needle\r\n")?;
     w("overlap.txt", b"aaaa\n")?;
+    // fs.search is literal: regex and glob metacharacters, case, multi-byte text, CRLF lines.
+    w(
+        "meta.txt",
+        concat!(
+            "regex: a.c abc aac a*c a+c a?c (x) [ab] {2} a|b \\d ^start end$ x?y \\. $ .* ^ $\r\n",
+            "glob: *.txt ?.md [!a] {a,b} ** file.txt f.md fxmd\r\n",
+            "start Start START sTaRt\r\n",
+            "\u{fc}n\u{ef}c\u{f6}d\u{e9} \u{2713} \u{1f600}.\u{1f600} \u{e9}.\u{e9} \u{e9}x\u{e9} \u{1f600}x\u{1f600}\r\n",
+            "the end\n",
+        )
+        .as_bytes(),
+    )?;
     w("edit.txt", b"foo bar foo\nunique line\naaa\n")?;
     let mut long = "x".repeat(6000);
     long.push_str("needle");
