@@ -282,18 +282,8 @@ fn same_descriptor(a: &Descriptor, b: &Descriptor) -> bool {
 // ---------------------------------------------------------------------------------------------
 // descriptor
 
-const DESCRIPTOR_CODES: [Code; 10] = [
-    Code::InvalidToolAdapterDescriptor,
-    Code::InvalidToolAdapterField,
-    Code::UnsupportedToolAdapterVersion,
-    Code::InvalidToolAdapterIdentity,
-    Code::InvalidToolAdapterEndpoint,
-    Code::InvalidToolAdapterBinding,
-    Code::InvalidToolAdapterCapability,
-    Code::ToolAdapterBindingMismatch,
-    Code::UnsupportedToolOperation,
-    Code::InvalidToolAdapterLimit,
-];
+/// The descriptor codes: the command validation codes after the five envelope and payload ones.
+const DESCRIPTOR_CODES: &[Code] = crate::contract::command::VALIDATION_CODES.split_at(5).1;
 
 fn same_result(a: &Result<Descriptor, ContractError>, b: &Result<Descriptor, ContractError>) -> bool {
     match (a, b) {
@@ -313,7 +303,7 @@ pub fn descriptor(data: &[u8]) {
     let free = admit_descriptor(&value, None);
     match &free {
         Ok(d) => check_admitted(&value, d),
-        Err(e) => check_error(e, &DESCRIPTOR_CODES, handle.as_ref(), "descriptor"),
+        Err(e) => check_error(e, DESCRIPTOR_CODES, handle.as_ref(), "descriptor"),
     }
     assert!(
         !matches!(&free, Err(e) if e.code == Code::ToolAdapterBindingMismatch),
@@ -324,7 +314,7 @@ pub fn descriptor(data: &[u8]) {
     let bound = admit_descriptor(&value, Some(&default));
     match &bound {
         Err(e) if e.code == Code::ToolAdapterBindingMismatch => {
-            check_error(e, &DESCRIPTOR_CODES, handle.as_ref(), "descriptor");
+            check_error(e, DESCRIPTOR_CODES, handle.as_ref(), "descriptor");
             let b = |k: &str| value.pointer(&format!("/binding/{k}")).cloned().unwrap_or(Value::Null);
             let same = b("hostInstanceId") == HOST
                 && b("sessionId") == SESSION

@@ -16,7 +16,8 @@ pub const OPERATIONS: [&str; 11] =
 /// Versions a host speaks (the `supported` detail of `incompatible_protocol`).
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0", "2.0"];
 
-/// Every code [`parse_command`] can refuse a command with (validation, never dispatch).
+/// Every code [`parse_command`] can refuse a command with (validation, never dispatch): five
+/// of the envelope and payload, then the ten of descriptor admission (SPEC §3.2), in that order.
 pub const VALIDATION_CODES: [Code; 15] = [
     Code::InvalidField,
     Code::InvalidProtocolVersion,
