@@ -651,7 +651,7 @@ fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format
 
 fn list_cases(run: &RunnerOpts, filter: &pi_conform::conform::run::Filter) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
-    for m in pi_conform::conform::adapter::catalogue().iter().filter(|m| filter.keeps(m)) {
+    for m in adapter_catalogue().iter().filter(|m| filter.keeps(m)) {
         match run.format {
             Format::Json => writeln!(out, "{}", serde_json::to_string(m)?)?,
             Format::Human => {
@@ -674,6 +674,16 @@ fn list_cases(run: &RunnerOpts, filter: &pi_conform::conform::run::Filter) -> an
     Ok(EXIT_OK)
 }
 
+/// The adapter catalogue with the golden vectors replayed as cases (a warning, and the
+/// built-in cases only, when the vectors cannot be read).
+fn adapter_catalogue() -> Vec<pi_conform::conform::case::CaseMeta> {
+    let (catalogue, no_vectors) = pi_conform::conform::adapter::catalogue_with_vectors(&default_dir());
+    if let Some(why) = no_vectors {
+        eprintln!("pi-conform: {why}");
+    }
+    catalogue
+}
+
 fn runner_filter(run: &RunnerOpts) -> anyhow::Result<pi_conform::conform::run::Filter> {
     if !(run.time_scale.is_finite() && run.time_scale > 0.0 && run.time_scale <= 100.0) {
         anyhow::bail!("--time-scale must be a number in (0, 100]");
@@ -689,7 +699,7 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
     use pi_conform::conform::run as engine;
     let filter = runner_filter(run)?;
     let baseline = load_baseline(run)?;
-    let catalogue = pi_conform::conform::adapter::catalogue();
+    let catalogue = adapter_catalogue();
     if !catalogue.iter().any(|m| filter.keeps(m)) {
         anyhow::bail!("no case matches the filters");
     }
@@ -930,7 +940,7 @@ fn kill_matrix(only: Vec<Fault>, format: MatrixFormat, expect: Option<PathBuf>, 
     };
     let all = only.is_empty();
     let faults: Vec<Fault> = Fault::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
-    let catalogue = pi_conform::conform::adapter::catalogue();
+    let catalogue = adapter_catalogue();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut rows = Vec::new();
     for (i, f) in faults.iter().enumerate() {

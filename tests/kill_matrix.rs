@@ -24,11 +24,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use pi_conform::adapter::faults::{Fault, Faults};
-use pi_conform::conform::adapter::catalogue;
+use pi_conform::conform::adapter::catalogue_with_vectors;
 use pi_conform::conform::case::{CaseMeta, Level, Status};
 use pi_conform::conform::selftest::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty};
 
 const EXPECTED: &str = include_str!("../conformance/kill-matrix.txt");
+
+/// The built-in cases and the replayed golden vectors (`vector:<id>`).
+fn catalogue() -> Vec<CaseMeta> {
+    let (cat, no_vectors) = catalogue_with_vectors(&pi_conform::vectors::default_dir());
+    assert!(no_vectors.is_none(), "{no_vectors:?}");
+    cat
+}
 
 /// Cases run under every fault besides the ones it is expected to kill.
 const SAMPLE: &[&str] = &[

@@ -13,10 +13,12 @@ use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
 use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
 use crate::contract::descriptor::{bound_frame, Limits};
-use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind};
+use crate::contract::frame::{
+    extra_keys_only, judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind,
+};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
-use crate::wire::{encode_line, json_len};
+use crate::wire::{decode_strict, encode_line, json_len};
 
 /// Largest first line read before a binding exists: the compact `bind` frame with every
 /// field at its contract maximum (`adapterId` 128 and `adapterVersion` 64 units, then
@@ -338,6 +340,13 @@ impl Session {
                 if !self.faults.is_empty() {
                     if let Some(i) = faults::lenient_invoke(line, &self.binding, self.faults) {
                         return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
+                    }
+                    if self.faults.has(Fault::ExtraFrameKeyReplies) && e.error.field() != "line" {
+                        let a = decode_strict(line).ok().and_then(|v| extra_keys_only(&v, &self.binding));
+                        if let Some(a) = a.filter(|a| !self.inflight.contains_key(&a.request_id)) {
+                            let err = AdapterError::new(AdapterCode::InvalidRequest, "unknown frame key");
+                            return self.send_result(&a.request_id, &a.idempotency_key, a.operation, Err(err));
+                        }
                     }
                 }
                 if e.disposition == Disposition::Reply {

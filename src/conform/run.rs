@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::adapter::cases::{registry, CaseFn};
+use super::adapter::cases::registry;
 use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
 use super::adapter::{Ctx, Target};
 use super::case::{CaseMeta, CaseResult, Level, Outcome, Status};
@@ -151,13 +151,28 @@ pub fn run_adapter(
         .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
     let reg = registry();
     let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
+    // Golden vectors replayed as cases (`vector:<id>`), loaded only when one is selected.
+    let prefix = super::daemon::replay::PREFIX;
+    let vectors = if selected.iter().any(|m| m.id.starts_with(prefix)) {
+        Some(
+            crate::vectors::VectorSet::load(&target.vectors)
+                .map_err(|e| RunError::Harness(format!("cannot load the golden vectors: {e}")))?,
+        )
+    } else {
+        None
+    };
     let mut results = Vec::new();
     let mut state = FixtureState::default();
     for (i, meta) in selected.iter().enumerate() {
-        let Some((_, f)) = reg.iter().find(|(id, _)| *id == meta.id) else {
-            return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
+        let f = reg.iter().find(|(id, _)| *id == meta.id).map(|(_, f)| *f);
+        let vector = meta.id.strip_prefix(prefix).filter(|_| f.is_none());
+        let r = match (f, vector, &vectors) {
+            (Some(f), _, _) => run_one(target, meta, &f, &mut state)?,
+            (None, Some(id), Some(set)) => {
+                run_one(target, meta, &|c: &mut Ctx<'_>| super::adapter::replay::run(c, set, id), &mut state)?
+            }
+            _ => return Err(RunError::Harness(format!("case {} has no implementation", meta.id))),
         };
-        let r = run_one(target, meta, *f, &mut state)?;
         progress(i + 1, selected.len(), &r);
         results.push(r);
     }
@@ -196,7 +211,12 @@ struct FixtureState {
     pristine: bool,
 }
 
-fn run_one(target: &Target, meta: &CaseMeta, f: CaseFn, state: &mut FixtureState) -> Result<CaseResult, RunError> {
+fn run_one(
+    target: &Target,
+    meta: &CaseMeta,
+    f: &dyn Fn(&mut Ctx<'_>) -> Outcome,
+    state: &mut FixtureState,
+) -> Result<CaseResult, RunError> {
     if !state.pristine || state.laid.is_none() {
         let fx = lay(&target.root, &target.sentinel)
             .map_err(|e| RunError::Harness(format!("cannot lay the fixture: {e}")))?;
@@ -210,7 +230,7 @@ fn run_one(target: &Target, meta: &CaseMeta, f: CaseFn, state: &mut FixtureState
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx)))
         .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
     // Let the adapter finish anything a misbehaving peer may still do before judging.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::thread::sleep(ctx.settle);
     let mut oracle = Vec::new();
     let allowed: Vec<&str> = ctx.allowed.iter().map(String::as_str).collect();
     let after_root = snapshot(&target.root);

@@ -230,6 +230,41 @@ pub fn judge_adapter_frame(line: &[u8], binding: &Binding, dir: Direction) -> Re
     Ok(JudgedFrame { kind, value })
 }
 
+/// SPEC §4.5: an invoke whose ids and operation are valid but which carries unknown top-level
+/// keys may be answered `invalid_request` **or** closed. When `value` (sent to an adapter) is
+/// refused only because of such keys — with them removed it is accepted or answerable — this
+/// returns the keys it is answered with; `None` for any other frame or refusal (a handle
+/// anywhere, a wrong identity, a bad id: close only). No line-size check here.
+pub fn extra_keys_only(value: &Value, binding: &Binding) -> Option<Attribution> {
+    let obj = value.as_object()?;
+    if obj.get("kind")?.as_str()? != "invoke" {
+        return None;
+    }
+    let e = judge_value(value, binding, Direction::ToAdapter).err()?;
+    if e.error.code != Code::AdapterProtocolInvalid || e.disposition != Disposition::Close {
+        return None;
+    }
+    let allowed = allowed_keys("invoke");
+    let known: Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| k.as_str() == "kind" || IDENTITY_KEYS.contains(&k.as_str()) || allowed.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if known.len() == obj.len() {
+        return None;
+    }
+    let s = |k: &str| known.get(k).and_then(Value::as_str).map(str::to_string);
+    match judge_value(&Value::Object(known.clone()), binding, Direction::ToAdapter) {
+        Ok(_) => Some(Attribution {
+            request_id: s("requestId")?,
+            idempotency_key: s("idempotencyKey")?,
+            operation: s("operation")?.parse().ok()?,
+        }),
+        Err(e) if e.disposition == Disposition::Reply => e.attribution,
+        Err(_) => None,
+    }
+}
+
 /// Judge an already decoded frame (see [`parse_adapter_frame`]; no line-size check here).
 pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> Result<AdapterFrame, FrameError> {
     judge_value(value, binding, dir)?;
@@ -814,6 +849,7 @@ fn typed_decode(value: &Value) -> Result<AdapterFrame, FrameError> {
 mod tests {
     use super::*;
     use crate::contract::descriptor::{admit_descriptor, ExpectedBinding};
+    use serde_json::json;
 
     fn base(name: &str) -> Value {
         let path = format!("{}/vectors/bases/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -827,6 +863,49 @@ mod tests {
 
     fn line(v: &Value) -> Vec<u8> {
         serde_json::to_vec(v).unwrap()
+    }
+
+    #[test]
+    fn only_an_attributable_invoke_refused_for_unknown_keys_may_be_answered() {
+        let b = binding();
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = base("invoke");
+            f(&mut v);
+            extra_keys_only(&v, &b)
+        };
+        let a = with(&|v| v["timeoutMs"] = json!(5)).expect("an extra key on a valid invoke");
+        assert_eq!((a.request_id.as_str(), a.idempotency_key.as_str()), ("tool-1", "turn-1-read-1"));
+        assert_eq!(a.operation, ToolOperation::FsRead);
+        // Extra key plus a bad payload: still answerable (the payload error is a reply).
+        assert!(with(&|v| {
+            v["timeoutMs"] = json!(5);
+            v["payload"]["maxBytes"] = json!(0);
+        })
+        .is_some());
+        // No extra key, a valid frame, or a reply-only refusal: nothing to allow.
+        assert_eq!(with(&|_| {}), None);
+        assert_eq!(with(&|v| v["payload"]["maxBytes"] = json!(0)), None);
+        // Close for another reason as well: wrong identity, a bad id, the handle.
+        assert_eq!(
+            with(&|v| {
+                v["timeoutMs"] = json!(5);
+                v["sessionId"] = json!("agent-b");
+            }),
+            None
+        );
+        assert_eq!(
+            with(&|v| {
+                v["timeoutMs"] = json!(5);
+                v["requestId"] = json!("-bad");
+            }),
+            None
+        );
+        let h = b.handle.expose().to_string();
+        assert_eq!(with(&|v| v["note"] = json!(h.clone())), None);
+        // Not an invoke.
+        let mut abort = base("abort");
+        abort["reason"] = json!("x");
+        assert_eq!(extra_keys_only(&abort, &b), None);
     }
 
     #[test]

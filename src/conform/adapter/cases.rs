@@ -1273,6 +1273,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.garbage-first-line", judged!(bind_garbage_first)),
         ("adapter.bind.second-bind", judged!(bind_second_bind)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
+        ("adapter.invoke.unknown-frame-key.closes", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.wrong-generation", judged!(invoke_wrong_generation)),
         ("adapter.invoke.wrong-adapter-version", judged!(invoke_wrong_adapter_version)),
         ("adapter.invoke.bad-request-id", judged!(invoke_bad_request_id)),

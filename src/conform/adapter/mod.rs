@@ -5,6 +5,7 @@ pub mod cases;
 pub mod conn;
 pub mod fixture;
 pub mod judge;
+pub mod replay;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,20 @@ pub fn catalogue() -> Vec<CaseMeta> {
     serde_json::from_str(CATALOGUE).expect("the built-in adapter catalogue is valid")
 }
 
+/// The catalogue of an adapter run: the built-in cases, then one `vector:<id>` case per golden
+/// `to-adapter` frame vector and path vector of `dir` ([`replay`]). The vectors are not loaded
+/// (and no vector case is listed) when `dir` cannot be read; the second value says why.
+pub fn catalogue_with_vectors(dir: &Path) -> (Vec<CaseMeta>, Option<String>) {
+    let mut cat = catalogue();
+    match crate::vectors::VectorSet::load(dir) {
+        Ok(set) => {
+            cat.extend(replay::catalogue(&set));
+            (cat, None)
+        }
+        Err(e) => (cat, Some(format!("no vector is replayed: {e}"))),
+    }
+}
+
 /// What the runner is pointed at.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -44,6 +59,8 @@ pub struct Target {
     pub sentinel: PathBuf,
     /// One step's time budget (already scaled).
     pub step: Duration,
+    /// The golden vectors replayed as `vector:` cases.
+    pub vectors: PathBuf,
 }
 
 impl Target {
@@ -64,6 +81,7 @@ impl Target {
             root: root.to_path_buf(),
             sentinel: sentinel.to_path_buf(),
             step,
+            vectors: crate::vectors::default_dir(),
         })
     }
 
@@ -87,6 +105,9 @@ pub struct Ctx<'a> {
     pub allowed: Vec<String>,
     /// What the contract refused in the frames the adapter sent (each with its clause).
     pub violations: Rc<RefCell<Vec<String>>>,
+    /// How long the engine waits after the case before the side-effect oracle looks (time for
+    /// a misbehaving adapter to finish what it may still do).
+    pub settle: Duration,
     seq: u64,
 }
 
@@ -100,6 +121,7 @@ impl<'a> Ctx<'a> {
             received: Rc::default(),
             allowed: Vec::new(),
             violations: Rc::default(),
+            settle: Duration::from_millis(20),
             seq: 0,
         }
     }

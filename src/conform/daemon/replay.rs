@@ -42,7 +42,7 @@ fn unsafe_to_replay(doc: &Value) -> Option<&'static str> {
 }
 
 /// Whether `id` matches a `vector:<glob>` pattern of the differences file (`*` any run).
-fn is_decision(id: &str) -> bool {
+pub(crate) fn is_decision(id: &str) -> bool {
     let Ok(v) = serde_json::from_str::<Value>(DIFFERENCES) else { return false };
     let patterns =
         v["differences"].as_array().into_iter().flatten().flat_map(|d| d["match"].as_array().into_iter().flatten());
