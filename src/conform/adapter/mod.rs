@@ -5,6 +5,8 @@ pub mod cases;
 pub mod conn;
 pub mod fixture;
 pub mod judge;
+pub mod launch;
+pub mod preflight;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
