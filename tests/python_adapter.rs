@@ -107,6 +107,23 @@ fn run_bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String, 
     (code, o.join().unwrap(), e.join().unwrap(), t.elapsed())
 }
 
+/// Whether process `pid` still runs (a zombie waiting for its reaper counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Wait up to 5 s for `pid` to be gone.
+fn gone(pid: i32) -> bool {
+    let t = Instant::now();
+    while alive(pid) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !alive(pid)
+}
+
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -284,8 +301,70 @@ fn command_starts_the_python_adapter_runs_and_stops_it() {
     assert!(out.contains("adapter suite against"), "{out}");
     // The adapter (the shell exec'd into python3) is gone, and so is the private directory.
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the adapter process {pid} survived the run");
+    assert!(gone(pid), "the adapter process {pid} survived the run");
     let private = out.lines().find_map(|l| l.split("socket and grants in ").nth(1)).unwrap();
+    assert!(!Path::new(private).exists(), "the runner left {private} behind");
+}
+
+#[test]
+fn an_interrupted_command_run_stops_the_adapter_and_cleans_up() {
+    need_python!("an_interrupted_command_run_stops_the_adapter_and_cleans_up");
+    let dir = private_dir("pc-python-int");
+    let pidfile = dir.path().join("pid");
+    let command = format!(
+        "echo $$ > '{}'; exec python3 '{}' --socket {{socket}} --grants {{grants}}",
+        pidfile.display(),
+        adapter_py().display()
+    );
+    let mut runner = Command::new(bin())
+        .args(["adapter", "--command", &command, "--adapter-id", ADAPTER_ID, "--adapter-version", ADAPTER_VERSION])
+        .args(["--time-scale", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The runner prints where the adapter runs once its socket answered.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stdout = runner.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut told = false;
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if !told && String::from_utf8_lossy(&all).contains("socket and grants in ") {
+                let _ = tx.send(());
+                told = true;
+            }
+        }
+        String::from_utf8_lossy(&all).to_string()
+    });
+    rx.recv_timeout(Duration::from_secs(30)).expect("the adapter never started");
+    // Let the suite get going, then interrupt the runner as a terminal's Ctrl-C would.
+    std::thread::sleep(Duration::from_millis(500));
+    rustix::process::kill_process(rustix::process::Pid::from_child(&runner), rustix::process::Signal::INT).unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = runner.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = runner.kill();
+            panic!("the runner did not stop on SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = runner.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{stdout}{err}");
+    assert!(err.contains("interrupted; the adapter was stopped"), "{err}");
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(gone(pid), "the adapter {pid} survived the interrupted run");
+    let private = stdout.lines().find_map(|l| l.split("socket and grants in ").nth(1)).unwrap();
     assert!(!Path::new(private).exists(), "the runner left {private} behind");
 }
 
@@ -370,6 +449,8 @@ fn a_wrong_root_stops_at_the_preflight() {
             d.to_str().unwrap(),
             "--root",
             elsewhere.to_str().unwrap(),
+            "--time-scale",
+            "5",
         ],
         Duration::from_secs(30),
     );
@@ -433,11 +514,7 @@ fn command_runs_the_reference_adapter_and_stops_its_process_group() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("verdict: CONFORMANT"), "{out}");
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    let t = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the adapter {pid} survived its shell");
+    assert!(gone(pid), "the adapter {pid} survived its shell");
 }
 
 #[test]

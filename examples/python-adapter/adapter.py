@@ -654,6 +654,8 @@ class Connection:
             log(f"connection closed: {r}")
         except (OSError, socket.timeout) as e:
             log(f"connection closed: {type(e).__name__}")
+        except Exception as e:  # noqa: BLE001 - e.g. a lone surrogate that cannot be encoded
+            log(f"connection closed: unexpected {type(e).__name__}")
         finally:
             with self.lock:
                 self.close_locked(flush=False)

@@ -2,11 +2,13 @@
 //! runs the adapter itself. It mints a grant for the adapter's declared identity into a private
 //! grants file (the handle exists only in the descriptor it keeps in memory), starts the command
 //! with `sh -c` in its own process group, waits for the socket to answer, and afterwards stops
-//! the whole group (SIGTERM, then SIGKILL) and removes every file it made.
+//! the whole group (SIGTERM, then SIGKILL) and removes every file it made — also when the
+//! runner itself is interrupted (SIGINT, SIGTERM, SIGHUP: exit 130).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -141,6 +143,7 @@ impl Launched {
                 .spawn()
                 .map_err(|e| LaunchError::Target(format!("cannot start `sh -c`: {e}")))?
         };
+        guard_signals(rustix::process::Pid::from_child(&child), dir.path().to_path_buf());
         let mut me = Launched { dir, child: Some(child), socket, grants, root, descriptor };
         me.wait_for_socket(spec.startup)?;
         Ok(me)
@@ -151,6 +154,11 @@ impl Launched {
         loop {
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return Ok(());
+            }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                // The signal guard is stopping everything and will exit the process.
+                std::thread::park();
+                continue;
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -210,6 +218,41 @@ impl Launched {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         let _ = child.wait();
     }
+}
+
+/// Set by the signal guard before it stops the adapter: its exit is then not a failed start.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The adapter runs in its own process group, so a Ctrl-C at the terminal does not reach it:
+/// on SIGINT, SIGTERM or SIGHUP the runner stops the group (SIGTERM, SIGKILL after 0.5 s),
+/// removes the private directory and exits 130 itself.
+fn guard_signals(pid: rustix::process::Pid, dir: PathBuf) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        let signalled = rt.block_on(async {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut i), Ok(mut t), Ok(mut h)) =
+                (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
+            else {
+                return false;
+            };
+            tokio::select! {
+                _ = i.recv() => true,
+                _ = t.recv() => true,
+                _ = h.recv() => true,
+            }
+        });
+        if !signalled {
+            return;
+        }
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("pi-conform: interrupted; the adapter was stopped");
+        std::process::exit(130);
+    });
 }
 
 impl Drop for Launched {
