@@ -435,6 +435,55 @@ fn a_mute_adapter_stops_the_run_with_exit_4_and_one_diagnostic() {
 }
 
 #[test]
+fn an_adapter_mute_after_bind_stops_at_the_preflight() {
+    let dir = private_dir("pc-mute-after-bind");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let socket = dir.path().join("half.sock");
+    let dpath = dir.path().join("descriptor.json");
+    // Answers every bind with its exact echo, then never answers anything else.
+    let listener = UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            let mut line = String::new();
+            let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+            if std::io::BufRead::read_line(&mut r, &mut line).is_ok() {
+                if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&line) {
+                    m.remove("capabilityHandle");
+                    m.insert("kind".into(), "bound".into());
+                    let _ = std::io::Write::write_all(&mut &s, format!("{}\n", Value::Object(m)).as_bytes());
+                }
+            }
+            held.push((s, r));
+        }
+    });
+    let descriptor =
+        support::mint(&dir.path().join("grants.json"), &socket, &root, "h", "s", 1, &support::Opts::default());
+    std::fs::write(&dpath, serde_json::to_vec(&descriptor).unwrap()).unwrap();
+    let (code, out, err, took) = run_bounded(
+        &[
+            "adapter",
+            socket.to_str().unwrap(),
+            "--descriptor",
+            dpath.to_str().unwrap(),
+            "--root",
+            root.to_str().unwrap(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(4), "killed after {took:?} or wrong exit: {out}{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "exactly one diagnostic: {err}");
+    assert!(
+        lines[0].contains("answered bind but not fs.stat of the fixture marker")
+            && lines[0].contains("mute after bind"),
+        "{err}"
+    );
+    assert!(!out.contains("adapter suite against"), "no case may run: {out}");
+}
+
+#[test]
 fn a_wrong_root_stops_at_the_preflight() {
     let mut a = support::Adapter::start(support::Opts::default());
     let d = a.dir.path().join("d.json");
