@@ -247,12 +247,12 @@ enum Cmd {
         /// (SIGTERM, then SIGKILL) and removes everything it made at the end.
         #[arg(long, value_name = "CMD")]
         command: Option<String>,
-        /// With --command: the adapterId the adapter answers to.
-        #[arg(long, value_name = "ID", default_value = "pi-conform-reference")]
-        adapter_id: String,
-        /// With --command: the adapterVersion the adapter answers to.
-        #[arg(long, value_name = "VERSION", default_value = env!("CARGO_PKG_VERSION"))]
-        adapter_version: String,
+        /// With --command: the adapterId the adapter answers to [default: pi-conform-reference].
+        #[arg(long, value_name = "ID", requires = "command")]
+        adapter_id: Option<String>,
+        /// With --command: the adapterVersion the adapter answers to [default: this version].
+        #[arg(long, value_name = "VERSION", requires = "command")]
+        adapter_version: Option<String>,
         /// The grant's root directory: the runner lays its fixture tree here. It must be empty
         /// or hold a previous run's `.pi-conform-fixture` marker.
         #[arg(long, value_name = "DIR")]
@@ -425,6 +425,10 @@ fn main() -> ExitCode {
         Cmd::Adapter { socket, descriptor, command, adapter_id, adapter_version, root, sentinel, run } => match command
         {
             Some(command) => adapter_launch(command, adapter_id, adapter_version, root, sentinel, run),
+            None if adapter_id.is_some() || adapter_version.is_some() => Err(anyhow::anyhow!(
+                "--adapter-id and --adapter-version go with --command (the runner mints the grant); without it \
+                 the descriptor names the adapter"
+            )),
             None => adapter_runner(socket, descriptor, root, sentinel, run),
         },
         Cmd::Selftest { run, faults } => selftest(run, faults.into_iter().collect()),
@@ -764,8 +768,8 @@ fn adapter_runner(
 
 fn adapter_launch(
     command: String,
-    adapter_id: String,
-    adapter_version: String,
+    adapter_id: Option<String>,
+    adapter_version: Option<String>,
     root: Option<PathBuf>,
     sentinel: Option<PathBuf>,
     run: RunnerOpts,
@@ -781,8 +785,8 @@ fn adapter_launch(
     let spec = LaunchSpec {
         command,
         root,
-        adapter_id,
-        adapter_version,
+        adapter_id: adapter_id.unwrap_or_else(|| "pi-conform-reference".into()),
+        adapter_version: adapter_version.unwrap_or_else(|| env!("CARGO_PKG_VERSION").into()),
         startup: std::time::Duration::from_secs_f64(10.0 * run.time_scale),
     };
     let launched = match Launched::start(&spec) {

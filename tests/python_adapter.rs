@@ -530,6 +530,10 @@ fn command_failures_are_typed() {
     let (code, _, err, _) = run_bounded(&["adapter", "--command", "true"], Duration::from_secs(30));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("{socket}"), "{err}");
+    // --adapter-id without --command: a usage error (it would be ignored otherwise).
+    let (code, _, err, _) = run_bounded(&["adapter", "/tmp/x.sock", "--adapter-id", "x"], Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--command"), "{err}");
     // --command and a socket together: a usage error.
     let (code, _, _, _) =
         run_bounded(&["adapter", "/tmp/x.sock", "--command", "true {socket}"], Duration::from_secs(30));
