@@ -810,6 +810,7 @@ fn adapter_launch(
         println!("adapter: started `sh -c` with a fresh grant; socket and grants in {}", launched.dir().display());
     }
     let code = run_and_report(&target, &run);
+    pi_conform::conform::adapter::launch::yield_to_interrupt();
     drop(launched);
     code
 }

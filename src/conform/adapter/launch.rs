@@ -155,11 +155,8 @@ impl Launched {
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return Ok(());
             }
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                // The signal guard is stopping everything and will exit the process.
-                std::thread::park();
-                continue;
-            }
+            // The signal guard may be stopping everything; it then exits the process.
+            yield_to_interrupt();
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
@@ -222,6 +219,14 @@ impl Launched {
 
 /// Set by the signal guard before it stops the adapter: its exit is then not a failed start.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// If the runner was interrupted, wait here for the signal guard to end the process (exit
+/// 130): a run cut short must not end with the exit code of its broken remainder.
+pub fn yield_to_interrupt() {
+    while INTERRUPTED.load(Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
 
 /// The adapter runs in its own process group, so a Ctrl-C at the terminal does not reach it:
 /// on SIGINT, SIGTERM or SIGHUP the runner stops the group (SIGTERM, SIGKILL after 0.5 s),
