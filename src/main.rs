@@ -231,13 +231,28 @@ enum Cmd {
     /// Check a tool adapter, clause by clause (the runner plays the daemon side).
     ///
     /// Exit codes: 0 conformant, 1 a MUST failed, 2 usage or harness error, 3 stale
-    /// baseline entry (otherwise conformant), 4 target unreachable.
+    /// baseline entry (otherwise conformant), 4 the target could not be run (unreachable, or
+    /// the preflight failed: no `bound` for the descriptor's bind, or the fixture marker not
+    /// visible under --root).
     Adapter {
         /// The adapter's Unix socket.
+        #[arg(conflicts_with = "command")]
         socket: Option<PathBuf>,
         /// The descriptor a daemon would receive for this adapter (JSON file; holds the handle).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "command")]
         descriptor: Option<PathBuf>,
+        /// Start the adapter with `sh -c CMD`: the runner mints a grant for --adapter-id /
+        /// --adapter-version into a private grants file and replaces `{socket}` (required),
+        /// `{grants}` and `{root}` with those paths (shell-quoted); it stops the adapter
+        /// (SIGTERM, then SIGKILL) and removes everything it made at the end.
+        #[arg(long, value_name = "CMD")]
+        command: Option<String>,
+        /// With --command: the adapterId the adapter answers to [default: pi-conform-reference].
+        #[arg(long, value_name = "ID", requires = "command")]
+        adapter_id: Option<String>,
+        /// With --command: the adapterVersion the adapter answers to [default: this version].
+        #[arg(long, value_name = "VERSION", requires = "command")]
+        adapter_version: Option<String>,
         /// The grant's root directory: the runner lays its fixture tree here. It must be empty
         /// or hold a previous run's `.pi-conform-fixture` marker.
         #[arg(long, value_name = "DIR")]
@@ -407,9 +422,15 @@ fn main() -> ExitCode {
             validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file)
         }
         Cmd::Vectors { check, dir, id, format } => vectors(check, dir, id, format),
-        Cmd::Adapter { socket, descriptor, root, sentinel, run } => {
-            adapter_runner(socket, descriptor, root, sentinel, run)
-        }
+        Cmd::Adapter { socket, descriptor, command, adapter_id, adapter_version, root, sentinel, run } => match command
+        {
+            Some(command) => adapter_launch(command, adapter_id, adapter_version, root, sentinel, run),
+            None if adapter_id.is_some() || adapter_version.is_some() => Err(anyhow::anyhow!(
+                "--adapter-id and --adapter-version go with --command (the runner mints the grant); without it \
+                 the descriptor names the adapter"
+            )),
+            None => adapter_runner(socket, descriptor, root, sentinel, run),
+        },
         Cmd::Selftest { run, faults } => selftest(run, faults.into_iter().collect()),
         Cmd::ServeDaemon { socket, state_dir, host_instance, log_format, faults } => {
             init_logs(log_format);
@@ -703,6 +724,19 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
     if !catalogue.iter().any(|m| filter.keeps(m)) {
         anyhow::bail!("no case matches the filters");
     }
+    // One bind and one fs.stat of the fixture marker first: a mute adapter, a refused bind or
+    // a wrong --root stops here with one diagnostic instead of failing every case.
+    match pi_conform::conform::adapter::preflight::preflight(target) {
+        Ok(()) => {}
+        Err(pi_conform::conform::adapter::preflight::PreflightError::Target(m)) => {
+            eprintln!("pi-conform: preflight failed: {m}");
+            return Ok(engine::EXIT_UNREACHABLE);
+        }
+        Err(e) => {
+            eprintln!("pi-conform: {e}");
+            return Ok(engine::EXIT_HARNESS);
+        }
+    }
     let progress = progress_printer();
     let rep = match engine::run_adapter(target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
@@ -736,14 +770,65 @@ fn adapter_runner(
     let value =
         pi_conform::wire::decode_strict(&text).map_err(|e| anyhow::anyhow!("descriptor {}: {e}", dpath.display()))?;
     let root = std::fs::canonicalize(&root).map_err(|e| anyhow::anyhow!("root {}: {e}", root.display()))?;
-    let sentinel = sentinel.unwrap_or_else(|| {
-        let mut name = root.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        name.push(".sentinel");
-        root.with_file_name(name)
-    });
+    let sentinel = sentinel.unwrap_or_else(|| default_sentinel(&root));
     let target = pi_conform::conform::adapter::Target::new(&socket, value, &root, &sentinel, run.time_scale)
         .map_err(|e| anyhow::anyhow!(e))?;
     run_and_report(&target, &run)
+}
+
+fn adapter_launch(
+    command: String,
+    adapter_id: Option<String>,
+    adapter_version: Option<String>,
+    root: Option<PathBuf>,
+    sentinel: Option<PathBuf>,
+    run: RunnerOpts,
+) -> anyhow::Result<u8> {
+    use pi_conform::conform::adapter::launch::{LaunchError, LaunchSpec, Launched};
+    let filter = runner_filter(&run)?;
+    if run.list {
+        return list_cases(&run, &filter);
+    }
+    if !(run.time_scale.is_finite() && run.time_scale > 0.0 && run.time_scale <= 100.0) {
+        anyhow::bail!("--time-scale must be a number in (0, 100]");
+    }
+    let spec = LaunchSpec {
+        command,
+        root,
+        adapter_id: adapter_id.unwrap_or_else(|| "pi-conform-reference".into()),
+        adapter_version: adapter_version.unwrap_or_else(|| env!("CARGO_PKG_VERSION").into()),
+        startup: std::time::Duration::from_secs_f64(10.0 * run.time_scale),
+    };
+    let launched = match Launched::start(&spec) {
+        Ok(l) => l,
+        Err(LaunchError::Usage(m)) => anyhow::bail!(m),
+        Err(LaunchError::Target(m)) => {
+            eprintln!("pi-conform: the adapter did not start: {m}");
+            return Ok(pi_conform::conform::run::EXIT_UNREACHABLE);
+        }
+    };
+    let sentinel = sentinel.unwrap_or_else(|| default_sentinel(&launched.root));
+    let target = pi_conform::conform::adapter::Target::new(
+        &launched.socket,
+        launched.descriptor.clone(),
+        &launched.root,
+        &sentinel,
+        run.time_scale,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if run.format == Format::Human {
+        println!("adapter: started `sh -c` with a fresh grant; socket and grants in {}", launched.dir().display());
+    }
+    let code = run_and_report(&target, &run);
+    pi_conform::conform::adapter::launch::yield_to_interrupt();
+    drop(launched);
+    code
+}
+
+fn default_sentinel(root: &std::path::Path) -> PathBuf {
+    let mut name = root.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".sentinel");
+    root.with_file_name(name)
 }
 
 fn selftest(run: RunnerOpts, faults: Faults) -> anyhow::Result<u8> {

@@ -5,6 +5,8 @@ pub mod cases;
 pub mod conn;
 pub mod fixture;
 pub mod judge;
+pub mod launch;
+pub mod preflight;
 pub mod replay;
 
 use std::cell::RefCell;
