@@ -905,23 +905,44 @@ fn confine_swap_race(c: &mut Ctx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- limits
 
+/// The number of entries (fs.list) or matches (fs.search) in a result's data.
+fn items(v: &Value) -> Option<usize> {
+    v["data"]["entries"].as_array().or_else(|| v["data"]["matches"].as_array()).map(Vec::len)
+}
+
 fn limits_response_budget(c: &mut Ctx<'_>) -> Outcome {
+    let calls = [
+        ("fs.read", json!({"path": "big.txt"})),
+        ("fs.list", json!({"path": "."})),
+        ("fs.search", json!({"path": ".", "query": "line"})),
+    ];
+    // What the list and the search hold without the small budget: a result cut by the budget
+    // has fewer items and must say `truncated:true`; one that fits whole need not (PC-5.3).
+    let mut full = Vec::new();
+    {
+        let mut conn = tryo!(c.bound());
+        for (op, payload) in &calls {
+            full.push(c.call(&mut conn, op, payload.clone()).frame().and_then(items));
+        }
+    }
     let mut b = c.bind_frame();
     b["limits"]["maxResponseBytes"] = json!(1024);
     let mut conn = tryo!(c.bind_with(&b));
     let mut problems = Vec::new();
     let mut last = String::from("result:ok");
-    for (op, payload) in [
-        ("fs.read", json!({"path": "big.txt"})),
-        ("fs.list", json!({"path": "."})),
-        ("fs.search", json!({"path": ".", "query": "line"})),
-    ] {
+    for ((op, payload), whole) in calls.into_iter().zip(full) {
         let r = c.call(&mut conn, op, payload);
         match &r {
             Recv::Frame(v, _) => {
                 // A line over maxResponseBytes is refused by the judge (PC-4.5).
-                if v["ok"] == true && op != "fs.read" && v["data"]["truncated"] != true {
-                    problems.push(format!("{op}: cut by the budget but truncated is not true"));
+                let cut = matches!((items(v), whole), (Some(got), Some(all)) if got < all);
+                if v["ok"] == true && cut && v["data"]["truncated"] != true {
+                    problems.push(format!(
+                        "PC-5.3: {op} returned {} of {} items within the 1024-byte budget but did not set \
+                         truncated:true; a result the budget cut must say so",
+                        items(v).unwrap_or(0),
+                        whole.unwrap_or(0)
+                    ));
                 }
             }
             other => {
