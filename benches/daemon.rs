@@ -98,6 +98,7 @@ fn main() {
         state_dir: dir.path().join("state"),
         host_instance_id: None,
         handle_signals: false,
+        handshake_deadline: pi_conform::daemon::server::DEFAULT_HANDSHAKE_DEADLINE,
         faults: DaemonFaults::NONE,
     };
     let (stop_daemon, drx) = watch::channel(false);

@@ -79,11 +79,80 @@ pub struct Out {
     pub close: bool,
 }
 
-/// A connection as the host sees it (for event delivery).
+/// A connection as the host sees it (for event delivery and the connection cap).
 pub struct ConnEntry {
     tx: mpsc::UnboundedSender<Out>,
     queued: Arc<AtomicUsize>,
     attachments: HashSet<(String, u64)>,
+    activity: Arc<ConnActivity>,
+}
+
+/// The bit of [`ConnActivity`]'s state word that marks a reclaimed connection.
+const RECLAIMED: usize = 1 << (usize::BITS - 1);
+
+/// What the connection cap needs to know about one connection (SPEC PC-1.1, DECISION on idle
+/// connections): when it last sent a byte, how many of its requests are unanswered, and whether
+/// it has been reclaimed.
+///
+/// The in-flight count and the reclaimed mark share one atomic word, so "reclaim it only if
+/// nothing is in flight" and "admit a request only if it is not reclaimed" are each a single
+/// atomic step: a request is never admitted on a connection that is being closed, and a
+/// connection with a request in flight is never reclaimed.
+#[derive(Debug)]
+pub struct ConnActivity {
+    epoch: Instant,
+    last_read_ms: AtomicU64,
+    state: AtomicUsize,
+    reclaimed: tokio::sync::Notify,
+}
+
+impl ConnActivity {
+    /// A connection's record; `epoch` is the host's start, shared by every connection so
+    /// their silences compare.
+    pub fn new(epoch: Instant) -> Self {
+        ConnActivity {
+            epoch,
+            last_read_ms: AtomicU64::new(u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            state: AtomicUsize::new(0),
+            reclaimed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Record that bytes arrived now.
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_read_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Count one more request in flight; false when the connection was reclaimed (the caller
+    /// closes it without dispatching).
+    pub fn admit(&self) -> bool {
+        self.state.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| (s & RECLAIMED == 0).then_some(s + 1)).is_ok()
+    }
+
+    /// One admitted request was answered.
+    pub fn done(&self) {
+        self.state.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wait until the connection is reclaimed.
+    pub async fn wait_reclaimed(&self) {
+        self.reclaimed.notified().await;
+    }
+
+    /// Whether the connection was reclaimed.
+    pub fn is_reclaimed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & RECLAIMED != 0
+    }
+
+    /// Mark it reclaimed if nothing is in flight.
+    fn try_reclaim(&self) -> bool {
+        let ok = self.state.compare_exchange(0, RECLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        if ok {
+            self.reclaimed.notify_one();
+        }
+        ok
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,15 +382,38 @@ impl Host {
         }
     }
 
-    /// Register a connection; `None` when the cap is reached.
-    pub fn add_conn(&self, tx: mpsc::UnboundedSender<Out>, queued: Arc<AtomicUsize>) -> Option<u64> {
+    /// Register a connection. At the cap, the idle connection (nothing in flight, nothing
+    /// attached) that has been silent longest is reclaimed to make room (it is closed without a
+    /// line); `None` when every connection is busy or attached (SPEC PC-1.1, DECISION on idle
+    /// connections).
+    pub fn add_conn(
+        &self,
+        tx: mpsc::UnboundedSender<Out>,
+        queued: Arc<AtomicUsize>,
+        activity: Arc<ConnActivity>,
+    ) -> Option<u64> {
         let mut c = self.conns.lock().ok()?;
         if c.len() >= MAX_CONNECTIONS {
-            return None;
+            let mut idle: Vec<(u64, u64)> = c
+                .iter()
+                .filter(|(_, e)| e.attachments.is_empty())
+                .map(|(id, e)| (e.activity.last_read_ms.load(Ordering::Relaxed), *id))
+                .collect();
+            // Silent longest first.
+            idle.sort_unstable();
+            let victim = idle.into_iter().map(|(_, id)| id).find(|id| c[id].activity.try_reclaim())?;
+            c.remove(&victim);
+            self.count("idleConnectionsReclaimed");
+            tracing::info!(connection = victim, "connection cap reached: reclaimed the longest idle connection");
         }
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new() });
+        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new(), activity });
         Some(id)
+    }
+
+    /// A new connection's activity record.
+    pub fn new_activity(&self) -> Arc<ConnActivity> {
+        Arc::new(ConnActivity::new(self.started))
     }
 
     /// Forget a connection.
