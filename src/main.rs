@@ -1253,9 +1253,11 @@ fn daemon_runner(
 
 fn daemon_state(state_dir: PathBuf, session: Option<String>, reconcile: bool) -> anyhow::Result<u8> {
     let store = pi_conform::daemon::store::Store::open(&state_dir)?;
+    // Every record and the journal's high-water marks are checked before anything is changed.
+    let loaded = store.load()?;
     if reconcile {
         let mut n = 0;
-        for mut w in store.wakes()? {
+        for mut w in loaded.wakes {
             if w.state == "indeterminate" || w.state == "accepted" {
                 w.state = "reconciled".into();
                 store.put_wake(&w)?;

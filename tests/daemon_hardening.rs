@@ -3,6 +3,9 @@
 //!
 //! - F12: idle connections cannot lock other clients out (handshake deadline, idle reclaim at
 //!   the connection cap; SPEC PC-1.1).
+//! - F13: a tampered state directory is refused at startup with an error naming the file, and
+//!   nothing in it is followed, blocked on or read whole (SPEC PC-6, DECISION on the state
+//!   directory).
 
 mod support;
 
@@ -17,7 +20,7 @@ use serde_json::{json, Value};
 use support::bin;
 
 struct Daemon {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     socket: PathBuf,
     state: PathBuf,
     log: PathBuf,
@@ -32,7 +35,7 @@ impl Daemon {
         let socket = dir.path().join("d.sock");
         let state = dir.path().join("state");
         let log = dir.path().join("daemon.log");
-        Daemon { _dir: dir, socket, state, log, args: args.iter().map(|s| s.to_string()).collect(), child: None }
+        Daemon { dir, socket, state, log, args: args.iter().map(|s| s.to_string()).collect(), child: None }
     }
 
     fn start(args: &[&str]) -> Daemon {
@@ -66,6 +69,36 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.child = Some(child);
+    }
+
+    /// Start a daemon that must refuse to start: its exit status and standard error. A daemon
+    /// that starts listening, or is still running after 20 s (hung on the state), fails.
+    fn start_refused(&self) -> (i32, String) {
+        let _ = std::fs::remove_file(&self.socket);
+        let mut child = self.command().stderr(Stdio::piped()).spawn().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut err = String::new();
+            let _ = stderr.read_to_string(&mut err);
+            err
+        });
+        let t = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return (st.code().unwrap_or(-1), reader.join().unwrap());
+            }
+            let listening = UnixStream::connect(&self.socket).is_ok();
+            let hung = t.elapsed() > Duration::from_secs(20);
+            if listening || hung {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon {} on a tampered state directory instead of refusing to start",
+                    if listening { "started listening" } else { "hung for 20 s" }
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn kill9(&mut self) {
@@ -227,4 +260,201 @@ fn f12_attached_connections_are_never_reclaimed() {
     for (i, c) in attached.iter_mut().enumerate() {
         assert_eq!(c.call(handshake(&format!("s{i}")))["ok"], true, "attached connection {i} must survive");
     }
+}
+
+// ---- F13: the state directory ----------------------------------------------------------
+
+fn digest_name(parts: &[&str]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    format!("{}.json", hex::encode(h.finalize()))
+}
+
+/// The file of a session's catalog record.
+fn session_file(state: &Path, id: &str) -> PathBuf {
+    state.join("sessions").join(digest_name(&[id]))
+}
+
+/// The file of a wake's journal record.
+fn wake_file(state: &Path, id: &str, generation: u64, key: &str) -> PathBuf {
+    state.join("wakes").join(digest_name(&[id, &generation.to_string(), key]))
+}
+
+/// A daemon with durable sessions `ids` (tools "none"), each with one completed wake `k1`,
+/// then killed: the state directory a tamper starts from.
+fn prepared(ids: &[&str]) -> Daemon {
+    let mut d = Daemon::start(&[]);
+    let mut c = d.client();
+    let cwd = d.dir.path().join("work");
+    for id in ids {
+        let r = c.call(json!({"protocolVersion": "2.0", "requestId": format!("o-{id}"), "operation": "open", "sessionId": id, "generation": 1,
+            "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
+        assert_eq!(r["ok"], true, "{r}");
+        let r = c.call(json!({"protocolVersion": "2.0", "requestId": format!("w-{id}"), "operation": "wake", "sessionId": id, "generation": 1,
+            "idempotencyKey": "k1", "payload": {"prompt": format!("hello {id}")}}));
+        assert_eq!(r["data"]["result"]["text"], format!("hello {id}"), "{r}");
+        assert!(session_file(&d.state, id).is_file() && wake_file(&d.state, id, 1, "k1").is_file());
+    }
+    d.kill9();
+    d
+}
+
+/// The refusal: non-zero exit, and the message names `file` and says `why`.
+fn assert_refused(d: &Daemon, file: &Path, why: &str) {
+    let (code, err) = d.start_refused();
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains(&file.display().to_string()), "the refusal must name {}: {err}", file.display());
+    assert!(err.contains(why), "the refusal must say {why:?}: {err}");
+    // `daemon-state` refuses the same directory with the same reason.
+    let out = Command::new(bin()).args(["daemon-state", "--state-dir"]).arg(&d.state).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains(why), "daemon-state must refuse too: {text}");
+}
+
+#[test]
+fn f13_a_fifo_record_is_refused_without_blocking() {
+    let d = prepared(&["s1"]);
+    let f = session_file(&d.state, "s1");
+    std::fs::remove_file(&f).unwrap();
+    let st = Command::new("mkfifo").arg("-m").arg("600").arg(&f).status().unwrap();
+    assert!(st.success());
+    assert_refused(&d, &f, "is a FIFO, not a regular file");
+    // In the journal too.
+    let d = prepared(&["s1"]);
+    let f = wake_file(&d.state, "s1", 1, "k1");
+    std::fs::remove_file(&f).unwrap();
+    assert!(Command::new("mkfifo").arg("-m").arg("600").arg(&f).status().unwrap().success());
+    assert_refused(&d, &f, "is a FIFO, not a regular file");
+}
+
+#[test]
+fn f13_a_missing_journal_is_refused_not_replayed() {
+    // The whole directory.
+    let d = prepared(&["s1"]);
+    std::fs::remove_dir_all(d.state.join("wakes")).unwrap();
+    assert_refused(&d, &d.state.join("wakes"), "is missing from an initialised state directory");
+    // Recreated empty: the session's high-water mark still counts its wake.
+    std::fs::create_dir(d.state.join("wakes")).unwrap();
+    std::fs::set_permissions(d.state.join("wakes"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_refused(&d, &session_file(&d.state, "s1"), "counts 1 journaled wakes of its session but");
+    // One record removed out of two sessions' journals.
+    let d = prepared(&["s1", "s2"]);
+    std::fs::remove_file(wake_file(&d.state, "s2", 1, "k1")).unwrap();
+    assert_refused(&d, &session_file(&d.state, "s2"), "wake records are missing");
+}
+
+#[test]
+fn f13_a_missing_catalog_is_refused() {
+    let d = prepared(&["s1"]);
+    std::fs::remove_dir_all(d.state.join("sessions")).unwrap();
+    assert_refused(&d, &d.state.join("sessions"), "is missing from an initialised state directory");
+    // Without the manifest either, the journal's records still show it was initialised.
+    std::fs::remove_file(d.state.join("manifest.json")).unwrap();
+    assert_refused(&d, &d.state.join("manifest.json"), "is missing although");
+}
+
+#[test]
+fn f13_a_record_copied_over_another_sessions_file_is_refused() {
+    let d = prepared(&["s1", "s2"]);
+    let victim = session_file(&d.state, "s2");
+    std::fs::copy(session_file(&d.state, "s1"), &victim).unwrap();
+    assert_refused(&d, &victim, "copied or renamed over another record");
+    // A journal record likewise.
+    let d = prepared(&["s1", "s2"]);
+    let victim = wake_file(&d.state, "s2", 1, "k1");
+    std::fs::copy(wake_file(&d.state, "s1", 1, "k1"), &victim).unwrap();
+    assert_refused(&d, &victim, "copied or renamed over another record");
+}
+
+#[test]
+fn f13_a_symlinked_state_subdirectory_is_refused_and_never_written_through() {
+    for sub in ["sessions", "wakes"] {
+        let d = prepared(&["s1"]);
+        let elsewhere = d.dir.path().join(format!("elsewhere-{sub}"));
+        std::fs::rename(d.state.join(sub), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, d.state.join(sub)).unwrap();
+        let before: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&elsewhere)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                let b = std::fs::read(&p).unwrap();
+                (p, b)
+            })
+            .collect();
+        let (code, err) = d.start_refused();
+        assert_ne!(code, 0);
+        assert!(
+            err.contains(&d.state.join(sub).display().to_string()) && err.contains("must be a real directory"),
+            "{err}"
+        );
+        let after: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&elsewhere)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                let b = std::fs::read(&p).unwrap();
+                (p, b)
+            })
+            .collect();
+        assert_eq!(before, after, "nothing may be written through the symlinked {sub}/");
+    }
+}
+
+#[test]
+fn f13_invalid_values_are_refused() {
+    for (field, value, why) in [
+        ("state", json!("bogus"), "holds an invalid value: state \"bogus\" is not one of active, dormant, closed"),
+        ("generation", json!(u64::MAX), "holds an invalid value: generation 18446744073709551615 is over 2^53-1"),
+        ("wakes", json!(-1), "is not a valid session record"),
+    ] {
+        let d = prepared(&["s1"]);
+        let f = session_file(&d.state, "s1");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+        v[field] = value;
+        std::fs::write(&f, serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_refused(&d, &f, why);
+    }
+    let d = prepared(&["s1"]);
+    let f = wake_file(&d.state, "s1", 1, "k1");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+    v["state"] = json!("completed");
+    v["result"] = Value::Null;
+    std::fs::write(&f, serde_json::to_vec(&v).unwrap()).unwrap();
+    assert_refused(&d, &f, "a completed wake must hold a result and no error");
+}
+
+#[test]
+fn f13_an_oversized_record_is_refused_unread() {
+    let d = prepared(&["s1"]);
+    let f = session_file(&d.state, "s1");
+    // 1 GiB, sparse: refused from its size alone.
+    std::fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(1 << 30).unwrap();
+    assert_refused(&d, &f, "is 1073741824 bytes, over the 16777216-byte record limit (not read)");
+}
+
+#[test]
+fn f13_an_untampered_state_directory_restarts_and_answers_from_the_journal() {
+    // The negative control of the tamper tests: the same preparation, no tamper, starts and
+    // answers the completed wake from the journal instead of running it again.
+    let mut d = prepared(&["s1"]);
+    d.spawn();
+    let mut c = d.client();
+    let cwd = d.dir.path().join("work");
+    let r = c.call(json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": "s1", "generation": 1,
+        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
+    assert_eq!(r["ok"], true, "{r}");
+    let r = c.call(
+        json!({"protocolVersion": "2.0", "requestId": "w", "operation": "wake", "sessionId": "s1", "generation": 1,
+        "idempotencyKey": "k1", "payload": {"prompt": "hello s1"}}),
+    );
+    assert_eq!(r["data"]["result"]["text"], "hello s1", "{r}");
+    let r = c.call(
+        json!({"protocolVersion": "2.0", "requestId": "w2", "operation": "wake", "sessionId": "s1", "generation": 1,
+        "idempotencyKey": "k1", "payload": {"prompt": "another payload"}}),
+    );
+    assert_eq!(r["error"]["code"], "idempotency_conflict", "{r}");
+    d.kill9();
 }

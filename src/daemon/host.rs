@@ -174,6 +174,8 @@ struct Session {
     recovery: Option<Value>,
     seq: u64,
     turn: Option<Arc<AtomicBool>>,
+    /// Wake keys journaled (the record's high-water mark, carried across generations).
+    wakes: u64,
 }
 
 impl Session {
@@ -190,6 +192,7 @@ impl Session {
                 SState::Dormant => "dormant".into(),
             },
             recovery: self.recovery.clone(),
+            wakes: self.wakes,
         }
     }
 
@@ -234,9 +237,7 @@ pub struct Host {
     leaked: Mutex<Vec<AdapterLink>>,
 }
 
-fn quarantine_condition() -> Value {
-    json!({"state": "reprovision_required", "code": "tool_adapter_reprovision_required", "retryable": true})
-}
+use super::store::quarantine_condition;
 
 fn fingerprint(v: &Value) -> String {
     fn canon(v: &Value, out: &mut Vec<u8>) {
@@ -304,16 +305,20 @@ impl Host {
         let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
         let mut sessions = HashMap::new();
         let mut quarantined = HashSet::new();
-        for mut r in store.sessions()? {
+        let loaded = store.load()?;
+        for mut r in loaded.sessions {
             if r.state == "closed" {
                 continue;
             }
+            let before = r.clone();
             if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
                 quarantined.insert((r.session_id.clone(), r.generation));
             }
             r.state = "dormant".into();
-            store.put_session(&r)?;
+            if r != before {
+                store.put_session(&r)?;
+            }
             sessions.insert(
                 r.session_id.clone(),
                 Session {
@@ -329,11 +334,12 @@ impl Host {
                     recovery: r.recovery.clone(),
                     seq: 0,
                     turn: None,
+                    wakes: r.wakes,
                 },
             );
         }
         let (mut failed, mut indeterminate) = (0, 0);
-        for mut w in store.wakes()? {
+        for mut w in loaded.wakes {
             match w.state.as_str() {
                 "queued" => {
                     let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
@@ -619,6 +625,7 @@ impl Host {
         let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
         let mut old_link = None;
         let mut rebind_existing = false;
+        let mut carried_wakes = 0;
         {
             let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             if let Some(x) = s.get_mut(&sid) {
@@ -664,6 +671,7 @@ impl Host {
                     rebind_existing = true;
                 } else {
                     old_link = x.link.take();
+                    carried_wakes = x.wakes;
                     s.remove(&sid);
                 }
             }
@@ -681,6 +689,7 @@ impl Host {
                     recovery: None,
                     seq: 0,
                     turn: None,
+                    wakes: carried_wakes,
                 };
                 // The retained policy is recorded before binding (SPEC §3.4).
                 self.persist(&sess).map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
@@ -742,6 +751,14 @@ impl Host {
         self.emit(&sid, generation, "opened", Some(&cmd.request_id), json!({"created": true}));
         let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
         Ok(json!({"created": true, "session": s.get(&sid).map(Session::resource)}))
+    }
+
+    /// One more wake key journaled for `sid`: raise its record's high-water mark.
+    fn count_wake(&self, sid: &str) -> Result<(), DErr> {
+        let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let x = s.get_mut(sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+        x.wakes += 1;
+        self.persist(x).map_err(|_| DErr::new("internal_error", "cannot journal the wake"))
     }
 
     fn persist(&self, s: &Session) -> Result<(), super::store::StoreError> {
@@ -809,6 +826,12 @@ impl Host {
         let journal =
             |r: &WakeRecord| self.store.put_wake(r).map_err(|_| DErr::new("internal_error", "cannot journal the wake"));
         if let Err(e) = journal(&rec) {
+            self.end_turn(&sid);
+            return Err(e);
+        }
+        // Raise the session's high-water mark after its journal record exists (a crash between
+        // the two leaves more records than counted, which is consistent).
+        if let Err(e) = self.count_wake(&sid) {
             self.end_turn(&sid);
             return Err(e);
         }
