@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::link::{AdapterLink, CallError, PendingCall};
-use super::store::{SessionRecord, Store, WakeRecord};
+use super::store::{Pending, SessionRecord, Store, StoreError, WakeRecord};
 use crate::contract::command::{Command, OPERATIONS};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{validate_relative_path, Descriptor, PathSide};
@@ -626,7 +626,10 @@ impl Host {
         let mut old_link = None;
         let mut rebind_existing = false;
         let mut carried_wakes = 0;
-        {
+        // The new session's record: queued before binding, durable before the answer.
+        let mut record = None;
+        let mut early = None;
+        'locked: {
             let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             if let Some(x) = s.get_mut(&sid) {
                 if generation < x.generation {
@@ -665,8 +668,8 @@ impl Host {
                     if x.policy.is_none() {
                         x.state = SState::Active;
                         x.open_version = cmd.version.text.clone();
-                        let _ = self.persist(x);
-                        return Ok(json!({"created": false, "session": x.resource()}));
+                        early = Some((self.persist(x), json!({"created": false, "session": x.resource()})));
+                        break 'locked;
                     }
                     rebind_existing = true;
                 } else {
@@ -691,10 +694,16 @@ impl Host {
                     turn: None,
                     wakes: carried_wakes,
                 };
-                // The retained policy is recorded before binding (SPEC §3.4).
-                self.persist(&sess).map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+                // The retained policy is recorded before binding (SPEC §3.4): queued now, in
+                // order with every other write, and durable before the open is answered; the
+                // write overlaps the bind.
+                record = self.persist(&sess);
                 s.insert(sid.clone(), sess);
             }
+        }
+        if let Some((pending, answer)) = early {
+            durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+            return Ok(answer);
         }
         if let Some(l) = old_link {
             if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
@@ -703,6 +712,7 @@ impl Host {
                 l.revoke().await;
             }
         }
+        let mut rebound_record = None;
         if let Some(d) = &cmd.descriptor {
             match AdapterLink::open_with(d, self.faults).await {
                 Ok(link) => {
@@ -716,11 +726,17 @@ impl Host {
                                         self.leak(old);
                                     }
                                 }
+                                // Only what a restart reads is rewritten: a cleared recovery
+                                // condition or a new open version. Active and dormant recover
+                                // alike, so a new session's record stays as queued.
+                                let changed = x.recovery.is_some() || x.open_version != cmd.version.text;
                                 x.handle = Some(d.handle.clone());
                                 x.state = SState::Active;
                                 x.recovery = None;
                                 x.open_version = cmd.version.text.clone();
-                                let _ = self.persist(x);
+                                if changed {
+                                    rebound_record = self.persist(x);
+                                }
                                 None
                             }
                             None => Some(link),
@@ -744,6 +760,21 @@ impl Host {
                 }
             }
         }
+        if let Err(e) = durable(record).await.and(durable(rebound_record).await) {
+            tracing::error!(session = %sid, generation, error = %e, "cannot persist the session");
+            // Never answered, never kept: forget it and revoke its binding.
+            let link = self.sessions.lock().ok().and_then(|mut s| {
+                if s.get(&sid).is_some_and(|x| x.generation == generation) {
+                    s.remove(&sid).and_then(|x| x.link)
+                } else {
+                    None
+                }
+            });
+            if let Some(l) = link {
+                l.revoke().await;
+            }
+            return Err(DErr::new("internal_error", "cannot persist the session"));
+        }
         if rebind_existing {
             let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             return Ok(json!({"created": false, "session": s.get(&sid).map(Session::resource)}));
@@ -754,18 +785,22 @@ impl Host {
     }
 
     /// One more wake key journaled for `sid`: raise its record's high-water mark.
-    fn count_wake(&self, sid: &str) -> Result<(), DErr> {
-        let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
-        let x = s.get_mut(sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
-        x.wakes += 1;
-        self.persist(x).map_err(|_| DErr::new("internal_error", "cannot journal the wake"))
+    async fn count_wake(&self, sid: &str) -> Result<(), DErr> {
+        let pending = {
+            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let x = s.get_mut(sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+            x.wakes += 1;
+            self.persist(x)
+        };
+        durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot journal the wake"))
     }
 
-    fn persist(&self, s: &Session) -> Result<(), super::store::StoreError> {
-        if s.mode == "memory" {
-            return Ok(());
-        }
-        self.store.put_session(&s.record())
+    /// Queue the session's record on the store's writer (nothing for a memory session). Called
+    /// under the sessions lock, so records are written in the order of the changes; the caller
+    /// awaits [`durable`] after releasing the lock: no fsync ever runs on an async worker or
+    /// under a lock `status` needs.
+    fn persist(&self, s: &Session) -> Option<Pending> {
+        (s.mode != "memory").then(|| self.store.queue_session(&s.record()))
     }
 
     async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
@@ -823,20 +858,22 @@ impl Host {
             result: None,
             error: None,
         };
-        let journal =
-            |r: &WakeRecord| self.store.put_wake(r).map_err(|_| DErr::new("internal_error", "cannot journal the wake"));
-        if let Err(e) = journal(&rec) {
+        let journal = |r: &WakeRecord| {
+            let pending = self.store.queue_wake(r);
+            async move { pending.durable().await.map_err(|_| DErr::new("internal_error", "cannot journal the wake")) }
+        };
+        if let Err(e) = journal(&rec).await {
             self.end_turn(&sid);
             return Err(e);
         }
         // Raise the session's high-water mark after its journal record exists (a crash between
         // the two leaves more records than counted, which is consistent).
-        if let Err(e) = self.count_wake(&sid) {
+        if let Err(e) = self.count_wake(&sid).await {
             self.end_turn(&sid);
             return Err(e);
         }
         rec.state = "accepted".into();
-        if let Err(e) = journal(&rec) {
+        if let Err(e) = journal(&rec).await {
             self.end_turn(&sid);
             return Err(e);
         }
@@ -861,7 +898,7 @@ impl Host {
                     rec.error = Some(e.body());
                 }
             }
-            let _ = host.store.put_wake(&rec);
+            let _ = host.store.queue_wake(&rec).durable().await;
             host.end_turn(&sid);
             if let Ok(mut w) = host.wakes_running.lock() {
                 w.remove(&rkey);
@@ -1063,19 +1100,20 @@ impl Host {
         let (sid, generation) = self.live(cmd)?;
         let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
         self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
-        let link = {
+        let (link, pending) = {
             let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             let x = s.remove(&sid);
-            if let Some(x) = &x {
-                if retain && x.mode != "memory" {
+            let pending = match &x {
+                Some(x) if x.mode == "memory" => None,
+                Some(x) if retain => {
                     let mut r = x.record();
                     r.state = "closed".into();
-                    let _ = self.store.put_session(&r);
-                } else {
-                    let _ = self.store.remove_session(&sid);
+                    Some(self.store.queue_session(&r))
                 }
-            }
-            x.and_then(|x| x.link)
+                Some(_) => Some(self.store.queue_remove_session(&sid)),
+                None => None,
+            };
+            (x.and_then(|x| x.link), pending)
         };
         if let Some(l) = link {
             if self.faults.has(DaemonFault::NoRevokeOnClose) {
@@ -1083,6 +1121,9 @@ impl Host {
             } else {
                 l.revoke().await;
             }
+        }
+        if let Err(e) = durable(pending).await {
+            tracing::warn!(session = %sid, error = %e, "cannot record the close");
         }
         Ok(json!({"closed": true}))
     }
@@ -1119,6 +1160,14 @@ impl Host {
         for l in links {
             l.revoke().await;
         }
+    }
+}
+
+/// Wait for a queued write, if any, to be durable.
+async fn durable(p: Option<Pending>) -> Result<(), StoreError> {
+    match p {
+        Some(p) => p.durable().await,
+        None => Ok(()),
     }
 }
 

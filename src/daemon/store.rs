@@ -250,13 +250,151 @@ struct Dirs {
     wakes: OwnedFd,
 }
 
-/// The store: the state directory's subdirectories, held open.
+impl Dirs {
+    fn sub(&self, s: Sub) -> (BorrowedFd<'_>, PathBuf) {
+        let fd = match s {
+            Sub::Sessions => self.sessions.as_fd(),
+            Sub::Wakes => self.wakes.as_fd(),
+        };
+        (fd, self.path.join(s.name()))
+    }
+}
+
+/// The store: the state directory's subdirectories, held open, and (once a write is queued)
+/// its writer thread.
 #[derive(Debug, Clone)]
 pub struct Store {
     dirs: Arc<Dirs>,
+    writer: Arc<std::sync::OnceLock<std::sync::mpsc::Sender<Job>>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One queued write: the file's new bytes, or its removal.
+#[derive(Debug)]
+struct Job {
+    sub: Sub,
+    name: String,
+    bytes: Option<Vec<u8>>,
+    done: tokio::sync::oneshot::Sender<WriteOutcome>,
+}
+
+/// A write queued on the store's writer thread (see [`Store::queue_session`]); await
+/// [`Pending::durable`] before acting on it.
+#[derive(Debug)]
+pub struct Pending {
+    path: PathBuf,
+    rx: tokio::sync::oneshot::Receiver<WriteOutcome>,
+}
+
+impl Pending {
+    /// Wait until the write is durable (its file and directory synced), or failed.
+    pub async fn durable(self) -> Result<(), StoreError> {
+        match self.rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err((path, why))) => Err(refused(path, why)),
+            Err(_) => Err(refused(self.path, "cannot be written: the store's writer stopped")),
+        }
+    }
+}
+
+/// A write's outcome as the writer reports it: the file and why, on failure.
+type WriteOutcome = Result<(), (PathBuf, String)>;
+
+/// Most writes the writer commits together.
+const MAX_BATCH: usize = 256;
+
+/// The writer thread: takes every queued write, commits them as one group — the newest
+/// content of each file (a file written twice in one group is written once), each file's data
+/// synced before its rename, then each touched directory synced once — and only then answers
+/// every write of the group. Writes are applied in queue order, so a later write of a file
+/// always wins.
+fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        // The last write of each file, in queue order.
+        let mut last: std::collections::HashMap<(Sub, &str), usize> = std::collections::HashMap::new();
+        for (i, j) in batch.iter().enumerate() {
+            last.insert((j.sub, j.name.as_str()), i);
+        }
+        let mut order: Vec<usize> = last.values().copied().collect();
+        order.sort_unstable();
+        let mut outcome: std::collections::HashMap<(Sub, &str), WriteOutcome> = std::collections::HashMap::new();
+        let mut touched = Vec::new();
+        let split = |e: StoreError, j: &Job| match e {
+            StoreError::Refused { path, why } => (path, why),
+            e => (dirs.path.join(j.sub.name()).join(&j.name), e.to_string()),
+        };
+        // Stage every new content first, then sync them all (the first sync commits the
+        // filesystem journal for every staged file at once), then rename in queue order.
+        let mut staged = Vec::new();
+        for &i in &order {
+            let j = &batch[i];
+            let (fd, dir) = dirs.sub(j.sub);
+            if let Some(b) = &j.bytes {
+                match stage(fd, &dir, &j.name, b) {
+                    Ok(s) => staged.push((i, Some(s))),
+                    Err(e) => {
+                        outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                    }
+                }
+            } else {
+                staged.push((i, None));
+            }
+        }
+        for (i, s) in staged.iter_mut() {
+            if let Some(st) = s {
+                if let Err(e) = st.sync() {
+                    let j = &batch[*i];
+                    outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                    if let Some(st) = s.take() {
+                        let _ = st.abandon(std::io::Error::other("sync failed"));
+                    }
+                }
+            }
+        }
+        for (i, s) in staged {
+            let j = &batch[i];
+            let key = (j.sub, j.name.as_str());
+            if outcome.contains_key(&key) {
+                continue;
+            }
+            let (fd, dir) = dirs.sub(j.sub);
+            let r = match s {
+                Some(st) => st.commit().map_err(|e| split(e, j)),
+                None => match rustix::fs::unlinkat(fd, j.name.as_str(), AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => Ok(()),
+                    Err(e) => Err((dir.join(&j.name), format!("cannot be removed: {e}"))),
+                },
+            };
+            if !touched.contains(&j.sub) {
+                touched.push(j.sub);
+            }
+            outcome.insert(key, r);
+        }
+        for sub in touched {
+            let (fd, dir) = dirs.sub(sub);
+            if let Err(e) = rustix::fs::fsync(fd) {
+                for ((s, _), r) in outcome.iter_mut() {
+                    if *s == sub && r.is_ok() {
+                        *r = Err((dir.clone(), format!("cannot be synced: {e}")));
+                    }
+                }
+            }
+        }
+        let answers: Vec<_> =
+            batch.iter().map(|j| outcome.get(&(j.sub, j.name.as_str())).cloned().unwrap_or(Ok(()))).collect();
+        for (j, r) in batch.into_iter().zip(answers) {
+            let _ = j.done.send(r);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Sub {
     Sessions,
     Wakes,
@@ -371,23 +509,55 @@ fn write_file(dir: BorrowedFd<'_>, dir_path: &Path, name: &str, bytes: &[u8]) ->
 
 /// [`write_file`] without the final fsync of the directory (a caller syncs it once for many).
 fn write_unsynced(dir: BorrowedFd<'_>, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let staged = stage(dir, dir_path, name, bytes)?;
+    staged.sync()?;
+    staged.commit()
+}
+
+/// A record's new content in its temporary file, not yet synced or renamed.
+struct Staged<'a> {
+    dir: BorrowedFd<'a>,
+    path: PathBuf,
+    name: String,
+    tmp: String,
+    file: File,
+}
+
+/// Write `bytes` to a fresh temporary file beside `name` (no sync).
+fn stage<'a>(dir: BorrowedFd<'a>, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<Staged<'a>, StoreError> {
     let mut rnd = [0u8; 8];
     let _ = getrandom::fill(&mut rnd);
     let tmp = format!(".{name}.{}.tmp", hex::encode(rnd));
-    let res = (|| -> std::io::Result<()> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(dir, tmp.as_str(), flags, Mode::from_raw_mode(0o600))?;
-        let mut f = File::from(fd);
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
-        Ok(())
-    })();
-    if let Err(e) = res {
-        let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
-        return Err(refused(dir_path.join(name), format!("cannot be written: {e}")));
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let path = dir_path.join(name);
+    let fd = rustix::fs::openat(dir, tmp.as_str(), flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| refused(&path, format!("cannot be written: {e}")))?;
+    let staged = Staged { dir, path, name: name.to_string(), tmp, file: File::from(fd) };
+    if let Err(e) = (&staged.file).write_all(bytes) {
+        return Err(staged.abandon(e));
     }
-    Ok(())
+    Ok(staged)
+}
+
+impl Staged<'_> {
+    /// Sync the temporary file's data (and its size).
+    fn sync(&self) -> Result<(), StoreError> {
+        self.file.sync_data().map_err(|e| refused(&self.path, format!("cannot be written: {e}")))
+    }
+
+    /// Rename it over the record (after [`Staged::sync`]).
+    fn commit(self) -> Result<(), StoreError> {
+        match rustix::fs::renameat(self.dir, self.tmp.as_str(), self.dir, self.name.as_str()) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.abandon(e.into())),
+        }
+    }
+
+    /// Remove the temporary file; the error to report.
+    fn abandon(self, e: std::io::Error) -> StoreError {
+        let _ = rustix::fs::unlinkat(self.dir, self.tmp.as_str(), AtFlags::empty());
+        refused(self.path, format!("cannot be written: {e}"))
+    }
 }
 
 /// The record names of a directory, sorted; an unknown entry is refused.
@@ -483,7 +653,10 @@ impl Store {
         }
         let wakes = subs.pop().unwrap_or_else(|| unreachable!());
         let sessions = subs.pop().unwrap_or_else(|| unreachable!());
-        Ok(Store { dirs: Arc::new(Dirs { path: dir.to_path_buf(), sessions, wakes }) })
+        Ok(Store {
+            dirs: Arc::new(Dirs { path: dir.to_path_buf(), sessions, wakes }),
+            writer: Arc::new(std::sync::OnceLock::new()),
+        })
     }
 
     /// The directory.
@@ -492,11 +665,43 @@ impl Store {
     }
 
     fn sub(&self, s: Sub) -> (BorrowedFd<'_>, PathBuf) {
-        let fd = match s {
-            Sub::Sessions => self.dirs.sessions.as_fd(),
-            Sub::Wakes => self.dirs.wakes.as_fd(),
-        };
-        (fd, self.dirs.path.join(s.name()))
+        self.dirs.sub(s)
+    }
+
+    /// Queue a write on the writer thread (started on first use); never blocks on I/O.
+    fn queue(&self, sub: Sub, name: String, bytes: Option<Vec<u8>>) -> Pending {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let path = self.dirs.path.join(sub.name()).join(&name);
+        let tx = self.writer.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let dirs = self.dirs.clone();
+            let spawned =
+                std::thread::Builder::new().name("pi-daemon-store".into()).spawn(move || writer_loop(dirs, rx));
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the store's writer thread");
+            }
+            tx
+        });
+        // A failed send drops `done`: `durable` then reports the stopped writer.
+        let _ = tx.send(Job { sub, name, bytes, done });
+        Pending { path, rx }
+    }
+
+    /// Queue a session record write on the writer thread (group commit with other writes).
+    /// Queue it while holding whatever orders it (writes are applied in queue order), then
+    /// await [`Pending::durable`] without holding anything.
+    pub fn queue_session(&self, r: &SessionRecord) -> Pending {
+        self.queue(Sub::Sessions, r.file_name(), Some(serde_json::to_vec(r).unwrap_or_default()))
+    }
+
+    /// Queue the removal of a session record (see [`Store::queue_session`]).
+    pub fn queue_remove_session(&self, session_id: &str) -> Pending {
+        self.queue(Sub::Sessions, session_file(session_id), None)
+    }
+
+    /// Queue a wake record write (see [`Store::queue_session`]).
+    pub fn queue_wake(&self, w: &WakeRecord) -> Pending {
+        self.queue(Sub::Wakes, w.file_name(), Some(serde_json::to_vec(w).unwrap_or_default()))
     }
 
     /// Read, parse, validate one record and check that `name` is its own file name.
@@ -685,6 +890,44 @@ mod tests {
         assert_eq!(w.invalid(), None);
         w.fingerprint = "AB".repeat(32);
         assert!(w.invalid().unwrap().contains("fingerprint"));
+    }
+
+    #[tokio::test]
+    async fn the_writer_applies_queued_writes_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        let mut r = session("a");
+        // Queued back to back: they may share a group; the last write of the file wins.
+        let mut pending = Vec::new();
+        for g in 1..=5 {
+            r.generation = g;
+            pending.push(s.queue_session(&r));
+        }
+        pending.push(s.queue_wake(&wake("a", "k")));
+        for p in pending {
+            p.durable().await.unwrap();
+        }
+        assert_eq!(s.sessions().unwrap(), vec![r.clone()]);
+        assert_eq!(s.wakes().unwrap(), vec![wake("a", "k")]);
+        let put = s.queue_session(&r);
+        let gone = s.queue_remove_session("a");
+        put.durable().await.unwrap();
+        gone.durable().await.unwrap();
+        assert!(s.sessions().unwrap().is_empty(), "a removal queued after a write wins");
+        // No temporary file is left behind.
+        let left: Vec<_> = std::fs::read_dir(d.path().join("state/sessions")).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_group_write_reports_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        // A directory where the record's file would go: the rename fails.
+        let r = session("a");
+        std::fs::create_dir(d.path().join("state/sessions").join(r.file_name())).unwrap();
+        let e = s.queue_session(&r).durable().await.unwrap_err().to_string();
+        assert!(e.contains(&r.file_name()) && e.contains("cannot be written"), "{e}");
     }
 
     #[test]
