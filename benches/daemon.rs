@@ -1,33 +1,43 @@
-//! Open+bind latency of the reference daemon against baselines measured in the same run
-//! (`cargo bench --bench daemon`; plain `std::time::Instant`, medians and p95).
+//! The reference daemon against Pi Daemon 0.3.3, side by side in the same run
+//! (`cargo bench --bench daemon`; plain `std::time::Instant`).
 //!
-//! The reference daemon and the reference adapter run in this process, each on its own tokio
-//! runtime, on sockets in a private (0700) temporary directory. One client connection to the
-//! daemon times, per request, the write of a prepared NDJSON line until its response line:
+//! Both daemons run as real child processes on sockets in a private (0700) directory, and one
+//! client (this process) drives both with the same request bytes (only the session id and the
+//! descriptor differ). Pi Daemon 0.3.3 takes part when `PI_DAEMON_DIST` (its built `dist/`)
+//! and `PI_DAEMON_NODE` (a node 22 binary) are set: it is started with
+//! `scripts/real-peer/start` (beside `pi-conform fake-model`); otherwise only the reference
+//! daemon is measured and no ratio is printed. One reference adapter (in this process, on its
+//! own tokio runtime) serves both daemons; every grant is minted before anything is timed and
+//! the capability handles are never printed.
 //!
-//! 1. `open+bind`: a v2 `open` of a fresh session whose `resources.tools` is a host-adapter
-//!    descriptor — the daemon admits the descriptor, connects to the adapter, sends `bind`,
-//!    receives `bound` and then answers.
-//! 2. `open (no tools)`: a v2 `open` of a fresh session with `tools: "none"` (baseline 1).
-//! 3. `handshake`: a v2 `handshake` round trip (baseline 2).
+//! Measured:
 //!
-//! The three kinds alternate in blocks within each repetition (the block order is reversed on
-//! every other block). Every open is checked (`ok`, `created`), and every session is closed
-//! (untimed, `retainSession: false`) right after its open, so the daemon never holds more than
-//! one benchmark session. Every host-adapter open has its own grant, minted with
-//! `pi_conform::adapter::grants::grant` for the daemon's `hostInstanceId` (read from the
-//! handshake) before anything is timed; the adapter is restarted per repetition with only that
-//! repetition's grants so its grant table stays the same size. The capability handles are never
-//! printed.
+//! 1. **durable open**: a v2 `open` of a fresh session, `session.mode:"new"`, with a
+//!    host-adapter descriptor — admission, the durable catalog record, connect, `bind`,
+//!    `bound`, answer. Each session is closed (untimed, `retainSession:false`) right after.
+//! 2. **memory open**: the same with `session.mode:"memory"` (nothing durable).
+//! 3. **status under saturation**: 64 durable sessions with descriptors, each kept busy by
+//!    back-to-back wakes (one in flight per session, driven over 8 connections; each turn writes
+//!    and reads a file through the adapter, and every wake is journaled), while another
+//!    connection sends a host `status` every 10 ms and times each one.
 //!
-//! Environment knobs: `PI_BENCH_N` timed requests of each kind per repetition (300),
-//! `PI_BENCH_REPS` repetitions (5), `PI_BENCH_BLOCK` requests per block (25),
-//! `PI_BENCH_WARMUP` untimed requests of each kind per repetition (30).
+//! Opens alternate daemon by daemon and kind by kind within each repetition, so both see the
+//! same machine conditions; ratios are reference / 0.3.3 (median of per-repetition ratios of
+//! medians). The status phase runs one daemon at a time (saturating both at once would measure
+//! each under the other's load).
+//!
+//! Environment knobs: `PI_BENCH_N` timed opens of each kind per daemon per repetition (40),
+//! `PI_BENCH_REPS` repetitions (3), `PI_BENCH_WARMUP` untimed opens of each kind per daemon
+//! per repetition (5), `PI_BENCH_STATUS` timed statuses per daemon (300),
+//! `PI_BENCH_SESSIONS` saturated sessions (64).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -36,43 +46,63 @@ use pi_conform::adapter::grants::{grant, write_atomic, GrantRequest};
 use pi_conform::adapter::server::{default_identity, serve, ServeConfig};
 use pi_conform::contract::descriptor::OPERATIONS;
 use pi_conform::contract::Limits;
-use pi_conform::daemon::faults::DaemonFaults;
-use pi_conform::daemon::server::{serve as serve_daemon, DaemonConfig};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+const BIN: &str = env!("CARGO_BIN_EXE_pi-conform");
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
-    OpenBind,
-    OpenNone,
-    Handshake,
+    Durable,
+    Memory,
 }
 
-const KINDS: [Kind; 3] = [Kind::OpenBind, Kind::OpenNone, Kind::Handshake];
+const KINDS: [Kind; 2] = [Kind::Durable, Kind::Memory];
 
 impl Kind {
     fn index(self) -> usize {
         match self {
-            Kind::OpenBind => 0,
-            Kind::OpenNone => 1,
-            Kind::Handshake => 2,
+            Kind::Durable => 0,
+            Kind::Memory => 1,
         }
     }
-
     fn name(self) -> &'static str {
         match self {
-            Kind::OpenBind => "open+bind (host-adapter)",
-            Kind::OpenNone => "open, tools \"none\"",
-            Kind::Handshake => "handshake",
+            Kind::Durable => "durable open (descriptor)",
+            Kind::Memory => "memory open (descriptor)",
+        }
+    }
+    fn mode(self) -> &'static str {
+        match self {
+            Kind::Durable => "new",
+            Kind::Memory => "memory",
+        }
+    }
+    fn tag(self) -> &'static str {
+        match self {
+            Kind::Durable => "d",
+            Kind::Memory => "m",
         }
     }
 }
 
+/// One daemon under test.
+struct Target {
+    name: &'static str,
+    socket: PathBuf,
+    host: String,
+    /// Descriptors: `[rep][kind][i]` for the opens, then the saturated sessions.
+    opens: Vec<[Vec<Value>; 2]>,
+    saturated: Vec<Value>,
+}
+
 fn main() {
-    let n: usize = env_num("PI_BENCH_N", 300).max(1);
-    let reps: usize = env_num("PI_BENCH_REPS", 5).max(1);
-    let block: usize = env_num("PI_BENCH_BLOCK", 25).max(1);
-    let warmup: usize = env_num("PI_BENCH_WARMUP", 30);
+    let n: usize = env_num("PI_BENCH_N", 40).max(1);
+    let reps: usize = env_num("PI_BENCH_REPS", 3).max(1);
+    let warmup: usize = env_num("PI_BENCH_WARMUP", 5);
+    let status_n: usize = env_num("PI_BENCH_STATUS", 300).max(1);
+    let sessions: usize = env_num("PI_BENCH_SESSIONS", 64).max(1);
     let started = Instant::now();
     println!(
         "load average at the start: {} ({} CPUs)",
@@ -80,211 +110,432 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "config: {n} timed requests of each kind x {reps} repetitions, blocks of {block}, {warmup} warm-up requests of each kind per repetition"
+        "config: {n} timed opens of each kind per daemon x {reps} repetitions ({warmup} warm-up), {status_n} statuses under {sessions} saturated sessions"
     );
 
-    let dir = tempfile::Builder::new().prefix("pi-conform-dbench").tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let root = dir.path().join("root");
-    std::fs::create_dir(&root).expect("mkdir root");
-    let root = std::fs::canonicalize(&root).expect("canonical root");
-    let mint_dir = dir.path().join("mint");
-    std::fs::create_dir(&mint_dir).expect("mkdir mint");
+    // A short private directory (socket paths must stay under 108 bytes).
+    let dir = PathBuf::from(format!("/tmp/pdb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).expect("bench directory");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let _cleanup = RemoveDir(dir.clone());
 
-    // --- the reference daemon, in process ------------------------------------------------
-    let daemon_socket = dir.path().join("daemon.sock");
-    let dcfg = DaemonConfig {
-        socket: daemon_socket.clone(),
-        state_dir: dir.path().join("state"),
-        host_instance_id: None,
-        handle_signals: false,
-        faults: DaemonFaults::NONE,
+    // --- the daemons -----------------------------------------------------------------------
+    let peer = match (std::env::var_os("PI_DAEMON_DIST"), std::env::var_os("PI_DAEMON_NODE")) {
+        (Some(d), Some(n)) => Some(Rig::start(&dir.join("peer"), PathBuf::from(d), PathBuf::from(n))),
+        _ => {
+            println!(
+                "Pi Daemon 0.3.3: not measured (set PI_DAEMON_DIST and PI_DAEMON_NODE for the side-by-side figures)"
+            );
+            None
+        }
     };
-    let (stop_daemon, drx) = watch::channel(false);
-    let daemon_thread = std::thread::spawn(move || {
-        if let Err(e) = runtime().block_on(serve_daemon(dcfg, Some(drx))) {
-            eprintln!("the reference daemon stopped: {e}");
-        }
-    });
-    wait_for(&daemon_socket);
-    let mut c = Client::connect(&daemon_socket);
-    let hs = c.call(&line_of(&handshake("hs-0")), "hs-0");
-    assert_eq!(hs["ok"], true, "handshake failed: {}", hs["error"]);
-    assert_eq!(hs["data"]["capabilities"]["hostToolAdapter"], true, "the daemon does not offer host tool adapters");
-    let host = hs["data"]["host"]["hostInstanceId"].as_str().expect("hostInstanceId").to_string();
+    // The sessions' root: inside the peer's allowed root when it runs.
+    let root = match &peer {
+        Some(r) => r.dir.join("work/bench"),
+        None => dir.join("root"),
+    };
+    std::fs::create_dir_all(&root).expect("root");
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).expect("chmod root");
+    let root = std::fs::canonicalize(&root).expect("canonical root");
+    let reference = RefDaemon::start(&dir);
 
-    // --- every grant, minted before anything is timed -------------------------------------
-    let adapter_socket = dir.path().join("adapter.sock");
-    let limits = Limits::from_values([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
-    let per_rep = warmup + n;
-    let mint_t = Instant::now();
-    let mut descriptors: Vec<Vec<Value>> = Vec::with_capacity(reps);
-    let mut grant_files = Vec::with_capacity(reps);
-    for rep in 0..reps {
-        let mut stored = Vec::with_capacity(per_rep);
-        let mut ds = Vec::with_capacity(per_rep);
-        for i in 0..per_rep {
-            let scratch = mint_dir.join(format!("g-{rep}-{i}.json"));
-            let req = GrantRequest {
-                socket: adapter_socket.clone(),
-                root: root.clone(),
-                host_instance_id: host.clone(),
-                session_id: session_id(Kind::OpenBind, rep, i),
-                generation: 1,
-                operations: OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect(),
-                limits,
-                adapter_id: default_identity().adapter_id,
-                adapter_version: default_identity().adapter_version,
-            };
-            ds.push(grant(&scratch, &req).unwrap_or_else(|e| panic!("grant: {e}")));
-            let file: Value =
-                serde_json::from_slice(&std::fs::read(&scratch).expect("read grant")).expect("grant JSON");
-            stored.extend(file["grants"].as_array().expect("grants").iter().cloned());
-            std::fs::remove_file(&scratch).expect("rm grant");
-        }
-        let path = dir.path().join(format!("grants-{rep}.json"));
-        let body = serde_json::to_vec_pretty(&json!({"version": 1, "grants": stored})).expect("json");
-        write_atomic(&path, &body).unwrap_or_else(|e| panic!("write grants: {e}"));
-        descriptors.push(ds);
-        grant_files.push(path);
+    let mut targets = vec![Target {
+        name: "reference",
+        socket: reference.socket.clone(),
+        host: String::new(),
+        opens: Vec::new(),
+        saturated: Vec::new(),
+    }];
+    if let Some(r) = &peer {
+        targets.push(Target {
+            name: "pi-daemon 0.3.3",
+            socket: r.socket(),
+            host: String::new(),
+            opens: Vec::new(),
+            saturated: Vec::new(),
+        });
     }
-    println!(
-        "minted {} grants ({per_rep} per repetition, one per host-adapter open) in {:.1} s",
-        reps * per_rep,
-        mint_t.elapsed().as_secs_f64()
-    );
+    for t in targets.iter_mut() {
+        let mut c = Client::connect(&t.socket);
+        let hs = c.call(
+            &line_of(&json!({"protocolVersion": "2.0", "requestId": "hs", "operation": "handshake", "payload": {}})),
+            "hs",
+        );
+        assert_eq!(hs["ok"], true, "{}: handshake failed: {}", t.name, hs["error"]);
+        t.host = hs["data"]["host"]["hostInstanceId"].as_str().expect("hostInstanceId").to_string();
+    }
 
-    // --- the repetitions ------------------------------------------------------------------
-    let mut all: [Vec<f64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-    let mut rep_medians: Vec<[f64; 3]> = Vec::with_capacity(reps);
-    let mut seq = 0u64;
-    for rep in 0..reps {
-        let (stop_adapter, adapter_thread) = start_adapter(&adapter_socket, &grant_files[rep]);
-        let ds = &descriptors[rep];
-        // Warm-up: the same requests, untimed.
-        for (i, d) in ds.iter().enumerate().take(warmup) {
+    // --- every grant, minted before anything is timed ---------------------------------------
+    let adapter_socket = dir.join("adapter.sock");
+    let limits = Limits::from_values([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
+    let mint_t = Instant::now();
+    let mut stored = Vec::new();
+    let mint_dir = dir.join("mint");
+    std::fs::create_dir(&mint_dir).expect("mint dir");
+    let mut mint = |host: &str, sid: &str| -> Value {
+        let scratch = mint_dir.join("g.json");
+        let req = GrantRequest {
+            socket: adapter_socket.clone(),
+            root: root.clone(),
+            host_instance_id: host.to_string(),
+            session_id: sid.to_string(),
+            generation: 1,
+            operations: OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect(),
+            limits,
+            adapter_id: default_identity().adapter_id,
+            adapter_version: default_identity().adapter_version,
+        };
+        let d = grant(&scratch, &req).unwrap_or_else(|e| panic!("grant: {e}"));
+        let file: Value = serde_json::from_slice(&std::fs::read(&scratch).expect("read grant")).expect("grant JSON");
+        stored.extend(file["grants"].as_array().expect("grants").iter().cloned());
+        std::fs::remove_file(&scratch).expect("rm grant");
+        d
+    };
+    for (ti, t) in targets.iter_mut().enumerate() {
+        for rep in 0..reps {
+            let mut per_kind: [Vec<Value>; 2] = [Vec::new(), Vec::new()];
             for kind in KINDS {
-                one(&mut c, kind, rep, i, d, &root, &mut seq);
-            }
-        }
-        let mut times: [Vec<f64>; 3] = [Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n)];
-        let mut i = 0;
-        let mut b = 0;
-        while i < n {
-            let end = (i + block).min(n);
-            let order: Vec<Kind> =
-                if (b + rep) % 2 == 0 { KINDS.to_vec() } else { KINDS.iter().rev().copied().collect() };
-            for kind in order {
-                for j in i..end {
-                    let k = warmup + j;
-                    let t = one(&mut c, kind, rep, k, &ds[k], &root, &mut seq);
-                    times[kind.index()].push(t);
+                for i in 0..warmup + n {
+                    per_kind[kind.index()].push(mint(&t.host, &format!("b{ti}-{}-{rep}-{i}", kind.tag())));
                 }
             }
-            i = end;
-            b += 1;
+            t.opens.push(per_kind);
         }
-        let _ = stop_adapter.send(true);
-        let _ = adapter_thread.join();
-        let meds = [median(times[0].clone()), median(times[1].clone()), median(times[2].clone())];
-        println!(
-            "repetition {}: medians open+bind {:.1} µs, open (no tools) {:.1} µs, handshake {:.1} µs; ratios {:.3} {:.3}",
-            rep + 1,
-            meds[0],
-            meds[1],
-            meds[2],
-            meds[0] / meds[1],
-            meds[0] / meds[2]
-        );
-        rep_medians.push(meds);
-        for (a, t) in all.iter_mut().zip(times) {
-            a.extend(t);
+        t.saturated = (0..sessions).map(|i| mint(&t.host, &format!("b{ti}-sat-{i}"))).collect();
+    }
+    let grants_file = dir.join("grants.json");
+    let body = serde_json::to_vec(&json!({"version": 1, "grants": stored})).expect("json");
+    write_atomic(&grants_file, &body).unwrap_or_else(|e| panic!("write grants: {e}"));
+    println!("minted {} grants in {:.1} s", stored.len(), mint_t.elapsed().as_secs_f64());
+    let (stop_adapter, adapter_thread) = start_adapter(&adapter_socket, &grants_file);
+
+    // --- opens, side by side ------------------------------------------------------------------
+    let mut clients: Vec<Client> = targets.iter().map(|t| Client::connect(&t.socket)).collect();
+    // times[target][kind]: all samples; rep_medians[target][kind]: one median per repetition.
+    let mut times: Vec<[Vec<f64>; 2]> = targets.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    let mut rep_medians: Vec<[Vec<f64>; 2]> = targets.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    let mut seq = 0u64;
+    for rep in 0..reps {
+        let mut this: Vec<[Vec<f64>; 2]> = targets.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+        for i in 0..warmup + n {
+            // Alternate which daemon goes first, and the kind order.
+            let order: Vec<usize> =
+                if (i + rep) % 2 == 0 { (0..targets.len()).collect() } else { (0..targets.len()).rev().collect() };
+            for ti in order {
+                let kinds: Vec<Kind> = if i % 2 == 0 { KINDS.to_vec() } else { KINDS.iter().rev().copied().collect() };
+                for kind in kinds {
+                    let d = &targets[ti].opens[rep][kind.index()][i];
+                    let t = open_once(&mut clients[ti], targets[ti].name, kind, d, &root, &mut seq);
+                    if i >= warmup {
+                        this[ti][kind.index()].push(t);
+                    }
+                }
+            }
         }
+        let mut line = format!("repetition {}:", rep + 1);
+        for (ti, t) in targets.iter().enumerate() {
+            for kind in KINDS {
+                let m = median(this[ti][kind.index()].clone());
+                rep_medians[ti][kind.index()].push(m);
+                line.push_str(&format!(" {} {} {:.2} ms;", t.name, kind.tag(), m / 1000.0));
+                times[ti][kind.index()].extend(this[ti][kind.index()].iter().copied());
+            }
+        }
+        println!("{line}");
+    }
+    drop(clients);
+
+    // --- status under saturation, one daemon at a time ------------------------------------------
+    let mut status: Vec<Vec<f64>> = Vec::new();
+    let mut wakes_done: Vec<(u64, u64, f64)> = Vec::new();
+    for t in &targets {
+        let (lat, ok, failed, secs) = saturated_status(t, &root, status_n);
+        status.push(lat);
+        wakes_done.push((ok, failed, secs));
     }
 
-    // --- report ---------------------------------------------------------------------------
+    // --- report -----------------------------------------------------------------------------------
     println!();
     println!(
-        "{:<28} {:>8} {:>12} {:>10} {:>10}",
-        "request (all repetitions)", "samples", "median µs", "p95 µs", "min µs"
+        "{:<18} {:<28} {:>8} {:>10} {:>10} {:>10}",
+        "daemon", "request", "samples", "median ms", "p95 ms", "p99 ms"
     );
-    for kind in KINDS {
-        let v = &all[kind.index()];
+    for (ti, t) in targets.iter().enumerate() {
+        for kind in KINDS {
+            let v = &times[ti][kind.index()];
+            println!(
+                "{:<18} {:<28} {:>8} {:>10.2} {:>10.2} {:>10.2}",
+                t.name,
+                kind.name(),
+                v.len(),
+                median(v.clone()) / 1000.0,
+                pct(v.clone(), 0.95) / 1000.0,
+                pct(v.clone(), 0.99) / 1000.0
+            );
+        }
+        let v = &status[ti];
+        let (ok, failed, secs) = wakes_done[ti];
         println!(
-            "{:<28} {:>8} {:>12.1} {:>10.1} {:>10.1}",
-            kind.name(),
+            "{:<18} {:<28} {:>8} {:>10.2} {:>10.2} {:>10.2}   (max {:.2} ms; {} wakes completed, {} failed, in {:.1} s: {:.1}/s)",
+            t.name,
+            "status, 64 saturated",
             v.len(),
-            median(v.clone()),
-            p95(v.clone()),
-            v.iter().copied().fold(f64::INFINITY, f64::min)
+            median(v.clone()) / 1000.0,
+            pct(v.clone(), 0.95) / 1000.0,
+            pct(v.clone(), 0.99) / 1000.0,
+            v.iter().copied().fold(0.0, f64::max) / 1000.0,
+            ok,
+            failed,
+            secs,
+            ok as f64 / secs
         );
     }
-    let r_none: Vec<f64> = rep_medians.iter().map(|m| m[0] / m[1]).collect();
-    let r_hs: Vec<f64> = rep_medians.iter().map(|m| m[0] / m[2]).collect();
-    println!("open+bind / open (no tools) per repetition: {}", list(&r_none, 3));
-    println!("open+bind / handshake       per repetition: {}", list(&r_hs, 3));
+    println!();
+    let status_p99 = pct(status[0].clone(), 0.99) / 1000.0;
     println!(
-        "ratios (median of per-repetition ratios of medians): open+bind / open (no tools) = {:.3}; open+bind / handshake = {:.3}",
-        median(r_none),
-        median(r_hs)
+        "target: status p99 under {sessions} saturated sessions <= 10 ms: reference {status_p99:.2} ms {}",
+        if status_p99 <= 10.0 { "(met)" } else { "(MISSED)" }
     );
-    println!(
-        "bind overhead (median open+bind - median open without tools): {:.1} µs",
-        median(all[0].clone()) - median(all[1].clone())
-    );
+    if targets.len() > 1 {
+        for kind in KINDS {
+            let r: Vec<f64> =
+                rep_medians[0][kind.index()].iter().zip(&rep_medians[1][kind.index()]).map(|(a, b)| a / b).collect();
+            println!(
+                "ratio reference / 0.3.3, {}: {:.3} (per repetition: {}); medians {:.2} ms vs {:.2} ms",
+                kind.name(),
+                median(r.clone()),
+                list(&r, 3),
+                median(times[0][kind.index()].clone()) / 1000.0,
+                median(times[1][kind.index()].clone()) / 1000.0
+            );
+        }
+        let rs = pct(status[0].clone(), 0.99) / pct(status[1].clone(), 0.99);
+        println!("ratio reference / 0.3.3, status p99 under saturation: {rs:.3}");
+        let r: Vec<f64> = rep_medians[0][0].iter().zip(&rep_medians[1][0]).map(|(a, b)| a / b).collect();
+        let rd = median(r);
+        println!("target: durable open <= 1/10 of 0.3.3's: {rd:.3} {}", if rd <= 0.1 { "(met)" } else { "(MISSED)" });
+    }
     println!("load average at the end: {}", loadavg());
     println!("total bench time {:.1} s", started.elapsed().as_secs_f64());
 
-    drop(c);
-    let _ = stop_daemon.send(true);
-    let _ = daemon_thread.join();
+    let _ = stop_adapter.send(true);
+    let _ = adapter_thread.join();
+    drop(reference);
+    drop(peer);
 }
 
-/// One request of `kind`, checked; returns its latency in µs. Opens are closed (untimed).
-fn one(c: &mut Client, kind: Kind, rep: usize, i: usize, d: &Value, cwd: &Path, seq: &mut u64) -> f64 {
+fn open_payload(kind: Kind, cwd: &Path, d: &Value) -> Value {
+    json!({"cwd": cwd, "session": {"mode": kind.mode()}, "model": {"provider": "fakellm", "id": "fake-model"},
+        "resources": pi_conform::contract::resources_with_tools(json!({"mode": "host-adapter", "descriptor": d}))})
+}
+
+/// One open of `kind`, checked; its latency in µs. The session is closed (untimed).
+fn open_once(c: &mut Client, target: &str, kind: Kind, d: &Value, cwd: &Path, seq: &mut u64) -> f64 {
     *seq += 1;
     let rid = format!("r{:08}", *seq);
-    match kind {
-        Kind::Handshake => {
-            let line = line_of(&handshake(&rid));
-            let (t, r) = c.timed(&line, &rid);
-            assert_eq!(r["ok"], true, "handshake failed: {}", r["error"]);
-            t
+    let sid = d["binding"]["sessionId"].as_str().expect("sessionId").to_string();
+    let open = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid,
+        "generation": 1, "payload": open_payload(kind, cwd, d)});
+    let (t, r) = c.timed(&line_of(&open), &rid);
+    // Only the error body is ever printed (never the request, which holds the handle).
+    assert_eq!(r["ok"], true, "{target}: {} of {sid} failed: {}", kind.name(), r["error"]);
+    assert_eq!(r["data"]["created"], true, "{target}: {} of {sid} did not create the session", kind.name());
+    let close_rid = format!("{rid}-close");
+    let close = json!({"protocolVersion": "2.0", "requestId": close_rid, "operation": "close", "sessionId": sid,
+        "generation": 1, "payload": {"retainSession": false}});
+    let r = c.call(&line_of(&close), &close_rid);
+    assert_eq!(r["ok"], true, "{target}: close of {sid} failed: {}", r["error"]);
+    t
+}
+
+/// Open every saturated session, keep each busy with back-to-back wakes, and time `n` host
+/// statuses (one every 10 ms) meanwhile: (latencies µs, wakes completed, wakes failed, seconds).
+fn saturated_status(t: &Target, root: &Path, n: usize) -> (Vec<f64>, u64, u64, f64) {
+    let mut c = Client::connect(&t.socket);
+    let mut seq = 0u64;
+    for d in &t.saturated {
+        seq += 1;
+        let rid = format!("so{seq}");
+        let sid = d["binding"]["sessionId"].as_str().expect("sessionId");
+        let open = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid,
+            "generation": 1, "payload": open_payload(Kind::Durable, root, d)});
+        let r = c.call(&line_of(&open), &rid);
+        assert_eq!(r["ok"], true, "{}: open of {sid} failed: {}", t.name, r["error"]);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let sids: Vec<String> =
+        t.saturated.iter().map(|d| d["binding"]["sessionId"].as_str().expect("sessionId").to_string()).collect();
+    let drivers: Vec<JoinHandle<()>> = sids
+        .chunks(sids.len().div_ceil(8))
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            let (socket, stop, ok, failed) = (t.socket.clone(), stop.clone(), ok.clone(), failed.clone());
+            let name = t.name;
+            std::thread::spawn(move || drive(&socket, name, &chunk, &stop, &ok, &failed))
+        })
+        .collect();
+    // Let the turns get going.
+    std::thread::sleep(Duration::from_secs(2));
+    let (ok0, t0) = (ok.load(Ordering::Relaxed), Instant::now());
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let rid = format!("st{i}");
+        let (el, r) = c.timed(
+            &line_of(&json!({"protocolVersion": "2.0", "requestId": rid, "operation": "status", "payload": {}})),
+            &rid,
+        );
+        assert_eq!(r["ok"], true, "{}: status failed: {}", t.name, r["error"]);
+        lat.push(el);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let done = ok.load(Ordering::Relaxed) - ok0;
+    stop.store(true, Ordering::Relaxed);
+    for d in drivers {
+        let _ = d.join();
+    }
+    (lat, done, failed.load(Ordering::Relaxed), secs)
+}
+
+/// One driver connection: a wake in flight for each of `sids` at all times until `stop`.
+fn drive(socket: &Path, target: &str, sids: &[String], stop: &AtomicBool, ok: &AtomicU64, failed: &AtomicU64) {
+    let w = UnixStream::connect(socket).expect("connect");
+    w.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let mut r = BufReader::new(w.try_clone().expect("clone"));
+    let mut w = w;
+    let mut n = 0u64;
+    let send = |w: &mut UnixStream, k: usize, n: &mut u64| {
+        *n += 1;
+        let file = format!("sat-{k}.txt");
+        let prompt = format!(
+            "TOOL fs_write {}\nTOOL fs_read {}",
+            json!({"path": file, "content": format!("turn {n}\n")}),
+            json!({"path": file})
+        );
+        let wake = json!({"protocolVersion": "2.0", "requestId": format!("w{k}-{n}"), "operation": "wake",
+            "sessionId": sids[k], "generation": 1, "idempotencyKey": format!("k{n}"), "payload": {"prompt": prompt}});
+        w.write_all(&line_of(&wake)).expect("send wake");
+    };
+    for k in 0..sids.len() {
+        send(&mut w, k, &mut n);
+    }
+    let mut first_error = true;
+    let mut line = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        line.clear();
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                continue
+            }
+            Err(_) => return,
         }
-        Kind::OpenBind | Kind::OpenNone => {
-            let sid = session_id(kind, rep, i);
-            let tools = if kind == Kind::OpenBind {
-                assert_eq!(d["binding"]["sessionId"], sid.as_str(), "descriptor for another session");
-                json!({"mode": "host-adapter", "descriptor": d})
-            } else {
-                json!("none")
-            };
-            let open = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid,
-                "generation": 1, "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(tools.clone())}});
-            let line = line_of(&open);
-            let (t, r) = c.timed(&line, &rid);
-            // Only the error body is ever printed (never the request, which holds the handle).
-            assert_eq!(r["ok"], true, "{} of {sid} failed: {}", kind.name(), r["error"]);
-            assert_eq!(r["data"]["created"], true, "{} of {sid} did not create the session", kind.name());
-            let close_rid = format!("{rid}-close");
-            let close = json!({"protocolVersion": "2.0", "requestId": close_rid, "operation": "close", "sessionId": sid,
-                "generation": 1, "payload": {"retainSession": false}});
-            let r = c.call(&line_of(&close), &close_rid);
-            assert_eq!(r["data"]["closed"], true, "close of {sid} failed: {}", r["error"]);
-            t
+        if memmem::find(&line, b"\"kind\":\"response\"").is_none() {
+            continue;
         }
+        let v: Value = serde_json::from_slice(&line).expect("the daemon sent invalid JSON");
+        let Some(k) = v["requestId"]
+            .as_str()
+            .and_then(|r| r.strip_prefix('w'))
+            .and_then(|r| r.split('-').next())
+            .and_then(|k| k.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if v["ok"] == true {
+            ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            failed.fetch_add(1, Ordering::Relaxed);
+            if first_error {
+                eprintln!("{target}: a saturating wake failed: {}", v["error"]);
+                first_error = false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        send(&mut w, k, &mut n);
     }
 }
 
-fn session_id(kind: Kind, rep: usize, i: usize) -> String {
-    match kind {
-        Kind::OpenBind => format!("bench-bind-{rep}-{i}"),
-        _ => format!("bench-none-{rep}-{i}"),
+/// The reference daemon, as a child process.
+struct RefDaemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl RefDaemon {
+    fn start(dir: &Path) -> RefDaemon {
+        let socket = dir.join("ref.sock");
+        let log = std::fs::File::create(dir.join("ref.log")).expect("log");
+        let child = Command::new(BIN)
+            .args(["serve-daemon", "--socket"])
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.join("ref-state"))
+            .env("PI_CONFORM_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn serve-daemon");
+        wait_for(&socket);
+        RefDaemon { child, socket }
     }
 }
 
-fn handshake(rid: &str) -> Value {
-    json!({"protocolVersion": "2.0", "requestId": rid, "operation": "handshake", "payload": {}})
+impl Drop for RefDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pi Daemon 0.3.3 and fake-model, through `scripts/real-peer`.
+struct Rig {
+    dir: PathBuf,
+    dist: PathBuf,
+    node: PathBuf,
+}
+
+impl Rig {
+    fn start(dir: &Path, dist: PathBuf, node: PathBuf) -> Rig {
+        std::fs::create_dir(dir).expect("peer dir");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let rig = Rig { dir: dir.to_path_buf(), dist, node };
+        let out = rig.script("start");
+        assert!(out.status.success(), "scripts/real-peer/start failed: {}", String::from_utf8_lossy(&out.stderr));
+        rig
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.join("run/pid.sock")
+    }
+    fn script(&self, name: &str) -> std::process::Output {
+        Command::new("sh")
+            .arg(Path::new(MANIFEST_DIR).join("scripts/real-peer").join(name))
+            .env("PI_DAEMON_DIST", &self.dist)
+            .env("PI_DAEMON_NODE", &self.node)
+            .env("PI_PEER_DIR", &self.dir)
+            .env("PI_PEER_PORT", "0")
+            .env("PI_CONFORM", BIN)
+            .output()
+            .expect("run a real-peer script")
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = self.script("stop");
+    }
+}
+
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn start_adapter(socket: &Path, grants: &Path) -> (watch::Sender<bool>, JoinHandle<()>) {
@@ -298,7 +549,8 @@ fn start_adapter(socket: &Path, grants: &Path) -> (watch::Sender<bool>, JoinHand
     };
     let (tx, rx) = watch::channel(false);
     let th = std::thread::spawn(move || {
-        if let Err(e) = runtime().block_on(serve(cfg, Some(rx))) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        if let Err(e) = rt.block_on(serve(cfg, Some(rx))) {
             eprintln!("the reference adapter stopped: {e}");
         }
     });
@@ -306,7 +558,7 @@ fn start_adapter(socket: &Path, grants: &Path) -> (watch::Sender<bool>, JoinHand
     (tx, th)
 }
 
-/// One blocking client connection to the daemon.
+/// One blocking client connection to a daemon.
 struct Client {
     w: UnixStream,
     r: BufReader<UnixStream>,
@@ -316,7 +568,7 @@ struct Client {
 impl Client {
     fn connect(socket: &Path) -> Client {
         let w = UnixStream::connect(socket).expect("connect");
-        w.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+        w.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
         let r = BufReader::with_capacity(64 * 1024, w.try_clone().expect("clone"));
         Client { w, r, line: Vec::with_capacity(64 * 1024) }
     }
@@ -353,15 +605,10 @@ fn line_of(v: &Value) -> Vec<u8> {
     l
 }
 
-/// The same runtime shape the adapter bench gives each in-process server.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 fn wait_for(socket: &Path) {
     let t = Instant::now();
     while UnixStream::connect(socket).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "the server did not start");
+        assert!(t.elapsed() < Duration::from_secs(30), "the server at {} did not start", socket.display());
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -390,9 +637,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Nearest-rank 95th percentile.
-fn p95(mut v: Vec<f64>) -> f64 {
+/// Nearest-rank percentile `q` (0..1].
+fn pct(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    let rank = ((v.len() as f64) * 0.95).ceil() as usize;
+    let rank = ((v.len() as f64) * q).ceil() as usize;
     v[rank.clamp(1, v.len()) - 1]
 }

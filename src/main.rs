@@ -338,6 +338,10 @@ enum Cmd {
         /// `daemon-kill-matrix --help`).
         #[arg(long = "fault", value_name = "NAME", hide = true)]
         faults: Vec<DaemonFault>,
+        /// Close a connection that has not sent one complete line within this many ms of
+        /// being accepted (at the connection cap, idle connections are also reclaimed).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        handshake_deadline_ms: u64,
     },
     /// Prove the daemon runner can fail: run the daemon suite against the reference daemon
     /// once per daemon fault switch (each breaks exactly one rule; the daemon runs as a child
@@ -432,13 +436,14 @@ fn main() -> ExitCode {
             None => adapter_runner(socket, descriptor, root, sentinel, run),
         },
         Cmd::Selftest { run, faults } => selftest(run, faults.into_iter().collect()),
-        Cmd::ServeDaemon { socket, state_dir, host_instance, log_format, faults } => {
+        Cmd::ServeDaemon { socket, state_dir, host_instance, log_format, faults, handshake_deadline_ms } => {
             init_logs(log_format);
             let cfg = pi_conform::daemon::server::DaemonConfig {
                 socket,
                 state_dir,
                 host_instance_id: host_instance,
                 handle_signals: true,
+                handshake_deadline: std::time::Duration::from_millis(handshake_deadline_ms),
                 faults: faults.into_iter().collect(),
             };
             (|| -> anyhow::Result<u8> {
@@ -1248,9 +1253,11 @@ fn daemon_runner(
 
 fn daemon_state(state_dir: PathBuf, session: Option<String>, reconcile: bool) -> anyhow::Result<u8> {
     let store = pi_conform::daemon::store::Store::open(&state_dir)?;
+    // Every record and the journal's high-water marks are checked before anything is changed.
+    let loaded = store.load()?;
     if reconcile {
         let mut n = 0;
-        for mut w in store.wakes()? {
+        for mut w in loaded.wakes {
             if w.state == "indeterminate" || w.state == "accepted" {
                 w.state = "reconciled".into();
                 store.put_wake(&w)?;

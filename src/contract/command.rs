@@ -260,6 +260,13 @@ fn needs_session(op: &str) -> bool {
     !matches!(op, "handshake" | "status" | "drain")
 }
 
+/// Longest `sessionId`, in UTF-16 units.
+pub const MAX_SESSION_ID_UNITS: usize = 256;
+/// Longest `idempotencyKey`, in UTF-16 units.
+pub const MAX_IDEMPOTENCY_KEY_UNITS: usize = 512;
+/// The values of `payload.session.mode`.
+pub const SESSION_MODES: [&str; 4] = ["new", "open", "continue", "memory"];
+
 /// The envelope checks of SPEC §2.1 after the version: requestId, operation, payload,
 /// sessionId, generation, idempotencyKey.
 fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
@@ -279,7 +286,7 @@ fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
     if !obj.get("payload").is_some_and(Value::is_object) {
         return Err(err(Code::InvalidField, "payload", "payload must be an object"));
     }
-    let session_ok = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| units_in(s, 256));
+    let session_ok = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| units_in(s, MAX_SESSION_ID_UNITS));
     if (needs_session(op) || (op == "status" && obj.contains_key("sessionId"))) && !session_ok(obj.get("sessionId")) {
         return Err(err(Code::InvalidField, "sessionId", "sessionId must be a string of 1-256 units"));
     }
@@ -290,7 +297,7 @@ fn check_envelope(obj: &Map<String, Value>) -> Result<(), ContractError> {
         }
     }
     if matches!(op, "wake" | "steer" | "followUp")
-        && !obj.get("idempotencyKey").and_then(Value::as_str).is_some_and(|s| units_in(s, 512))
+        && !obj.get("idempotencyKey").and_then(Value::as_str).is_some_and(|s| units_in(s, MAX_IDEMPOTENCY_KEY_UNITS))
     {
         return Err(err(Code::InvalidField, "idempotencyKey", "idempotencyKey must be a string of 1-512 units"));
     }
@@ -350,13 +357,9 @@ fn check_open_payload(p: &Map<String, Value>, major: u8, has_descriptor: bool) -
         .get("session")
         .and_then(Value::as_object)
         .ok_or_else(|| err(Code::InvalidField, "payload.session", "session must be an object"))?;
-    let mode = session
-        .get("mode")
-        .and_then(Value::as_str)
-        .filter(|m| matches!(*m, "new" | "open" | "continue" | "memory"))
-        .ok_or_else(|| {
-            err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory")
-        })?;
+    let mode = session.get("mode").and_then(Value::as_str).filter(|m| SESSION_MODES.contains(m)).ok_or_else(|| {
+        err(Code::InvalidField, "payload.session.mode", "session mode must be new, open, continue or memory")
+    })?;
     opt_string(session, "path", "payload.session.path", 4096)?;
     opt_string(session, "sessionDir", "payload.session.sessionDir", 4096)?;
     if mode == "open" && !session.contains_key("path") {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::link::{AdapterLink, CallError, PendingCall};
-use super::store::{SessionRecord, Store, WakeRecord};
+use super::store::{Pending, SessionRecord, Store, StoreError, WakeRecord};
 use crate::contract::command::{Command, OPERATIONS};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{validate_relative_path, Descriptor, PathSide};
@@ -79,11 +79,80 @@ pub struct Out {
     pub close: bool,
 }
 
-/// A connection as the host sees it (for event delivery).
+/// A connection as the host sees it (for event delivery and the connection cap).
 pub struct ConnEntry {
     tx: mpsc::UnboundedSender<Out>,
     queued: Arc<AtomicUsize>,
     attachments: HashSet<(String, u64)>,
+    activity: Arc<ConnActivity>,
+}
+
+/// The bit of [`ConnActivity`]'s state word that marks a reclaimed connection.
+const RECLAIMED: usize = 1 << (usize::BITS - 1);
+
+/// What the connection cap needs to know about one connection (SPEC PC-1.1, DECISION on idle
+/// connections): when it last sent a byte, how many of its requests are unanswered, and whether
+/// it has been reclaimed.
+///
+/// The in-flight count and the reclaimed mark share one atomic word, so "reclaim it only if
+/// nothing is in flight" and "admit a request only if it is not reclaimed" are each a single
+/// atomic step: a request is never admitted on a connection that is being closed, and a
+/// connection with a request in flight is never reclaimed.
+#[derive(Debug)]
+pub struct ConnActivity {
+    epoch: Instant,
+    last_read_ms: AtomicU64,
+    state: AtomicUsize,
+    reclaimed: tokio::sync::Notify,
+}
+
+impl ConnActivity {
+    /// A connection's record; `epoch` is the host's start, shared by every connection so
+    /// their silences compare.
+    pub fn new(epoch: Instant) -> Self {
+        ConnActivity {
+            epoch,
+            last_read_ms: AtomicU64::new(u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            state: AtomicUsize::new(0),
+            reclaimed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Record that bytes arrived now.
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_read_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Count one more request in flight; false when the connection was reclaimed (the caller
+    /// closes it without dispatching).
+    pub fn admit(&self) -> bool {
+        self.state.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| (s & RECLAIMED == 0).then_some(s + 1)).is_ok()
+    }
+
+    /// One admitted request was answered.
+    pub fn done(&self) {
+        self.state.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wait until the connection is reclaimed.
+    pub async fn wait_reclaimed(&self) {
+        self.reclaimed.notified().await;
+    }
+
+    /// Whether the connection was reclaimed.
+    pub fn is_reclaimed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & RECLAIMED != 0
+    }
+
+    /// Mark it reclaimed if nothing is in flight.
+    fn try_reclaim(&self) -> bool {
+        let ok = self.state.compare_exchange(0, RECLAIMED, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        if ok {
+            self.reclaimed.notify_one();
+        }
+        ok
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +174,8 @@ struct Session {
     recovery: Option<Value>,
     seq: u64,
     turn: Option<Arc<AtomicBool>>,
+    /// Wake keys journaled (the record's high-water mark, carried across generations).
+    wakes: u64,
 }
 
 impl Session {
@@ -121,6 +192,7 @@ impl Session {
                 SState::Dormant => "dormant".into(),
             },
             recovery: self.recovery.clone(),
+            wakes: self.wakes,
         }
     }
 
@@ -165,9 +237,7 @@ pub struct Host {
     leaked: Mutex<Vec<AdapterLink>>,
 }
 
-fn quarantine_condition() -> Value {
-    json!({"state": "reprovision_required", "code": "tool_adapter_reprovision_required", "retryable": true})
-}
+use super::store::quarantine_condition;
 
 fn fingerprint(v: &Value) -> String {
     fn canon(v: &Value, out: &mut Vec<u8>) {
@@ -235,16 +305,20 @@ impl Host {
         let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
         let mut sessions = HashMap::new();
         let mut quarantined = HashSet::new();
-        for mut r in store.sessions()? {
+        let loaded = store.load()?;
+        for mut r in loaded.sessions {
             if r.state == "closed" {
                 continue;
             }
+            let before = r.clone();
             if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
                 quarantined.insert((r.session_id.clone(), r.generation));
             }
             r.state = "dormant".into();
-            store.put_session(&r)?;
+            if r != before {
+                store.put_session(&r)?;
+            }
             sessions.insert(
                 r.session_id.clone(),
                 Session {
@@ -260,11 +334,12 @@ impl Host {
                     recovery: r.recovery.clone(),
                     seq: 0,
                     turn: None,
+                    wakes: r.wakes,
                 },
             );
         }
         let (mut failed, mut indeterminate) = (0, 0);
-        for mut w in store.wakes()? {
+        for mut w in loaded.wakes {
             match w.state.as_str() {
                 "queued" => {
                     let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
@@ -313,15 +388,38 @@ impl Host {
         }
     }
 
-    /// Register a connection; `None` when the cap is reached.
-    pub fn add_conn(&self, tx: mpsc::UnboundedSender<Out>, queued: Arc<AtomicUsize>) -> Option<u64> {
+    /// Register a connection. At the cap, the idle connection (nothing in flight, nothing
+    /// attached) that has been silent longest is reclaimed to make room (it is closed without a
+    /// line); `None` when every connection is busy or attached (SPEC PC-1.1, DECISION on idle
+    /// connections).
+    pub fn add_conn(
+        &self,
+        tx: mpsc::UnboundedSender<Out>,
+        queued: Arc<AtomicUsize>,
+        activity: Arc<ConnActivity>,
+    ) -> Option<u64> {
         let mut c = self.conns.lock().ok()?;
         if c.len() >= MAX_CONNECTIONS {
-            return None;
+            let mut idle: Vec<(u64, u64)> = c
+                .iter()
+                .filter(|(_, e)| e.attachments.is_empty())
+                .map(|(id, e)| (e.activity.last_read_ms.load(Ordering::Relaxed), *id))
+                .collect();
+            // Silent longest first.
+            idle.sort_unstable();
+            let victim = idle.into_iter().map(|(_, id)| id).find(|id| c[id].activity.try_reclaim())?;
+            c.remove(&victim);
+            self.count("idleConnectionsReclaimed");
+            tracing::info!(connection = victim, "connection cap reached: reclaimed the longest idle connection");
         }
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new() });
+        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new(), activity });
         Some(id)
+    }
+
+    /// A new connection's activity record.
+    pub fn new_activity(&self) -> Arc<ConnActivity> {
+        Arc::new(ConnActivity::new(self.started))
     }
 
     /// Forget a connection.
@@ -527,7 +625,11 @@ impl Host {
         let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
         let mut old_link = None;
         let mut rebind_existing = false;
-        {
+        let mut carried_wakes = 0;
+        // The new session's record: queued before binding, durable before the answer.
+        let mut record = None;
+        let mut early = None;
+        'locked: {
             let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             if let Some(x) = s.get_mut(&sid) {
                 if generation < x.generation {
@@ -566,12 +668,13 @@ impl Host {
                     if x.policy.is_none() {
                         x.state = SState::Active;
                         x.open_version = cmd.version.text.clone();
-                        let _ = self.persist(x);
-                        return Ok(json!({"created": false, "session": x.resource()}));
+                        early = Some((self.persist(x), json!({"created": false, "session": x.resource()})));
+                        break 'locked;
                     }
                     rebind_existing = true;
                 } else {
                     old_link = x.link.take();
+                    carried_wakes = x.wakes;
                     s.remove(&sid);
                 }
             }
@@ -589,11 +692,18 @@ impl Host {
                     recovery: None,
                     seq: 0,
                     turn: None,
+                    wakes: carried_wakes,
                 };
-                // The retained policy is recorded before binding (SPEC §3.4).
-                self.persist(&sess).map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+                // The retained policy is recorded before binding (SPEC §3.4): queued now, in
+                // order with every other write, and durable before the open is answered; the
+                // write overlaps the bind.
+                record = self.persist(&sess);
                 s.insert(sid.clone(), sess);
             }
+        }
+        if let Some((pending, answer)) = early {
+            durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+            return Ok(answer);
         }
         if let Some(l) = old_link {
             if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
@@ -602,6 +712,7 @@ impl Host {
                 l.revoke().await;
             }
         }
+        let mut rebound_record = None;
         if let Some(d) = &cmd.descriptor {
             match AdapterLink::open_with(d, self.faults).await {
                 Ok(link) => {
@@ -615,11 +726,17 @@ impl Host {
                                         self.leak(old);
                                     }
                                 }
+                                // Only what a restart reads is rewritten: a cleared recovery
+                                // condition or a new open version. Active and dormant recover
+                                // alike, so a new session's record stays as queued.
+                                let changed = x.recovery.is_some() || x.open_version != cmd.version.text;
                                 x.handle = Some(d.handle.clone());
                                 x.state = SState::Active;
                                 x.recovery = None;
                                 x.open_version = cmd.version.text.clone();
-                                let _ = self.persist(x);
+                                if changed {
+                                    rebound_record = self.persist(x);
+                                }
                                 None
                             }
                             None => Some(link),
@@ -643,6 +760,21 @@ impl Host {
                 }
             }
         }
+        if let Err(e) = durable(record).await.and(durable(rebound_record).await) {
+            tracing::error!(session = %sid, generation, error = %e, "cannot persist the session");
+            // Never answered, never kept: forget it and revoke its binding.
+            let link = self.sessions.lock().ok().and_then(|mut s| {
+                if s.get(&sid).is_some_and(|x| x.generation == generation) {
+                    s.remove(&sid).and_then(|x| x.link)
+                } else {
+                    None
+                }
+            });
+            if let Some(l) = link {
+                l.revoke().await;
+            }
+            return Err(DErr::new("internal_error", "cannot persist the session"));
+        }
         if rebind_existing {
             let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             return Ok(json!({"created": false, "session": s.get(&sid).map(Session::resource)}));
@@ -652,11 +784,23 @@ impl Host {
         Ok(json!({"created": true, "session": s.get(&sid).map(Session::resource)}))
     }
 
-    fn persist(&self, s: &Session) -> Result<(), super::store::StoreError> {
-        if s.mode == "memory" {
-            return Ok(());
-        }
-        self.store.put_session(&s.record())
+    /// One more wake key journaled for `sid`: raise its record's high-water mark.
+    async fn count_wake(&self, sid: &str) -> Result<(), DErr> {
+        let pending = {
+            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let x = s.get_mut(sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+            x.wakes += 1;
+            self.persist(x)
+        };
+        durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot journal the wake"))
+    }
+
+    /// Queue the session's record on the store's writer (nothing for a memory session). Called
+    /// under the sessions lock, so records are written in the order of the changes; the caller
+    /// awaits [`durable`] after releasing the lock: no fsync ever runs on an async worker or
+    /// under a lock `status` needs.
+    fn persist(&self, s: &Session) -> Option<Pending> {
+        (s.mode != "memory").then(|| self.store.queue_session(&s.record()))
     }
 
     async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
@@ -714,14 +858,22 @@ impl Host {
             result: None,
             error: None,
         };
-        let journal =
-            |r: &WakeRecord| self.store.put_wake(r).map_err(|_| DErr::new("internal_error", "cannot journal the wake"));
-        if let Err(e) = journal(&rec) {
+        let journal = |r: &WakeRecord| {
+            let pending = self.store.queue_wake(r);
+            async move { pending.durable().await.map_err(|_| DErr::new("internal_error", "cannot journal the wake")) }
+        };
+        if let Err(e) = journal(&rec).await {
+            self.end_turn(&sid);
+            return Err(e);
+        }
+        // Raise the session's high-water mark after its journal record exists (a crash between
+        // the two leaves more records than counted, which is consistent).
+        if let Err(e) = self.count_wake(&sid).await {
             self.end_turn(&sid);
             return Err(e);
         }
         rec.state = "accepted".into();
-        if let Err(e) = journal(&rec) {
+        if let Err(e) = journal(&rec).await {
             self.end_turn(&sid);
             return Err(e);
         }
@@ -746,7 +898,7 @@ impl Host {
                     rec.error = Some(e.body());
                 }
             }
-            let _ = host.store.put_wake(&rec);
+            let _ = host.store.queue_wake(&rec).durable().await;
             host.end_turn(&sid);
             if let Ok(mut w) = host.wakes_running.lock() {
                 w.remove(&rkey);
@@ -948,19 +1100,20 @@ impl Host {
         let (sid, generation) = self.live(cmd)?;
         let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
         self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
-        let link = {
+        let (link, pending) = {
             let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
             let x = s.remove(&sid);
-            if let Some(x) = &x {
-                if retain && x.mode != "memory" {
+            let pending = match &x {
+                Some(x) if x.mode == "memory" => None,
+                Some(x) if retain => {
                     let mut r = x.record();
                     r.state = "closed".into();
-                    let _ = self.store.put_session(&r);
-                } else {
-                    let _ = self.store.remove_session(&sid);
+                    Some(self.store.queue_session(&r))
                 }
-            }
-            x.and_then(|x| x.link)
+                Some(_) => Some(self.store.queue_remove_session(&sid)),
+                None => None,
+            };
+            (x.and_then(|x| x.link), pending)
         };
         if let Some(l) = link {
             if self.faults.has(DaemonFault::NoRevokeOnClose) {
@@ -968,6 +1121,9 @@ impl Host {
             } else {
                 l.revoke().await;
             }
+        }
+        if let Err(e) = durable(pending).await {
+            tracing::warn!(session = %sid, error = %e, "cannot record the close");
         }
         Ok(json!({"closed": true}))
     }
@@ -1004,6 +1160,14 @@ impl Host {
         for l in links {
             l.revoke().await;
         }
+    }
+}
+
+/// Wait for a queued write, if any, to be durable.
+async fn durable(p: Option<Pending>) -> Result<(), StoreError> {
+    match p {
+        Some(p) => p.durable().await,
+        None => Ok(()),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,10 +31,16 @@ pub struct DaemonConfig {
     pub host_instance_id: Option<String>,
     /// Install signal handlers (the CLI); off when embedded.
     pub handle_signals: bool,
+    /// A connection that has not sent one complete line this long after it was accepted is
+    /// closed without a line (SPEC PC-1.1, DECISION on idle connections).
+    pub handshake_deadline: Duration,
     /// Test aid: rules broken on purpose (production: [`DaemonFaults::NONE`]; see
     /// [`crate::daemon::faults`]).
     pub faults: DaemonFaults,
 }
+
+/// The default of [`DaemonConfig::handshake_deadline`].
+pub const DEFAULT_HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +117,7 @@ pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>
         };
         tokio::select! {
             a = listener.accept() => match a {
-                Ok((stream, _)) => { tokio::spawn(connection(host.clone(), stream)); }
+                Ok((stream, _)) => { tokio::spawn(connection(host.clone(), stream, cfg.handshake_deadline)); }
                 Err(e) => warn!(error = %e, "accept failed"),
             },
             _ = external => break,
@@ -123,12 +130,18 @@ pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>
     Ok(())
 }
 
-async fn connection(host: Arc<Host>, stream: UnixStream) {
+fn infl_remove(inflight: &Mutex<HashSet<String>>, rid: &str) {
+    inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(rid);
+}
+
+async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Duration) {
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
     let queued = Arc::new(AtomicUsize::new(0));
-    let Some(conn) = host.add_conn(tx.clone(), queued.clone()) else {
-        // Over the connection cap: close without a line.
+    let activity = host.new_activity();
+    let Some(conn) = host.add_conn(tx.clone(), queued.clone(), activity.clone()) else {
+        // Over the connection cap and nothing idle to reclaim: close without a line.
+        info!("connection cap reached and every connection busy or attached: closed a new connection");
         return;
     };
     let writer_host = host.clone();
@@ -155,13 +168,28 @@ async fn connection(host: Arc<Host>, stream: UnixStream) {
     let mut decoder = LineDecoder::new(MAX_LINE_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
     let send = |line: Vec<u8>, close: bool| Host::push(&tx, &queued, Out { line, close });
+    let deadline = tokio::time::sleep(handshake_deadline);
+    tokio::pin!(deadline);
+    let mut spoke = false;
     'read: loop {
-        let n = match rd.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = activity.wait_reclaimed() => break,
+            _ = &mut deadline, if !spoke => {
+                info!(connection = conn, "no complete line within the handshake deadline: connection closed");
+                break;
+            }
         };
+        activity.touch();
         decoder.push(&buf[..n]);
         while let Some(line) = decoder.next_line() {
+            spoke = true;
+            if activity.is_reclaimed() {
+                break 'read;
+            }
             let fatal = |code: &str, msg: &str| {
                 encode_line(&response("1.0", &invalid_id(), &host.id, None, Err(DErr::new(code, msg))))
             };
@@ -253,7 +281,13 @@ async fn connection(host: Arc<Host>, stream: UnixStream) {
                     continue;
                 }
             }
+            if !activity.admit() {
+                // Reclaimed as idle while this line arrived: close, as if it came after.
+                infl_remove(&inflight, &rid);
+                break 'read;
+            }
             let host2 = host.clone();
+            let act2 = activity.clone();
             let tx2 = tx.clone();
             let q2 = queued.clone();
             let infl = inflight.clone();
@@ -264,11 +298,12 @@ async fn connection(host: Arc<Host>, stream: UnixStream) {
                     let e = DErr::new("outbound_record_too_large", "the response exceeded maxResponseBytes");
                     line = encode_line(&response(&version, &rid, &host2.id, sid.as_deref(), Err(e)));
                 }
-                infl.lock().unwrap_or_else(|p| p.into_inner()).remove(&rid);
+                infl_remove(&infl, &rid);
                 if !Host::push(&tx2, &q2, Out { line, close: false }) {
                     // Slow reader past the outbound cap: disconnect.
                     let _ = tx2.send(Out { line: Vec::new(), close: true });
                 }
+                act2.done();
             });
         }
     }

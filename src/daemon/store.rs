@@ -1,26 +1,76 @@
 //! The daemon's durable state (SPEC §2.5, §6): an owner-only directory with the session
-//! catalog (nonsecret records) and the wake journal, every file written crash-safely (temp
-//! file, fsync, rename, fsync the directory). Endpoints and handles never reach it.
+//! catalog (nonsecret records, `sessions/`), the wake journal (`wakes/`) and a manifest
+//! (`manifest.json`). Endpoints and handles never reach it.
+//!
+//! Every file is written crash-safely (temp file, fsync, rename, fsync the directory) and read
+//! defensively (SPEC PC-6, DECISION on the state directory):
+//!
+//! - the directories are opened once, `O_DIRECTORY | O_NOFOLLOW`, judged with `fstat` (a real
+//!   directory, ours, no group/other bits), and every later access is relative to those
+//!   descriptors, so a `sessions/` replaced by a symlink is refused, never followed or written
+//!   through;
+//! - a record is judged with `lstat`, opened `O_NOFOLLOW | O_NONBLOCK` (a FIFO never blocks),
+//!   judged again with `fstat` (a regular file, ours, owner-only, at most
+//!   [`MAX_RECORD_BYTES`]; nothing larger is read), and its values are validated;
+//! - the state is tamper-evident: the manifest says the directory was initialised, so a missing
+//!   `sessions/` or `wakes/` is refused; a record's file name is the digest of its own key, so
+//!   a record copied over another's file is refused; each session record carries the number
+//!   of wake keys it journaled (a high-water mark), so a journal that lost records is refused.
+//!
+//! Every refusal names the file.
 
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::contract::command::{MAX_IDEMPOTENCY_KEY_UNITS, MAX_SESSION_ID_UNITS, SESSION_MODES};
+use crate::contract::descriptor::MAX_SAFE_INTEGER;
+use crate::contract::text::units_in;
+
+/// Largest record file the store reads; a larger one is refused unread.
+pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+/// The manifest's file name, in the state directory.
+pub const MANIFEST: &str = "manifest.json";
+const MANIFEST_FORMAT: &str = "pi-conform-daemon-state";
+const MANIFEST_VERSION: u64 = 1;
+/// The session catalog's directory.
+pub const SESSIONS: &str = "sessions";
+/// The wake journal's directory.
+pub const WAKES: &str = "wakes";
+/// A session record's `state`.
+pub const SESSION_STATES: [&str; 3] = ["active", "dormant", "closed"];
+/// A wake record's `state`.
+pub const WAKE_STATES: [&str; 6] = ["queued", "accepted", "completed", "failed", "indeterminate", "reconciled"];
 
 /// Why the state could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// I/O.
+    /// I/O outside any one file.
     #[error("state directory: {0}")]
     Io(#[from] std::io::Error),
-    /// Not owner-only, a symlink, or not ours.
+    /// A directory that is not owner-only, a symlink, or not ours.
     #[error("state directory {0} must be a real directory owned by us with no group/other bits")]
     Insecure(PathBuf),
-    /// A record that does not parse.
-    #[error("state record {0} is corrupt")]
-    Corrupt(PathBuf),
+    /// A file of the state that cannot be trusted or used: the daemon refuses to start on it.
+    #[error("state file {path}: {why}")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+}
+
+fn refused(path: impl Into<PathBuf>, why: impl Into<String>) -> StoreError {
+    StoreError::Refused { path: path.into(), why: why.into() }
 }
 
 /// A session's catalog record: everything durable about it, nothing secret.
@@ -43,6 +93,10 @@ pub struct SessionRecord {
     pub state: String,
     /// The recovery condition after a restart (SPEC §6), if any.
     pub recovery: Option<Value>,
+    /// How many wake keys this session has journaled, over all its generations (the journal's
+    /// high-water mark: `wakes/` must hold at least this many of its records).
+    #[serde(default)]
+    pub wakes: u64,
 }
 
 /// A wake's journal record (SPEC §2.5).
@@ -65,10 +119,92 @@ pub struct WakeRecord {
     pub error: Option<Value>,
 }
 
-/// The store.
-#[derive(Debug, Clone)]
-pub struct Store {
-    dir: PathBuf,
+/// The recovery condition of a quarantined generation (SPEC §6); the only one a record holds.
+pub fn quarantine_condition() -> Value {
+    json!({"state": "reprovision_required", "code": "tool_adapter_reprovision_required", "retryable": true})
+}
+
+fn is_version(v: &str) -> bool {
+    let Some((major, minor)) = v.split_once('.') else { return false };
+    matches!(major, "1" | "2") && !minor.is_empty() && minor.len() <= 9 && minor.bytes().all(|c| c.is_ascii_digit())
+}
+
+impl SessionRecord {
+    /// Why the values are not ones the daemon writes, if they are not.
+    pub fn invalid(&self) -> Option<String> {
+        if !units_in(&self.session_id, MAX_SESSION_ID_UNITS) {
+            return Some(format!("sessionId is not a string of 1-{MAX_SESSION_ID_UNITS} units"));
+        }
+        if self.generation > MAX_SAFE_INTEGER {
+            return Some(format!("generation {} is over 2^53-1", self.generation));
+        }
+        if !is_version(&self.open_version) {
+            return Some(format!("openVersion {:?} is not 1.x or 2.x", self.open_version));
+        }
+        if !self.cwd.starts_with('/') {
+            return Some("cwd is not an absolute path".into());
+        }
+        if self.mode == "memory" || !SESSION_MODES.contains(&self.mode.as_str()) {
+            return Some(format!("mode {:?} is not one of new, open, continue", self.mode));
+        }
+        if self.policy.as_ref().is_some_and(|p| !p.is_object()) {
+            return Some("policy is neither null nor an object".into());
+        }
+        if !SESSION_STATES.contains(&self.state.as_str()) {
+            return Some(format!("state {:?} is not one of {}", self.state, SESSION_STATES.join(", ")));
+        }
+        if self.recovery.as_ref().is_some_and(|r| *r != quarantine_condition()) {
+            return Some("recovery is neither null nor the reprovision_required condition".into());
+        }
+        if self.wakes > MAX_SAFE_INTEGER {
+            return Some(format!("wakes {} is over 2^53-1", self.wakes));
+        }
+        None
+    }
+
+    /// The record's file name.
+    pub fn file_name(&self) -> String {
+        session_file(&self.session_id)
+    }
+}
+
+impl WakeRecord {
+    /// Why the values are not ones the daemon writes, if they are not.
+    pub fn invalid(&self) -> Option<String> {
+        if !units_in(&self.session_id, MAX_SESSION_ID_UNITS) {
+            return Some(format!("sessionId is not a string of 1-{MAX_SESSION_ID_UNITS} units"));
+        }
+        if self.generation > MAX_SAFE_INTEGER {
+            return Some(format!("generation {} is over 2^53-1", self.generation));
+        }
+        if !units_in(&self.idempotency_key, MAX_IDEMPOTENCY_KEY_UNITS) {
+            return Some(format!("idempotencyKey is not a string of 1-{MAX_IDEMPOTENCY_KEY_UNITS} units"));
+        }
+        if self.fingerprint.len() != 64 || !self.fingerprint.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            return Some("fingerprint is not 64 lowercase hex digits".into());
+        }
+        if !WAKE_STATES.contains(&self.state.as_str()) {
+            return Some(format!("state {:?} is not one of {}", self.state, WAKE_STATES.join(", ")));
+        }
+        let error_ok = self.error.as_ref().is_some_and(|e| e.get("code").is_some_and(Value::is_string));
+        match self.state.as_str() {
+            "completed" if self.result.is_none() || self.error.is_some() => {
+                Some("a completed wake must hold a result and no error".into())
+            }
+            "failed" if self.result.is_some() || !error_ok => {
+                Some("a failed wake must hold an error body with a code and no result".into())
+            }
+            "queued" | "accepted" | "indeterminate" | "reconciled" if self.result.is_some() || self.error.is_some() => {
+                Some(format!("a {} wake holds neither result nor error", self.state))
+            }
+            _ => None,
+        }
+    }
+
+    /// The record's file name.
+    pub fn file_name(&self) -> String {
+        wake_file(&self.session_id, self.generation, &self.idempotency_key)
+    }
 }
 
 fn key_name(parts: &[&str]) -> String {
@@ -80,126 +216,614 @@ fn key_name(parts: &[&str]) -> String {
     hex::encode(h.finalize())
 }
 
+fn session_file(session_id: &str) -> String {
+    format!("{}.json", key_name(&[session_id]))
+}
+
+fn wake_file(session_id: &str, generation: u64, key: &str) -> String {
+    format!("{}.json", key_name(&[session_id, &generation.to_string(), key]))
+}
+
+/// A record file name: 64 lowercase hex digits and `.json`.
+fn is_record_name(n: &str) -> bool {
+    n.strip_suffix(".json").is_some_and(|h| h.len() == 64 && h.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// A temporary file a crashed write may leave behind (ignored).
+fn is_temp_name(n: &str) -> bool {
+    n.starts_with('.') && n.ends_with(".tmp")
+}
+
+/// Everything the state holds, checked (see [`Store::load`]).
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Session records, by file name.
+    pub sessions: Vec<SessionRecord>,
+    /// Wake records, by file name.
+    pub wakes: Vec<WakeRecord>,
+}
+
+#[derive(Debug)]
+struct Dirs {
+    path: PathBuf,
+    sessions: OwnedFd,
+    wakes: OwnedFd,
+}
+
+impl Dirs {
+    fn sub(&self, s: Sub) -> (BorrowedFd<'_>, PathBuf) {
+        let fd = match s {
+            Sub::Sessions => self.sessions.as_fd(),
+            Sub::Wakes => self.wakes.as_fd(),
+        };
+        (fd, self.path.join(s.name()))
+    }
+}
+
+/// The store: the state directory's subdirectories, held open, and (once a write is queued)
+/// its writer thread.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dirs: Arc<Dirs>,
+    writer: Arc<std::sync::OnceLock<std::sync::mpsc::Sender<Job>>>,
+}
+
+/// One queued write: the file's new bytes, or its removal.
+#[derive(Debug)]
+struct Job {
+    sub: Sub,
+    name: String,
+    bytes: Option<Vec<u8>>,
+    done: tokio::sync::oneshot::Sender<WriteOutcome>,
+}
+
+/// A write queued on the store's writer thread (see [`Store::queue_session`]); await
+/// [`Pending::durable`] before acting on it.
+#[derive(Debug)]
+pub struct Pending {
+    path: PathBuf,
+    rx: tokio::sync::oneshot::Receiver<WriteOutcome>,
+}
+
+impl Pending {
+    /// Wait until the write is durable (its file and directory synced), or failed.
+    pub async fn durable(self) -> Result<(), StoreError> {
+        match self.rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err((path, why))) => Err(refused(path, why)),
+            Err(_) => Err(refused(self.path, "cannot be written: the store's writer stopped")),
+        }
+    }
+}
+
+/// A write's outcome as the writer reports it: the file and why, on failure.
+type WriteOutcome = Result<(), (PathBuf, String)>;
+
+/// Most writes the writer commits together.
+const MAX_BATCH: usize = 256;
+
+/// The writer thread: takes every queued write, commits them as one group — the newest
+/// content of each file (a file written twice in one group is written once), each file's data
+/// synced before its rename, then each touched directory synced once — and only then answers
+/// every write of the group. Writes are applied in queue order, so a later write of a file
+/// always wins.
+fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        // The last write of each file, in queue order.
+        let mut last: std::collections::HashMap<(Sub, &str), usize> = std::collections::HashMap::new();
+        for (i, j) in batch.iter().enumerate() {
+            last.insert((j.sub, j.name.as_str()), i);
+        }
+        let mut order: Vec<usize> = last.values().copied().collect();
+        order.sort_unstable();
+        let mut outcome: std::collections::HashMap<(Sub, &str), WriteOutcome> = std::collections::HashMap::new();
+        let mut touched = Vec::new();
+        let split = |e: StoreError, j: &Job| match e {
+            StoreError::Refused { path, why } => (path, why),
+            e => (dirs.path.join(j.sub.name()).join(&j.name), e.to_string()),
+        };
+        // Stage every new content first, then sync them all (the first sync commits the
+        // filesystem journal for every staged file at once), then rename in queue order.
+        let mut staged = Vec::new();
+        for &i in &order {
+            let j = &batch[i];
+            let (fd, dir) = dirs.sub(j.sub);
+            if let Some(b) = &j.bytes {
+                match stage(fd, &dir, &j.name, b) {
+                    Ok(s) => staged.push((i, Some(s))),
+                    Err(e) => {
+                        outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                    }
+                }
+            } else {
+                staged.push((i, None));
+            }
+        }
+        for (i, s) in staged.iter_mut() {
+            if let Some(st) = s {
+                if let Err(e) = st.sync() {
+                    let j = &batch[*i];
+                    outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                    if let Some(st) = s.take() {
+                        let _ = st.abandon(std::io::Error::other("sync failed"));
+                    }
+                }
+            }
+        }
+        for (i, s) in staged {
+            let j = &batch[i];
+            let key = (j.sub, j.name.as_str());
+            if outcome.contains_key(&key) {
+                continue;
+            }
+            let (fd, dir) = dirs.sub(j.sub);
+            let r = match s {
+                Some(st) => st.commit().map_err(|e| split(e, j)),
+                None => match rustix::fs::unlinkat(fd, j.name.as_str(), AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => Ok(()),
+                    Err(e) => Err((dir.join(&j.name), format!("cannot be removed: {e}"))),
+                },
+            };
+            if !touched.contains(&j.sub) {
+                touched.push(j.sub);
+            }
+            outcome.insert(key, r);
+        }
+        for sub in touched {
+            let (fd, dir) = dirs.sub(sub);
+            if let Err(e) = rustix::fs::fsync(fd) {
+                for ((s, _), r) in outcome.iter_mut() {
+                    if *s == sub && r.is_ok() {
+                        *r = Err((dir.clone(), format!("cannot be synced: {e}")));
+                    }
+                }
+            }
+        }
+        let answers: Vec<_> =
+            batch.iter().map(|j| outcome.get(&(j.sub, j.name.as_str())).cloned().unwrap_or(Ok(()))).collect();
+        for (j, r) in batch.into_iter().zip(answers) {
+            let _ = j.done.send(r);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Sub {
+    Sessions,
+    Wakes,
+}
+
+impl Sub {
+    fn name(self) -> &'static str {
+        match self {
+            Sub::Sessions => SESSIONS,
+            Sub::Wakes => WAKES,
+        }
+    }
+}
+
+fn uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// Judge an open directory: real, ours, owner-only.
+fn check_dir(fd: BorrowedFd<'_>, path: &Path) -> Result<(), StoreError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| refused(path, format!("cannot be examined: {e}")))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory || st.st_uid != uid() || st.st_mode & 0o077 != 0 {
+        return Err(StoreError::Insecure(path.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// Open `name` in `parent` as a directory without following a symlink; `None` if absent.
+fn open_subdir(parent: BorrowedFd<'_>, name: &str, path: &Path) -> Result<Option<OwnedFd>, StoreError> {
+    match rustix::fs::openat(parent, name, dir_flags(), Mode::empty()) {
+        Ok(fd) => {
+            check_dir(fd.as_fd(), path)?;
+            Ok(Some(fd))
+        }
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::LOOP | Errno::NOTDIR) => Err(StoreError::Insecure(path.to_path_buf())),
+        Err(e) => Err(refused(path, format!("cannot be opened: {e}"))),
+    }
+}
+
+fn file_kind(st: &Stat) -> &'static str {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Unknown => "file of unknown type",
+    }
+}
+
+/// Judge a record's metadata before any byte of it is read.
+fn check_file(st: &Stat, path: &Path) -> Result<(), StoreError> {
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(refused(path, format!("is a {}, not a regular file", file_kind(st))));
+    }
+    if st.st_uid != uid() || st.st_mode & 0o077 != 0 {
+        return Err(refused(path, "is not an owner-only file owned by us"));
+    }
+    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    if size > MAX_RECORD_BYTES {
+        return Err(refused(
+            path,
+            format!("is {size} bytes, over the {MAX_RECORD_BYTES}-byte record limit (not read)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Read a record file of `dir` defensively; `None` when it does not exist.
+fn read_file(dir: BorrowedFd<'_>, dir_path: &Path, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    let path = dir_path.join(name);
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(refused(&path, format!("cannot be examined: {e}"))),
+    };
+    check_file(&st, &path)?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(refused(&path, format!("cannot be opened: {e}"))),
+    };
+    let st2 = rustix::fs::fstat(&fd).map_err(|e| refused(&path, format!("cannot be examined: {e}")))?;
+    check_file(&st2, &path)?;
+    if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(refused(&path, "was replaced while being opened"));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(st2.st_size).unwrap_or(0));
+    File::from(fd)
+        .take(MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refused(&path, format!("cannot be read: {e}")))?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(refused(&path, format!("grew over the {MAX_RECORD_BYTES}-byte record limit while being read")));
+    }
+    Ok(Some(bytes))
+}
+
+/// Write `name` in `dir` crash-safely: temp file, fsync, rename, fsync the directory.
+fn write_file(dir: BorrowedFd<'_>, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    write_unsynced(dir, dir_path, name, bytes)?;
+    rustix::fs::fsync(dir).map_err(|e| refused(dir_path, format!("cannot be synced: {e}")))
+}
+
+/// [`write_file`] without the final fsync of the directory (a caller syncs it once for many).
+fn write_unsynced(dir: BorrowedFd<'_>, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let staged = stage(dir, dir_path, name, bytes)?;
+    staged.sync()?;
+    staged.commit()
+}
+
+/// A record's new content in its temporary file, not yet synced or renamed.
+struct Staged<'a> {
+    dir: BorrowedFd<'a>,
+    path: PathBuf,
+    name: String,
+    tmp: String,
+    file: File,
+}
+
+/// Write `bytes` to a fresh temporary file beside `name` (no sync).
+fn stage<'a>(dir: BorrowedFd<'a>, dir_path: &Path, name: &str, bytes: &[u8]) -> Result<Staged<'a>, StoreError> {
+    let mut rnd = [0u8; 8];
+    let _ = getrandom::fill(&mut rnd);
+    let tmp = format!(".{name}.{}.tmp", hex::encode(rnd));
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let path = dir_path.join(name);
+    let fd = rustix::fs::openat(dir, tmp.as_str(), flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| refused(&path, format!("cannot be written: {e}")))?;
+    let staged = Staged { dir, path, name: name.to_string(), tmp, file: File::from(fd) };
+    if let Err(e) = (&staged.file).write_all(bytes) {
+        return Err(staged.abandon(e));
+    }
+    Ok(staged)
+}
+
+impl Staged<'_> {
+    /// Sync the temporary file's data (and its size).
+    fn sync(&self) -> Result<(), StoreError> {
+        self.file.sync_data().map_err(|e| refused(&self.path, format!("cannot be written: {e}")))
+    }
+
+    /// Rename it over the record (after [`Staged::sync`]).
+    fn commit(self) -> Result<(), StoreError> {
+        match rustix::fs::renameat(self.dir, self.tmp.as_str(), self.dir, self.name.as_str()) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.abandon(e.into())),
+        }
+    }
+
+    /// Remove the temporary file; the error to report.
+    fn abandon(self, e: std::io::Error) -> StoreError {
+        let _ = rustix::fs::unlinkat(self.dir, self.tmp.as_str(), AtFlags::empty());
+        refused(self.path, format!("cannot be written: {e}"))
+    }
+}
+
+/// The record names of a directory, sorted; an unknown entry is refused.
+fn list(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<Vec<String>, StoreError> {
+    let mut names = Vec::new();
+    let rd = rustix::fs::Dir::read_from(dir).map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        let Ok(name) = std::str::from_utf8(raw) else {
+            return Err(refused(dir_path.join(String::from_utf8_lossy(raw).as_ref()), "is not a state record"));
+        };
+        if is_temp_name(name) {
+            continue;
+        }
+        if !is_record_name(name) {
+            return Err(refused(dir_path.join(name), "is not a state record (unknown file in the state directory)"));
+        }
+        names.push(name.to_string());
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn manifest_bytes() -> Vec<u8> {
+    serde_json::to_vec(&json!({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION})).unwrap_or_default()
+}
+
 impl Store {
-    /// Open (creating, mode 0700) the state directory; refuse one that is not owner-only.
+    /// Open (creating, mode 0700) the state directory; refuse one that is not owner-only, a
+    /// subdirectory that is a symlink, a manifest that is missing from a directory that holds
+    /// records, and a subdirectory that is missing from an initialised one.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        match std::fs::symlink_metadata(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let root = match rustix::fs::open(dir, dir_flags(), Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
                 std::fs::create_dir_all(dir)?;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+                std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+                rustix::fs::open(dir, dir_flags(), Mode::empty()).map_err(std::io::Error::from)?
             }
-            Err(e) => return Err(e.into()),
-            Ok(_) => {}
+            Err(Errno::LOOP | Errno::NOTDIR) => return Err(StoreError::Insecure(dir.to_path_buf())),
+            Err(e) => return Err(std::io::Error::from(e).into()),
+        };
+        check_dir(root.as_fd(), dir)?;
+        let manifest_path = dir.join(MANIFEST);
+        match read_file(root.as_fd(), dir, MANIFEST)? {
+            Some(bytes) => {
+                let v: Value = serde_json::from_slice(&bytes)
+                    .map_err(|_| refused(&manifest_path, "is not a state manifest (not JSON)"))?;
+                if v != json!({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION}) {
+                    return Err(refused(
+                        &manifest_path,
+                        format!("is not a version {MANIFEST_VERSION} {MANIFEST_FORMAT} manifest"),
+                    ));
+                }
+            }
+            None => {
+                // Uninitialised only when neither subdirectory holds a record.
+                for sub in [SESSIONS, WAKES] {
+                    let p = dir.join(sub);
+                    if let Some(fd) = open_subdir(root.as_fd(), sub, &p)? {
+                        if let Some(first) = list(fd.as_fd(), &p)?.first() {
+                            return Err(refused(
+                                &manifest_path,
+                                format!(
+                                    "is missing although {} holds records: this is not a state directory this daemon initialised (or its manifest was removed)",
+                                    p.join(first).display()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                for sub in [SESSIONS, WAKES] {
+                    match rustix::fs::mkdirat(&root, sub, Mode::from_raw_mode(0o700)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(refused(dir.join(sub), format!("cannot be created: {e}"))),
+                    }
+                }
+                rustix::fs::fsync(&root).map_err(std::io::Error::from)?;
+                write_file(root.as_fd(), dir, MANIFEST, &manifest_bytes())?;
+            }
         }
-        let m = std::fs::symlink_metadata(dir)?;
-        let uid = rustix::process::geteuid().as_raw();
-        if !m.file_type().is_dir() || m.uid() != uid || m.permissions().mode() & 0o077 != 0 {
-            return Err(StoreError::Insecure(dir.to_path_buf()));
-        }
-        for sub in ["sessions", "wakes"] {
+        let mut subs = Vec::new();
+        for sub in [SESSIONS, WAKES] {
             let p = dir.join(sub);
-            if !p.exists() {
-                std::fs::create_dir(&p)?;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
-            }
+            let fd = open_subdir(root.as_fd(), sub, &p)?.ok_or_else(|| {
+                refused(&p, "is missing from an initialised state directory; refusing to start rather than forget sessions or re-execute completed wakes")
+            })?;
+            subs.push(fd);
         }
-        Ok(Store { dir: dir.to_path_buf() })
+        let wakes = subs.pop().unwrap_or_else(|| unreachable!());
+        let sessions = subs.pop().unwrap_or_else(|| unreachable!());
+        Ok(Store {
+            dirs: Arc::new(Dirs { path: dir.to_path_buf(), sessions, wakes }),
+            writer: Arc::new(std::sync::OnceLock::new()),
+        })
     }
 
     /// The directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.dirs.path
     }
 
-    fn write(&self, sub: &str, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
-        let dir = self.dir.join(sub);
-        let mut rnd = [0u8; 8];
-        let _ = getrandom::fill(&mut rnd);
-        let tmp = dir.join(format!(".{name}.{}.tmp", hex::encode(rnd)));
-        let res = (|| -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, dir.join(name))?;
-            std::fs::File::open(&dir)?.sync_all()
-        })();
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        res.map_err(Into::into)
+    fn sub(&self, s: Sub) -> (BorrowedFd<'_>, PathBuf) {
+        self.dirs.sub(s)
     }
 
-    fn read_all<T: for<'de> Deserialize<'de>>(&self, sub: &str) -> Result<Vec<T>, StoreError> {
-        let mut out = Vec::new();
-        let mut names: Vec<PathBuf> = std::fs::read_dir(self.dir.join(sub))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        names.sort();
-        for p in names {
-            let text = std::fs::read(&p)?;
-            out.push(serde_json::from_slice(&text).map_err(|_| StoreError::Corrupt(p.clone()))?);
+    /// Queue a write on the writer thread (started on first use); never blocks on I/O.
+    fn queue(&self, sub: Sub, name: String, bytes: Option<Vec<u8>>) -> Pending {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let path = self.dirs.path.join(sub.name()).join(&name);
+        let tx = self.writer.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let dirs = self.dirs.clone();
+            let spawned =
+                std::thread::Builder::new().name("pi-daemon-store".into()).spawn(move || writer_loop(dirs, rx));
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the store's writer thread");
+            }
+            tx
+        });
+        // A failed send drops `done`: `durable` then reports the stopped writer.
+        let _ = tx.send(Job { sub, name, bytes, done });
+        Pending { path, rx }
+    }
+
+    /// Queue a session record write on the writer thread (group commit with other writes).
+    /// Queue it while holding whatever orders it (writes are applied in queue order), then
+    /// await [`Pending::durable`] without holding anything.
+    pub fn queue_session(&self, r: &SessionRecord) -> Pending {
+        self.queue(Sub::Sessions, r.file_name(), Some(serde_json::to_vec(r).unwrap_or_default()))
+    }
+
+    /// Queue the removal of a session record (see [`Store::queue_session`]).
+    pub fn queue_remove_session(&self, session_id: &str) -> Pending {
+        self.queue(Sub::Sessions, session_file(session_id), None)
+    }
+
+    /// Queue a wake record write (see [`Store::queue_session`]).
+    pub fn queue_wake(&self, w: &WakeRecord) -> Pending {
+        self.queue(Sub::Wakes, w.file_name(), Some(serde_json::to_vec(w).unwrap_or_default()))
+    }
+
+    /// Read, parse, validate one record and check that `name` is its own file name.
+    fn read_record<T: for<'de> Deserialize<'de>>(
+        &self,
+        s: Sub,
+        name: &str,
+        check: impl Fn(&T) -> (Option<String>, String),
+    ) -> Result<Option<T>, StoreError> {
+        let (fd, dir) = self.sub(s);
+        let path = dir.join(name);
+        let Some(bytes) = read_file(fd, &dir, name)? else { return Ok(None) };
+        let r: T = serde_json::from_slice(&bytes)
+            .map_err(|e| refused(&path, format!("is not a valid {} record: {}", s.name().trim_end_matches('s'), e)))?;
+        let (invalid, own_name) = check(&r);
+        if let Some(why) = invalid {
+            return Err(refused(&path, format!("holds an invalid value: {why}")));
         }
-        Ok(out)
+        if own_name != name {
+            return Err(refused(
+                &path,
+                format!(
+                    "holds the record whose file is {}, not this one (copied or renamed over another record)",
+                    dir.join(own_name).display()
+                ),
+            ));
+        }
+        Ok(Some(r))
+    }
+
+    fn session_at(&self, name: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.read_record(Sub::Sessions, name, |r: &SessionRecord| (r.invalid(), r.file_name()))
+    }
+
+    fn wake_at(&self, name: &str) -> Result<Option<WakeRecord>, StoreError> {
+        self.read_record(Sub::Wakes, name, |r: &WakeRecord| (r.invalid(), r.file_name()))
     }
 
     /// Write a session's record (replacing the previous one).
     pub fn put_session(&self, r: &SessionRecord) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(r).unwrap_or_default();
-        self.write("sessions", &format!("{}.json", key_name(&[&r.session_id])), &bytes)
+        let (fd, dir) = self.sub(Sub::Sessions);
+        write_file(fd, &dir, &r.file_name(), &serde_json::to_vec(r).unwrap_or_default())
     }
 
     /// Remove a session's record.
     pub fn remove_session(&self, session_id: &str) -> Result<(), StoreError> {
-        let p = self.dir.join("sessions").join(format!("{}.json", key_name(&[session_id])));
-        match std::fs::remove_file(p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-            _ => {
-                std::fs::File::open(self.dir.join("sessions"))?.sync_all()?;
-                Ok(())
-            }
+        let (fd, dir) = self.sub(Sub::Sessions);
+        let name = session_file(session_id);
+        match rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(refused(dir.join(&name), format!("cannot be removed: {e}"))),
         }
+        rustix::fs::fsync(fd).map_err(|e| refused(&dir, format!("cannot be synced: {e}")))
     }
 
-    /// Every session record.
+    /// Every session record (checked one by one; see [`Store::load`] for the whole state).
     pub fn sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
-        self.read_all("sessions")
+        let (fd, dir) = self.sub(Sub::Sessions);
+        let mut out = Vec::new();
+        for n in list(fd, &dir)? {
+            out.extend(self.session_at(&n)?);
+        }
+        Ok(out)
     }
 
     /// Write a wake record (replacing the previous state of the same key).
     pub fn put_wake(&self, w: &WakeRecord) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec_pretty(w).unwrap_or_default();
-        let name = key_name(&[&w.session_id, &w.generation.to_string(), &w.idempotency_key]);
-        self.write("wakes", &format!("{name}.json"), &bytes)
+        let (fd, dir) = self.sub(Sub::Wakes);
+        write_file(fd, &dir, &w.file_name(), &serde_json::to_vec(w).unwrap_or_default())
     }
 
     /// The wake record of a key, if any.
     pub fn wake(&self, session_id: &str, generation: u64, key: &str) -> Result<Option<WakeRecord>, StoreError> {
-        let p = self.dir.join("wakes").join(format!("{}.json", key_name(&[session_id, &generation.to_string(), key])));
-        match std::fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|_| StoreError::Corrupt(p)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        self.wake_at(&wake_file(session_id, generation, key))
     }
 
     /// Every wake record.
     pub fn wakes(&self) -> Result<Vec<WakeRecord>, StoreError> {
-        self.read_all("wakes")
+        let (fd, dir) = self.sub(Sub::Wakes);
+        let mut out = Vec::new();
+        for n in list(fd, &dir)? {
+            out.extend(self.wake_at(&n)?);
+        }
+        Ok(out)
+    }
+
+    /// The whole state, every record checked, and the journal checked against every session's
+    /// high-water mark: a session record that counts more wake keys than `wakes/` holds for
+    /// it is refused (records were lost, and a completed wake would run again).
+    pub fn load(&self) -> Result<Loaded, StoreError> {
+        let sessions = self.sessions()?;
+        let wakes = self.wakes()?;
+        let mut per_session: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for w in &wakes {
+            *per_session.entry(w.session_id.as_str()).or_default() += 1;
+        }
+        let (_, dir) = self.sub(Sub::Sessions);
+        for s in &sessions {
+            let held = per_session.get(s.session_id.as_str()).copied().unwrap_or(0);
+            if held < s.wakes {
+                return Err(refused(
+                    dir.join(s.file_name()),
+                    format!(
+                        "counts {} journaled wakes of its session but {} holds {held}: wake records are missing; refusing to start rather than run a completed wake again",
+                        s.wakes,
+                        self.dirs.path.join(WAKES).display()
+                    ),
+                ));
+            }
+        }
+        Ok(Loaded { sessions, wakes })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
-    #[test]
-    fn records_round_trip_and_replace() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Store::open(&d.path().join("state")).unwrap();
-        let mut r = SessionRecord {
-            session_id: "a".into(),
+    fn session(id: &str) -> SessionRecord {
+        SessionRecord {
+            session_id: id.into(),
             generation: 1,
             open_version: "2.0".into(),
             cwd: "/w".into(),
@@ -207,25 +831,39 @@ mod tests {
             policy: None,
             state: "active".into(),
             recovery: None,
-        };
+            wakes: 0,
+        }
+    }
+
+    fn wake(id: &str, key: &str) -> WakeRecord {
+        WakeRecord {
+            session_id: id.into(),
+            generation: 2,
+            idempotency_key: key.into(),
+            fingerprint: "ab".repeat(32),
+            state: "queued".into(),
+            result: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_replace() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        let mut r = session("a");
         s.put_session(&r).unwrap();
         r.generation = 2;
         s.put_session(&r).unwrap();
         assert_eq!(s.sessions().unwrap(), vec![r]);
-        let w = WakeRecord {
-            session_id: "a".into(),
-            generation: 2,
-            idempotency_key: "k".into(),
-            fingerprint: "f".into(),
-            state: "queued".into(),
-            result: None,
-            error: None,
-        };
+        let w = wake("a", "k");
         s.put_wake(&w).unwrap();
         assert_eq!(s.wake("a", 2, "k").unwrap(), Some(w));
         assert_eq!(s.wake("a", 2, "other").unwrap(), None);
         s.remove_session("a").unwrap();
         assert!(s.sessions().unwrap().is_empty());
+        // Reopening the same directory finds the manifest.
+        Store::open(&d.path().join("state")).unwrap();
     }
 
     #[test]
@@ -235,5 +873,74 @@ mod tests {
         std::fs::create_dir(&p).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(matches!(Store::open(&p), Err(StoreError::Insecure(_))));
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let mut r = session("a");
+        r.state = "bogus".into();
+        assert!(r.invalid().unwrap().contains("state \"bogus\""));
+        let mut r = session("a");
+        r.generation = u64::MAX;
+        assert!(r.invalid().unwrap().contains("generation 18446744073709551615"));
+        let mut w = wake("a", "k");
+        w.state = "completed".into();
+        assert!(w.invalid().unwrap().contains("result"));
+        w.result = Some(json!({}));
+        assert_eq!(w.invalid(), None);
+        w.fingerprint = "AB".repeat(32);
+        assert!(w.invalid().unwrap().contains("fingerprint"));
+    }
+
+    #[tokio::test]
+    async fn the_writer_applies_queued_writes_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        let mut r = session("a");
+        // Queued back to back: they may share a group; the last write of the file wins.
+        let mut pending = Vec::new();
+        for g in 1..=5 {
+            r.generation = g;
+            pending.push(s.queue_session(&r));
+        }
+        pending.push(s.queue_wake(&wake("a", "k")));
+        for p in pending {
+            p.durable().await.unwrap();
+        }
+        assert_eq!(s.sessions().unwrap(), vec![r.clone()]);
+        assert_eq!(s.wakes().unwrap(), vec![wake("a", "k")]);
+        let put = s.queue_session(&r);
+        let gone = s.queue_remove_session("a");
+        put.durable().await.unwrap();
+        gone.durable().await.unwrap();
+        assert!(s.sessions().unwrap().is_empty(), "a removal queued after a write wins");
+        // No temporary file is left behind.
+        let left: Vec<_> = std::fs::read_dir(d.path().join("state/sessions")).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_group_write_reports_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        // A directory where the record's file would go: the rename fails.
+        let r = session("a");
+        std::fs::create_dir(d.path().join("state/sessions").join(r.file_name())).unwrap();
+        let e = s.queue_session(&r).durable().await.unwrap_err().to_string();
+        assert!(e.contains(&r.file_name()) && e.contains("cannot be written"), "{e}");
+    }
+
+    #[test]
+    fn high_water_mark_catches_lost_wakes() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::open(&d.path().join("state")).unwrap();
+        let mut r = session("a");
+        r.wakes = 2;
+        s.put_session(&r).unwrap();
+        s.put_wake(&wake("a", "k1")).unwrap();
+        let e = s.load().unwrap_err().to_string();
+        assert!(e.contains(&r.file_name()) && e.contains("counts 2 journaled wakes") && e.contains("holds 1"), "{e}");
+        s.put_wake(&wake("a", "k2")).unwrap();
+        assert_eq!(s.load().unwrap().wakes.len(), 2);
     }
 }
