@@ -462,7 +462,8 @@ enum Cmd {
         /// Verify each vector's expected verdict.
         #[arg(long)]
         check: bool,
-        /// Vector directory (default: the one shipped with this build).
+        /// Vector directory (default: the vectors built into this binary; give the checkout's
+        /// `vectors/` to check edited vectors without rebuilding).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
         /// Only vectors whose id starts with this.
