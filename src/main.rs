@@ -455,6 +455,20 @@ enum Cmd {
         #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
         listen: String,
     },
+    /// Print a shell completion script (e.g. `pi-conform completions bash >
+    /// ~/.local/share/bash-completion/completions/pi-conform`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of pi-conform; with --dir, write one page per command
+    /// there (`pi-conform.1`, `pi-conform-adapter.1`, …).
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// List the golden vectors; with --check, verify every verdict.
     ///
     /// Exit 0 when every vector matches, 1 on any mismatch, 2 when the vectors cannot be read.
@@ -499,6 +513,8 @@ fn main() -> ExitCode {
             document,
         } => validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file, document),
         Cmd::Vectors { check, dir, id, format } => vectors(check, dir, id, format),
+        Cmd::Completions { shell } => completions(shell),
+        Cmd::Man { dir } => man(dir),
         Cmd::Adapter { socket, descriptor, command, adapter_id, adapter_version, root, sentinel, run } => match command
         {
             Some(command) => adapter_launch(command, adapter_id, adapter_version, root, sentinel, run),
@@ -613,6 +629,29 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "pi-conform", &mut out);
+    std::io::stdout().lock().write_all(&out)?;
+    Ok(EXIT_OK)
+}
+
+fn man(dir: Option<PathBuf>) -> anyhow::Result<u8> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
+            clap_mangen::generate_to(cmd, &d).map_err(|e| anyhow::anyhow!("cannot write into {}: {e}", d.display()))?;
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            std::io::stdout().lock().write_all(&out)?;
+        }
+    }
+    Ok(EXIT_OK)
 }
 
 /// One strict JSON document from a file; a refusal names the file, the line and the column.

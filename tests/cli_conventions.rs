@@ -327,3 +327,47 @@ fn validate_streams_verdicts_in_constant_memory() {
     eprintln!("validate: peak RSS {hwm_kb} kB after 64 MiB of input");
     assert!(hwm_kb < 48 * 1024, "peak RSS {hwm_kb} kB after 64 MiB of input: the input is being held");
 }
+
+#[test]
+fn completions_generate_for_each_shell_and_bash_parses_them() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, out, err) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for sub in ["selftest", "adapter", "validate", "completions"] {
+            assert!(out.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let (_, script, _) = run(&["completions", "bash"]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("pi-conform.bash");
+    std::fs::write(&f, &script).unwrap();
+    let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
+    assert!(st.success(), "bash -n refuses the completion script");
+    // Sourced, it completes the subcommands of `pi-conform sel`.
+    let probe = format!(
+        "source {}; COMP_WORDS=(pi-conform sel); COMP_CWORD=1; _pi__conform pi-conform sel pi-conform; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        f.display()
+    );
+    let out = Command::new("bash").arg("-c").arg(probe).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "selftest\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn man_pages_render_for_the_tool_and_every_visible_command() {
+    let (code, out, _) = run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(".TH pi-conform 1"), "{out}");
+    assert!(out.contains(".SH SUBCOMMANDS") || out.contains("selftest"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let mut pages: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    pages.sort();
+    for want in ["pi-conform.1", "pi-conform-adapter.1", "pi-conform-selftest.1", "pi-conform-validate.1"] {
+        assert!(pages.iter().any(|p| p == want), "{want} missing: {pages:?}");
+    }
+    assert!(!pages.iter().any(|p| p.contains("kill-matrix") && p.contains("daemon")), "hidden command paged");
+    let adapter = std::fs::read_to_string(dir.path().join("pi-conform-adapter.1")).unwrap();
+    assert!(adapter.contains("fail\\-fast") && adapter.contains("max\\-fail"), "options are documented");
+}
