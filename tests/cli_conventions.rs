@@ -371,3 +371,38 @@ fn man_pages_render_for_the_tool_and_every_visible_command() {
     let adapter = std::fs::read_to_string(dir.path().join("pi-conform-adapter.1")).unwrap();
     assert!(adapter.contains("fail\\-fast") && adapter.contains("max\\-fail"), "options are documented");
 }
+
+/// `--color` reaches the logs of the servers too: `always` colours them even into a file,
+/// `never` (and `auto` outside a terminal) does not.
+#[test]
+fn server_logs_follow_color() {
+    let dir = private_dir();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let (code, _, err) = grant(dir.path(), &root, &["--output", dir.path().join("d.json").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    for (choice, coloured) in [("always", true), ("never", false), ("auto", false)] {
+        let sock = dir.path().join(format!("{choice}.sock"));
+        let mut child = bin()
+            .args(["--color", choice, "serve-adapter", "--socket", sock.to_str().unwrap(), "--grants"])
+            .arg(dir.path().join("grants.json"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "the adapter did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let mut log = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+        child.wait().unwrap();
+        assert!(!log.is_empty(), "{choice}: no log");
+        assert_eq!(log.contains('\x1b'), coloured, "{choice}: {log:?}");
+    }
+}
