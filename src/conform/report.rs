@@ -488,3 +488,32 @@ pub fn html(r: &Report) -> String {
     let _ = write!(out, "<script>{HTML_SCRIPT}</script>\n</body></html>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_agrees_with_chrono_across_centuries_and_leap_days() {
+        let mut t = 0u64;
+        while t < 8_000_000_000 {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(t * 1000 + t % 1000);
+            let want = chrono::DateTime::<chrono::Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            assert_eq!(rfc3339(at), want);
+            t += 86_399 * 7 + 12_345;
+        }
+        let leap = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn html_text_is_escaped() {
+        assert_eq!(esc(r#"<a href="x">'&'</a>"#), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+    }
+
+    #[test]
+    fn clip_cuts_on_a_character_boundary() {
+        assert_eq!(clip("ééé", 2), "éé…");
+        assert_eq!(clip("ab", 2), "ab");
+    }
+}

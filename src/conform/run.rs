@@ -357,6 +357,9 @@ pub fn classify(
             let mut why = Vec::new();
             if !accepted {
                 why.push(instead(meta, &token));
+            } else if !problems.is_empty() && !problems[0].starts_with("PC-") {
+                // Findings of the case itself: say which rule they break first.
+                why.push(format!("{} broke {}", peer(meta), rule(meta)));
             }
             let violations = problems.len();
             why.extend(problems);
@@ -499,20 +502,103 @@ pub fn token_phrase(token: &str, past: bool) -> String {
         .join(" and ")
 }
 
-/// The "Why" of an outcome that is not an accepted one: what the peer did, the rule (clause
-/// and requirement), and what it should do instead.
-fn instead(meta: &CaseMeta, token: &str) -> String {
-    let alternatives: Vec<String> = meta.accepted.iter().map(|t| token_phrase(t, false)).collect();
+/// `PC-x (LEVEL): requirement`.
+fn rule(meta: &CaseMeta) -> String {
     let level = match meta.level {
         Level::Must => "MUST",
         Level::Should => "SHOULD",
     };
-    let requirement = meta.requirement.trim_end_matches('.');
-    format!(
-        "{} {}; {} ({level}): {requirement}; it should {} instead",
-        peer(meta),
-        token_phrase(token, true),
-        meta.clause,
-        alternatives.join(", or ")
-    )
+    format!("{} ({level}): {}", meta.clause, meta.requirement.trim_end_matches('.'))
+}
+
+/// Whether `token` is a wire outcome [`token_phrase`] can say as an action (not a case's own
+/// summary word such as `busy-seen`).
+fn is_wire_token(token: &str) -> bool {
+    token.split('+').all(|t| {
+        matches!(t, "closed" | "timeout" | "garbage" | "result:ok" | "ok" | "bound") || t.starts_with("error:")
+    })
+}
+
+/// The "Why" of an outcome that is not an accepted one: what the peer did, the rule (clause,
+/// level and requirement), and what it should do instead where that is a wire outcome (a
+/// case's own summary words add nothing to the requirement).
+fn instead(meta: &CaseMeta, token: &str) -> String {
+    let mut why = format!("{} {}; {}", peer(meta), token_phrase(token, true), rule(meta));
+    if meta.accepted.iter().all(|t| is_wire_token(t)) {
+        let alternatives: Vec<String> = meta.accepted.iter().map(|t| token_phrase(t, false)).collect();
+        why.push_str(&format!("; it should {} instead", alternatives.join(", or ")));
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(accepted: &[&str]) -> CaseMeta {
+        CaseMeta {
+            id: "adapter.stat.not-found".into(),
+            clause: "PC-5.3.stat".into(),
+            level: Level::Must,
+            tags: vec![],
+            requirement: "A missing path is not_found.".into(),
+            accepted: accepted.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
+        classify(m, o, vec![], vec![], Duration::ZERO)
+    }
+
+    #[test]
+    fn a_wrong_outcome_says_what_was_done_the_rule_and_what_to_do_instead() {
+        let r = judged(&meta(&["error:not_found", "closed"]), Outcome::token("error:io_error"));
+        assert_eq!(r.status, Status::Fail);
+        assert_eq!((r.expected.as_str(), r.actual.as_str()), ("error:not_found | closed", "error:io_error"));
+        assert_eq!(
+            r.reason,
+            "the adapter answered error `io_error`; PC-5.3.stat (MUST): A missing path is not_found; \
+             it should answer error `not_found`, or close the connection instead"
+        );
+        // A case's own summary words are not turned into advice: the requirement says it.
+        let r = judged(&meta(&["busy-seen"]), Outcome::token("no-busy"));
+        assert_eq!(r.reason, "the adapter ended in `no-busy`; PC-5.3.stat (MUST): A missing path is not_found");
+    }
+
+    #[test]
+    fn an_accepted_outcome_with_violations_never_reads_expected_x_actual_x() {
+        let m = meta(&["result:ok"]);
+        let r = judged(&m, Outcome::with("result:ok", vec!["size should be 5, got 4".into()]));
+        assert_eq!(r.status, Status::Fail);
+        assert_ne!(r.expected, r.actual);
+        assert_eq!(r.actual, "result:ok, with 1 violation (see Why)");
+        assert_eq!(
+            r.reason,
+            "the adapter broke PC-5.3.stat (MUST): A missing path is not_found; size should be 5, got 4"
+        );
+        // A violation that names its own clause is not prefixed again.
+        let r = judged(&m, Outcome::with("result:ok", vec!["PC-4.5: a line over the budget".into()]));
+        assert_eq!(r.reason, "PC-4.5: a line over the budget");
+        // The same outcome with no violation passes, with nothing to say.
+        let r = judged(&m, Outcome::token("result:ok"));
+        assert_eq!((r.status, r.reason.as_str(), r.actual.as_str()), (Status::Pass, "", "result:ok"));
+    }
+
+    #[test]
+    fn the_fail_limit_counts_must_failures_and_harness_errors_only() {
+        let m = meta(&["result:ok"]);
+        let fail = judged(&m, Outcome::token("closed"));
+        let mut known = fail.clone();
+        known.baselined = true;
+        let error = judged(&m, Outcome::Error("broke".into()));
+        let warn = judged(&CaseMeta { level: Level::Should, ..m.clone() }, Outcome::token("closed"));
+        assert_eq!(warn.status, Status::Warn);
+        let mut limit = FailLimit::new(Some(2));
+        for r in [&known, &warn, &fail] {
+            assert_eq!(limit.after(r), Flow::Continue);
+        }
+        assert_eq!(limit.after(&error), Flow::Stop);
+        let mut none = FailLimit::new(None);
+        assert!((0..10).all(|_| none.after(&fail) == Flow::Continue));
+    }
 }
