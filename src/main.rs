@@ -1406,7 +1406,8 @@ fn progress_printer(
             // A closed standard output ends the run quietly when the report is written.
             let _ = writeln!(std::io::stdout(), "{line}");
         } else {
-            eprintln!("{}", pi_conform::conform::report::case_line(i, n, r, color_for(stderr_tty)));
+            let line = pi_conform::conform::report::case_line(i, n, r, color_for(stderr_tty));
+            let _ = writeln!(std::io::stderr(), "{line}");
         }
         flow
     }
