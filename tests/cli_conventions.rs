@@ -140,6 +140,22 @@ fn a_closed_pipe_ends_quietly_with_exit_0() {
     }
 }
 
+/// A run whose standard error and output both close early (`2>&1 | head -1`) ends quietly:
+/// no panic on the per-case lines, exit 0 when the report cannot be written either.
+#[test]
+fn a_run_with_both_streams_closed_ends_quietly() {
+    let mut child = bin()
+        .args(["selftest", "--id", "adapter.stat", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
 #[test]
 fn filters_that_match_nothing_exit_2_in_every_mode() {
     for args in [
