@@ -336,12 +336,13 @@ fn run_one(
         oracle.push("the adapter revealed the absolute root path".into());
     }
     let transcript = ctx.transcript.borrow().clone();
-    Ok(classify(meta, outcome, oracle, transcript, started.elapsed()))
+    Ok(classify(meta, ADAPTER, outcome, oracle, transcript, started.elapsed()))
 }
 
 /// Turn an outcome (plus problems found by the engine) into a case result.
 pub fn classify(
     meta: &CaseMeta,
+    peer: &str,
     outcome: Outcome,
     oracle: Vec<String>,
     transcript: Vec<super::case::WireLine>,
@@ -356,10 +357,10 @@ pub fn classify(
             let accepted = meta.accepted.contains(&token);
             let mut why = Vec::new();
             if !accepted {
-                why.push(instead(meta, &token));
+                why.push(instead(meta, peer, &token));
             } else if !problems.is_empty() && !problems[0].starts_with("PC-") {
                 // Findings of the case itself: say which rule they break first.
-                why.push(format!("{} broke {}", peer(meta), rule(meta)));
+                why.push(format!("{peer} broke {}", rule(meta)));
             }
             let violations = problems.len();
             why.extend(problems);
@@ -449,7 +450,7 @@ pub fn run_daemon<R: Into<Flow>>(
         oracle.extend(super::daemon::judge_client_lines(&received));
         oracle.extend(probe.seen().violations.into_iter().filter(|(n, _)| *n >= first_link).map(|(_, why)| why));
         let transcript = ctx.transcript.borrow().clone();
-        let mut r = classify(meta, outcome, oracle, transcript, started.elapsed());
+        let mut r = classify(meta, DAEMON, outcome, oracle, transcript, started.elapsed());
         r.baselined = baseline.is_some_and(|b| b.covers(&r));
         let flow = progress(i + 1, selected.len(), &r).into();
         results.push(r);
@@ -463,14 +464,10 @@ pub fn run_daemon<R: Into<Flow>>(
     Ok(rep)
 }
 
-/// The peer a case talks to.
-fn peer(meta: &CaseMeta) -> &'static str {
-    if meta.id.starts_with("adapter.") {
-        "the adapter"
-    } else {
-        "the daemon"
-    }
-}
+/// The peer the adapter suite judges, as its findings name it.
+pub const ADAPTER: &str = "the adapter";
+/// The peer the daemon suite judges.
+pub const DAEMON: &str = "the daemon";
 
 /// What an outcome token means, as a verb phrase: `close the connection`, or in the past
 /// tense `closed the connection`.
@@ -522,8 +519,8 @@ fn is_wire_token(token: &str) -> bool {
 /// The "Why" of an outcome that is not an accepted one: what the peer did, the rule (clause,
 /// level and requirement), and what it should do instead where that is a wire outcome (a
 /// case's own summary words add nothing to the requirement).
-fn instead(meta: &CaseMeta, token: &str) -> String {
-    let mut why = format!("{} {}; {}", peer(meta), token_phrase(token, true), rule(meta));
+fn instead(meta: &CaseMeta, peer: &str, token: &str) -> String {
+    let mut why = format!("{peer} {}; {}", token_phrase(token, true), rule(meta));
     if meta.accepted.iter().all(|t| is_wire_token(t)) {
         let alternatives: Vec<String> = meta.accepted.iter().map(|t| token_phrase(t, false)).collect();
         why.push_str(&format!("; it should {} instead", alternatives.join(", or ")));
@@ -547,7 +544,7 @@ mod tests {
     }
 
     fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
-        classify(m, o, vec![], vec![], Duration::ZERO)
+        classify(m, ADAPTER, o, vec![], vec![], Duration::ZERO)
     }
 
     #[test]
