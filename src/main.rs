@@ -1046,8 +1046,12 @@ fn adapter_launch(
         run.time_scale,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    if run.format == Format::Human {
-        println!("adapter: started `sh -c` with a fresh grant; socket and grants in {}", launched.dir().display());
+    if run.format == Format::Human && !run.quiet {
+        writeln!(
+            std::io::stdout(),
+            "adapter: started `sh -c` with a fresh grant; socket and grants in {}",
+            launched.dir().display()
+        )?;
     }
     let code = run_and_report(&target, &run);
     pi_conform::conform::adapter::launch::yield_to_interrupt();
