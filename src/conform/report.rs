@@ -102,7 +102,7 @@ pub fn human(r: &Report, detail: Detail, color: bool) -> String {
                     c.id,
                     c.clause,
                     level(c),
-                    clip(&c.reason, 160)
+                    clip(&c.reason, 200)
                 );
                 continue;
             }
