@@ -204,3 +204,127 @@ fn verdict(r: Result<(), ContractError>) -> Verdict {
         Err(e) => Verdict::from_error(&e, None),
     }
 }
+
+/// One item of an NDJSON stream as [`LineReader`] yields it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line<'a> {
+    /// A non-empty line (LF and one CR before it excluded), 1-based `number`. A line longer
+    /// than the cap is cut to `cap + 1` bytes (so any limit up to the cap still refuses it)
+    /// and the rest of it skipped unread into memory.
+    Text {
+        /// 1-based line number.
+        number: usize,
+        /// The line's bytes.
+        bytes: &'a [u8],
+    },
+    /// A NUL byte: the input is not text. The reader yields nothing after it.
+    Binary {
+        /// The line it is on.
+        number: usize,
+        /// Its byte offset in the stream.
+        offset: u64,
+    },
+}
+
+/// Reads NDJSON lines from a stream in constant memory (one line of at most `cap + 1`
+/// bytes is held at a time); a NUL byte ends the stream as [`Line::Binary`].
+pub struct LineReader<R> {
+    inner: std::io::BufReader<R>,
+    cap: usize,
+    buf: Vec<u8>,
+    number: usize,
+    offset: u64,
+    done: bool,
+}
+
+impl<R: std::io::Read> LineReader<R> {
+    /// A reader over `inner` keeping at most `cap + 1` bytes of a line (64 KiB reads).
+    pub fn new(inner: R, cap: usize) -> Self {
+        Self::with_chunk(inner, cap, 64 * 1024)
+    }
+
+    /// As [`LineReader::new`], reading `chunk` bytes at a time.
+    pub fn with_chunk(inner: R, cap: usize, chunk: usize) -> Self {
+        let inner = std::io::BufReader::with_capacity(chunk, inner);
+        LineReader { inner, cap, buf: Vec::new(), number: 0, offset: 0, done: false }
+    }
+
+    /// Whether the next line would need a read (nothing buffered): a caller writing verdicts
+    /// flushes them then, so a slow or interactive producer sees each verdict without delay.
+    pub fn drained(&self) -> bool {
+        self.inner.buffer().is_empty()
+    }
+
+    /// The next non-empty line, a [`Line::Binary`] stop, or `None` at the end.
+    pub fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            self.buf.clear();
+            self.number += 1;
+            let mut ended = false;
+            while !ended {
+                let chunk = match std::io::BufRead::fill_buf(&mut self.inner) {
+                    Ok(c) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                if chunk.is_empty() {
+                    self.done = true;
+                    break;
+                }
+                let lf = memchr::memchr(b'\n', chunk);
+                let part = &chunk[..lf.unwrap_or(chunk.len())];
+                if let Some(nul) = memchr::memchr(0, part) {
+                    self.done = true;
+                    return Ok(Some(Line::Binary { number: self.number, offset: self.offset + nul as u64 }));
+                }
+                let room = (self.cap + 1).saturating_sub(self.buf.len());
+                self.buf.extend_from_slice(&part[..part.len().min(room)]);
+                let used = lf.map_or(chunk.len(), |i| i + 1);
+                ended = lf.is_some();
+                std::io::BufRead::consume(&mut self.inner, used);
+                self.offset += used as u64;
+            }
+            if self.buf.last() == Some(&b'\r') && self.buf.len() <= self.cap {
+                self.buf.pop();
+            }
+            if !self.buf.is_empty() {
+                return Ok(Some(Line::Text { number: self.number, bytes: &self.buf }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod line_reader_tests {
+    use super::{Line, LineReader};
+
+    fn all(input: &[u8], cap: usize) -> Vec<String> {
+        let mut r = LineReader::with_chunk(input, cap, 3);
+        let mut out = Vec::new();
+        while let Some(l) = r.next_line().unwrap() {
+            out.push(match l {
+                Line::Text { number, bytes } => format!("{number}:{}", String::from_utf8_lossy(bytes)),
+                Line::Binary { number, offset } => format!("{number}:NUL@{offset}"),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn lines_numbers_crlf_and_blank_lines() {
+        assert_eq!(all(b"ab\r\n\n c\nlast", 100), ["1:ab", "3: c", "4:last"]);
+    }
+
+    #[test]
+    fn an_over_long_line_is_cut_just_over_the_cap_and_the_next_line_survives() {
+        assert_eq!(all(b"0123456789\nok\n", 4), ["1:01234", "2:ok"]);
+    }
+
+    #[test]
+    fn a_nul_byte_stops_the_stream_with_its_offset() {
+        assert_eq!(all(b"{}\n{\"a\x00\":1}\n{}\n", 100), ["1:{}", "2:NUL@6"]);
+    }
+}

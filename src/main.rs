@@ -25,8 +25,36 @@ const EXIT_USAGE: u8 = 2;
 #[derive(Parser)]
 #[command(name = "pi-conform", version, about = "Conformance toolkit for the Pi host tool-adapter protocol")]
 struct Cli {
+    /// Colour in reports and logs: `auto` colours a terminal unless NO_COLOR is set.
+    #[arg(long, value_enum, default_value = "auto", global = true, value_name = "WHEN")]
+    color: ColorChoice,
     #[command(subcommand)]
     command: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether to colour what goes to a stream that is (`tty`) or is not a terminal.
+    fn enabled(self, tty: bool) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    }
+}
+
+/// The `--color` choice, set once at start.
+static COLOR: std::sync::OnceLock<ColorChoice> = std::sync::OnceLock::new();
+
+fn color_for(tty: bool) -> bool {
+    COLOR.get().copied().unwrap_or(ColorChoice::Auto).enabled(tty)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -44,6 +72,10 @@ struct RunnerOpts {
     /// Also write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Also write an HTML report here: one self-contained page (no network) with a summary
+    /// by clause and level, a status filter and expandable transcripts.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Print the (filtered) case catalogue and exit.
     #[arg(long)]
     list: bool,
@@ -63,9 +95,39 @@ struct RunnerOpts {
     /// reported stale.
     #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
-    /// Show passing cases too.
-    #[arg(long)]
+    /// Show passing and skipped cases too.
+    #[arg(long, conflicts_with = "quiet")]
     verbose: bool,
+    /// No per-case lines or progress; the report shows failures only (no warnings or known
+    /// failures), the `failures:` list and the verdict.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Stop after the first failure (a MUST failure not in the baseline, or a harness error);
+    /// the cases left are reported as not run.
+    #[arg(long, conflicts_with = "max_fail")]
+    fail_fast: bool,
+    /// Stop after N failures (as for --fail-fast).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_fail: Option<u64>,
+}
+
+impl RunnerOpts {
+    fn fail_limit(&self) -> pi_conform::conform::run::FailLimit {
+        let max =
+            if self.fail_fast { Some(1) } else { self.max_fail.map(|n| usize::try_from(n).unwrap_or(usize::MAX)) };
+        pi_conform::conform::run::FailLimit::new(max)
+    }
+
+    fn detail(&self) -> pi_conform::conform::report::Detail {
+        use pi_conform::conform::report::Detail;
+        if self.quiet {
+            Detail::Quiet
+        } else if self.verbose {
+            Detail::Verbose
+        } else {
+            Detail::Normal
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,9 +196,13 @@ enum Cmd {
         /// Output format.
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
-        /// Input file, or `-` for standard input.
+        /// Input file, or `-` for standard input (read as a stream, one line at a time).
         #[arg(default_value = "-")]
         file: String,
+        /// Judge this file as one whole JSON document (pretty-printed or not, e.g. the
+        /// descriptor `grant` writes) instead of NDJSON lines.
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
+        document: Option<PathBuf>,
     },
     /// Run the reference tool adapter on an owner-private Unix socket.
     ///
@@ -393,6 +459,20 @@ enum Cmd {
         #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
         listen: String,
     },
+    /// Print a shell completion script (e.g. `pi-conform completions bash >
+    /// ~/.local/share/bash-completion/completions/pi-conform`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of pi-conform; with --dir, write one page per command
+    /// there (`pi-conform.1`, `pi-conform-adapter.1`, …).
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// List the golden vectors; with --check, verify every verdict.
     ///
     /// Exit 0 when every vector matches, 1 on any mismatch, 2 when the vectors cannot be read.
@@ -400,7 +480,8 @@ enum Cmd {
         /// Verify each vector's expected verdict.
         #[arg(long)]
         check: bool,
-        /// Vector directory (default: the one shipped with this build).
+        /// Vector directory (default: the vectors built into this binary; give the checkout's
+        /// `vectors/` to check edited vectors without rebuilding).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
         /// Only vectors whose id starts with this.
@@ -421,11 +502,23 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    let _ = COLOR.set(cli.color);
     let result = match cli.command {
-        Cmd::Validate { kind, descriptor, direction, host_instance, session, generation, side, format, file } => {
-            validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file)
-        }
+        Cmd::Validate {
+            kind,
+            descriptor,
+            direction,
+            host_instance,
+            session,
+            generation,
+            side,
+            format,
+            file,
+            document,
+        } => validate(kind, descriptor, direction, host_instance, session, generation, side, format, &file, document),
         Cmd::Vectors { check, dir, id, format } => vectors(check, dir, id, format),
+        Cmd::Completions { shell } => completions(shell),
+        Cmd::Man { dir } => man(dir),
         Cmd::Adapter { socket, descriptor, command, adapter_id, adapter_version, root, sentinel, run } => match command
         {
             Some(command) => adapter_launch(command, adapter_id, adapter_version, root, sentinel, run),
@@ -533,11 +626,50 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        // Standard output closed early (`pi-conform … --list | head -1`): stop quietly, as
+        // ripgrep does.
+        Err(e) if broken_pipe(&e) => ExitCode::from(EXIT_OK),
         Err(e) => {
             eprintln!("pi-conform: {e:#}");
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "pi-conform", &mut out);
+    std::io::stdout().lock().write_all(&out)?;
+    Ok(EXIT_OK)
+}
+
+fn man(dir: Option<PathBuf>) -> anyhow::Result<u8> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
+            clap_mangen::generate_to(cmd, &d).map_err(|e| anyhow::anyhow!("cannot write into {}: {e}", d.display()))?;
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            std::io::stdout().lock().write_all(&out)?;
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// One strict JSON document from a file; a refusal names the file, the line and the column.
+fn read_json_file(path: &std::path::Path, what: &str) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", path.display()))?;
+    pi_conform::wire::decode_strict_located(&text).map_err(|e| {
+        anyhow::anyhow!("{what} {}:{}:{}: not strict JSON: {}", path.display(), e.line, e.column, e.detail)
+    })
+}
+
+/// Whether `e` is, or was caused by, writing to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -551,6 +683,7 @@ fn validate(
     side: SideArg,
     format: Format,
     file: &str,
+    document: Option<PathBuf>,
 ) -> anyhow::Result<u8> {
     let kind = match kind {
         KindArg::Auto => None,
@@ -576,58 +709,153 @@ fn validate(
         ..Context::default()
     };
     if let Some(path) = &descriptor {
-        let text =
-            std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read descriptor {}: {e}", path.display()))?;
-        let value = pi_conform::wire::decode_strict(&text)
-            .map_err(|e| anyhow::anyhow!("descriptor {}: {e}", path.display()))?;
+        let value = read_json_file(path, "descriptor")?;
         let d = admit_descriptor(&value, None)
-            .map_err(|e| anyhow::anyhow!("descriptor {} refused: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("descriptor {} refused: {}", path.display(), e.describe()))?;
         ctx.binding = Some(Binding::from(&d));
     } else if kind == Some(Kind::Frame) {
         anyhow::bail!("--kind frame needs --descriptor FILE");
     }
-    let mut input = Vec::new();
-    if file == "-" {
-        std::io::stdin().read_to_end(&mut input)?;
-    } else {
-        input = std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?;
+    if let Some(doc) = document {
+        return validate_document(&doc, kind, &ctx, format);
     }
-    let mut out = std::io::stdout().lock();
+    let input: Box<dyn std::io::Read> = if file == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(file).map_err(|e| anyhow::anyhow!("cannot read {file}: {e}"))?)
+    };
+    // Streamed: at most one line (capped just over the largest limit) is held at a time.
+    let cap = ctx.max_line_bytes.max(ctx.binding.as_ref().map_or(0, |b| {
+        usize::try_from(b.line_limit(Direction::ToAdapter).max(b.line_limit(Direction::ToDaemon))).unwrap_or(usize::MAX)
+    }));
+    let mut lines = pi_conform::judge::LineReader::new(input, cap);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let (mut valid, mut invalid) = (0usize, 0usize);
-    for (n, raw) in input.split(|b| *b == b'\n').enumerate() {
-        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if line.is_empty() {
-            continue;
-        }
+    let mut pretty = false;
+    while let Some(item) = lines.next_line()? {
+        let (n, line) = match item {
+            pi_conform::judge::Line::Text { number, bytes } => (number, bytes),
+            pi_conform::judge::Line::Binary { number, offset } => {
+                out.flush()?;
+                anyhow::bail!(
+                    "{}: not text (a NUL byte at offset {offset}, line {number}): validate reads NDJSON, one JSON document per line; stopped after {valid} valid and {invalid} invalid lines",
+                    if file == "-" { "standard input" } else { file }
+                );
+            }
+        };
         let (k, verdict) = judge_line(line, kind, &ctx);
         if k == Kind::Frame && ctx.binding.is_none() {
-            anyhow::bail!("line {}: a frame needs --descriptor FILE", n + 1);
+            anyhow::bail!("line {n}: a frame needs --descriptor FILE");
         }
         if verdict.is_valid() {
             valid += 1;
         } else {
             invalid += 1;
+            // A first line that opens an object or array alone: a pretty-printed document.
+            pretty |= valid + invalid == 1 && matches!(line.trim_ascii(), b"{" | b"[");
         }
-        let kname = serde_json::to_value(k)?.as_str().unwrap_or_default().to_string();
-        match format {
-            Format::Json => writeln!(out, "{}", json!({"line": n + 1, "kind": kname, "result": verdict}))?,
-            Format::Human => match &verdict {
-                Verdict::Valid => writeln!(out, "line {}: valid {kname}", n + 1)?,
-                Verdict::Invalid { code, field, message, disposition } => {
-                    let disp = disposition.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
-                    writeln!(out, "line {}: invalid {kname}: {code} field={field}{disp}: {message}", n + 1)?
-                }
-            },
+        write_verdict(&mut out, &format!("line {n}"), json!(n), line, k, &verdict, format)?;
+        if lines.drained() {
+            out.flush()?;
         }
     }
     if format == Format::Human {
         writeln!(out, "{valid} valid, {invalid} invalid")?;
     }
+    out.flush()?;
+    if pretty {
+        eprintln!(
+            "pi-conform: hint: {file} looks like one pretty-printed JSON document, not NDJSON; judge it whole with `pi-conform validate --document {file}`"
+        );
+    }
     Ok(if invalid == 0 { EXIT_OK } else { EXIT_INVALID })
+}
+
+/// One verdict, human or JSON; an `invalid_json`/`invalid_utf8` verdict also says where.
+fn write_verdict(
+    out: &mut impl Write,
+    label: &str,
+    at: serde_json::Value,
+    text: &[u8],
+    k: Kind,
+    verdict: &Verdict,
+    format: Format,
+) -> anyhow::Result<()> {
+    let kname = kind_name(k);
+    let place = match verdict {
+        Verdict::Invalid { code, .. } if code == "invalid_json" || code == "invalid_utf8" => {
+            pi_conform::wire::decode_strict_located(text).err()
+        }
+        _ => None,
+    };
+    match format {
+        Format::Json => {
+            let mut v = json!({"kind": kname, "result": verdict});
+            let key = if at.is_string() { "document" } else { "line" };
+            v[key] = at;
+            if let Some(p) = &place {
+                v["position"] = json!({"line": p.line, "column": p.column, "detail": p.detail});
+            }
+            writeln!(out, "{v}")?
+        }
+        Format::Human => match verdict {
+            Verdict::Valid => writeln!(out, "{label}: valid {kname}")?,
+            Verdict::Invalid { code, field, message, disposition } => {
+                let disp = disposition.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+                let at = match &place {
+                    Some(p) if label.starts_with("line") => format!(" at column {}: {}", p.column, p.detail),
+                    Some(p) => format!(" at line {} column {}: {}", p.line, p.column, p.detail),
+                    None => String::new(),
+                };
+                writeln!(out, "{label}: invalid {kname}: {code} field={field}{disp}: {message}{at}")?
+            }
+        },
+    }
+    Ok(())
+}
+
+/// `validate --document FILE`: one whole JSON document (pretty-printed or not), judged as the
+/// compact line it would be on the wire.
+fn validate_document(path: &std::path::Path, kind: Option<Kind>, ctx: &Context, format: Format) -> anyhow::Result<u8> {
+    /// Larger than any document the protocol carries (lines are at most 4 MiB).
+    const MAX_DOCUMENT: u64 = 64 * 1024 * 1024;
+    let label = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {label}: {e}"))?;
+    let mut text = Vec::new();
+    file.take(MAX_DOCUMENT + 1).read_to_end(&mut text).map_err(|e| anyhow::anyhow!("cannot read {label}: {e}"))?;
+    if text.len() as u64 > MAX_DOCUMENT {
+        anyhow::bail!("{label}: larger than {MAX_DOCUMENT} bytes; not one protocol document");
+    }
+    if let Some(offset) = memchr::memchr(0, &text) {
+        anyhow::bail!("{label}: not text (a NUL byte at offset {offset})");
+    }
+    let (k, verdict, shown) = match pi_conform::wire::decode_strict_located(&text) {
+        // Judged as its compact encoding: what would travel as one line.
+        Ok(value) => {
+            let line = serde_json::to_vec(&value)?;
+            let (k, verdict) = judge_line(&line, kind, ctx);
+            if k == Kind::Frame && ctx.binding.is_none() {
+                anyhow::bail!("{label}: a frame needs --descriptor FILE");
+            }
+            (k, verdict, line)
+        }
+        Err(_) => {
+            let (k, verdict) = judge_line(&text, Some(kind.unwrap_or(Kind::Command)), ctx);
+            (k, verdict, text)
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    write_verdict(&mut out, &format!("document {label}"), json!(label), &shown, k, &verdict, format)?;
+    Ok(if verdict.is_valid() { EXIT_OK } else { EXIT_INVALID })
 }
 
 fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format) -> anyhow::Result<u8> {
     let set = VectorSet::load(&dir.unwrap_or_else(default_dir))?;
+    if let Some(p) = &id {
+        if !set.vectors.iter().any(|v| v.id.starts_with(p.as_str())) {
+            anyhow::bail!("no vector id starts with {p:?}");
+        }
+    }
     let mut out = std::io::stdout().lock();
     let (mut passed, mut failed) = (0usize, 0usize);
     for v in &set.vectors {
@@ -676,8 +904,12 @@ fn vectors(check: bool, dir: Option<PathBuf>, id: Option<String>, format: Format
 }
 
 fn list_cases(run: &RunnerOpts, filter: &pi_conform::conform::run::Filter) -> anyhow::Result<u8> {
+    let catalogue = adapter_catalogue();
+    if !catalogue.iter().any(|m| filter.keeps(m)) {
+        anyhow::bail!("no case matches the filters");
+    }
     let mut out = std::io::stdout().lock();
-    for m in adapter_catalogue().iter().filter(|m| filter.keeps(m)) {
+    for m in catalogue.iter().filter(|m| filter.keeps(m)) {
         match run.format {
             Format::Json => writeln!(out, "{}", serde_json::to_string(m)?)?,
             Format::Human => {
@@ -742,7 +974,7 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
             return Ok(engine::EXIT_HARNESS);
         }
     }
-    let progress = progress_printer();
+    let progress = progress_printer(run);
     let rep = match engine::run_adapter(target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
         Err(engine::RunError::Unreachable(m)) => {
@@ -771,9 +1003,7 @@ fn adapter_runner(
     let socket = socket.ok_or_else(|| anyhow::anyhow!("give the adapter's socket (or --list)"))?;
     let dpath = descriptor.ok_or_else(|| anyhow::anyhow!("--descriptor FILE is required"))?;
     let root = root.ok_or_else(|| anyhow::anyhow!("--root DIR is required"))?;
-    let text = std::fs::read(&dpath).map_err(|e| anyhow::anyhow!("cannot read descriptor {}: {e}", dpath.display()))?;
-    let value =
-        pi_conform::wire::decode_strict(&text).map_err(|e| anyhow::anyhow!("descriptor {}: {e}", dpath.display()))?;
+    let value = read_json_file(&dpath, "descriptor")?;
     let root = std::fs::canonicalize(&root).map_err(|e| anyhow::anyhow!("root {}: {e}", root.display()))?;
     let sentinel = sentinel.unwrap_or_else(|| default_sentinel(&root));
     let target = pi_conform::conform::adapter::Target::new(&socket, value, &root, &sentinel, run.time_scale)
@@ -821,8 +1051,12 @@ fn adapter_launch(
         run.time_scale,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    if run.format == Format::Human {
-        println!("adapter: started `sh -c` with a fresh grant; socket and grants in {}", launched.dir().display());
+    if run.format == Format::Human && !run.quiet {
+        writeln!(
+            std::io::stdout(),
+            "adapter: started `sh -c` with a fresh grant; socket and grants in {}",
+            launched.dir().display()
+        )?;
     }
     let code = run_and_report(&target, &run);
     pi_conform::conform::adapter::launch::yield_to_interrupt();
@@ -841,14 +1075,21 @@ fn selftest(run: RunnerOpts, faults: Faults) -> anyhow::Result<u8> {
     if run.list {
         return list_cases(&run, &filter);
     }
+    if !adapter_catalogue().iter().any(|m| filter.keeps(m)) {
+        anyhow::bail!("no case matches the filters");
+    }
     let adapter =
         pi_conform::conform::selftest::ReferenceAdapter::start_with(faults).map_err(|e| anyhow::anyhow!(e))?;
     let target = adapter.target(run.time_scale).map_err(|e| anyhow::anyhow!(e))?;
     if !faults.is_empty() {
         eprintln!("pi-conform: FAULT SWITCHES ON ({faults}): the reference adapter is broken on purpose");
     }
-    if run.format == Format::Human {
-        println!("selftest: the reference adapter on a private socket in {}", adapter.dir().display());
+    if run.format == Format::Human && !run.quiet {
+        writeln!(
+            std::io::stdout(),
+            "selftest: the reference adapter on a private socket in {}",
+            adapter.dir().display()
+        )?;
     }
     run_and_report(&target, &run)
 }
@@ -1146,29 +1387,60 @@ fn load_baseline(run: &RunnerOpts) -> anyhow::Result<Option<pi_conform::conform:
     }
 }
 
-/// Progress on a terminal: one rewritten line per case.
-fn progress_printer() -> impl FnMut(usize, usize, &pi_conform::conform::case::CaseResult) {
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+/// Progress as cases finish: on a terminal, one rewritten `[n/N]` line on standard error;
+/// otherwise (CI logs) one line per case, on standard output for the human report and on
+/// standard error beside a JSON report; nothing with `-q`. Stops the run at the failure
+/// limit.
+fn progress_printer(
+    run: &RunnerOpts,
+) -> impl FnMut(usize, usize, &pi_conform::conform::case::CaseResult) -> pi_conform::conform::run::Flow {
+    use std::io::IsTerminal;
+    let stdout_tty = std::io::stdout().is_terminal();
+    let stderr_tty = std::io::stderr().is_terminal();
+    let (quiet, format) = (run.quiet, run.format);
+    let mut limit = run.fail_limit();
     move |i, n, r| {
-        if tty {
-            eprint!("\r\x1b[2K[{i}/{n}] {} {}", r.status.as_str(), r.id);
-            if i == n {
-                eprintln!();
+        let flow = limit.after(r);
+        let stopping = flow == pi_conform::conform::run::Flow::Stop;
+        if quiet {
+        } else if stdout_tty {
+            if stderr_tty {
+                eprint!("\r\x1b[2K[{i}/{n}] {} {}", r.status.as_str(), r.id);
+                if i == n || stopping {
+                    eprintln!();
+                }
             }
+        } else if format == Format::Human {
+            let line = pi_conform::conform::report::case_line(i, n, r, color_for(false));
+            // A closed standard output ends the run quietly when the report is written.
+            let _ = writeln!(std::io::stdout(), "{line}");
+        } else {
+            let line = pi_conform::conform::report::case_line(i, n, r, color_for(stderr_tty));
+            let _ = writeln!(std::io::stderr(), "{line}");
         }
+        flow
     }
 }
 
 fn emit_report(rep: &pi_conform::conform::run::Report, run: &RunnerOpts) -> anyhow::Result<u8> {
     use pi_conform::conform::report;
-    match run.format {
-        Format::Human => print!("{}", report::human(rep, run.verbose)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(rep))?),
-    }
+    // Files first: a closed standard output (`| head`) must not lose them.
     if let Some(path) = &run.junit {
         let xml = report::junit(rep).map_err(|e| anyhow::anyhow!("cannot render JUnit: {e}"))?;
         std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
+    if let Some(path) = &run.html {
+        std::fs::write(path, report::html(rep)).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    match run.format {
+        Format::Human => {
+            let color = color_for(std::io::IsTerminal::is_terminal(&out));
+            out.write_all(report::human(rep, run.detail(), color).as_bytes())?
+        }
+        Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report::json(rep))?)?,
+    }
+    out.flush()?;
     Ok(rep.exit_code())
 }
 
@@ -1187,6 +1459,9 @@ fn daemon_runner(
     if let Some(why) = no_vectors {
         eprintln!("pi-conform: {why}");
     }
+    if !catalogue.iter().any(|m| filter.keeps(m)) {
+        anyhow::bail!("no case matches the filters");
+    }
     if run.list {
         let mut out = std::io::stdout().lock();
         for m in catalogue.iter().filter(|m| filter.keeps(m)) {
@@ -1204,9 +1479,6 @@ fn daemon_runner(
             }
         }
         return Ok(EXIT_OK);
-    }
-    if !catalogue.iter().any(|m| filter.keeps(m)) {
-        anyhow::bail!("no case matches the filters");
     }
     let socket = socket.ok_or_else(|| anyhow::anyhow!("give the daemon's socket (or --list)"))?;
     let model = match model {
@@ -1236,7 +1508,7 @@ fn daemon_runner(
         vectors,
     };
     let baseline = load_baseline(&run)?;
-    let progress = progress_printer();
+    let progress = progress_printer(&run);
     let rep = match engine::run_daemon(&target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
         Err(engine::RunError::Unreachable(m)) => {
@@ -1270,14 +1542,14 @@ fn daemon_state(state_dir: PathBuf, session: Option<String>, reconcile: bool) ->
         store.sessions()?.into_iter().filter(|s| session.as_ref().is_none_or(|id| &s.session_id == id)).collect();
     let wakes: Vec<_> =
         store.wakes()?.into_iter().filter(|w| session.as_ref().is_none_or(|id| &w.session_id == id)).collect();
-    println!("{}", serde_json::to_string_pretty(&json!({"sessions": sessions, "wakes": wakes}))?);
+    writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&json!({"sessions": sessions, "wakes": wakes}))?)?;
     Ok(EXIT_OK)
 }
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PI_CONFORM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = color_for(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Json => b.json().init(),

@@ -122,8 +122,52 @@ pub struct VectorSet {
     pub vectors: Vec<Vector>,
 }
 
-/// The directory of the vectors shipped with this crate.
+/// The name of the vector set built into the binary (no file is read for it).
+pub const EMBEDDED: &str = "(built-in)";
+
+/// The vector files built into the binary at compile time: `vectors/*.json`, by file name.
+/// `tests`: `embedded_set_is_the_vectors_directory` keeps this list equal to the directory.
+pub const EMBEDDED_FILES: &[(&str, &str)] = &[
+    ("commands.json", include_str!("../vectors/commands.json")),
+    ("descriptors.json", include_str!("../vectors/descriptors.json")),
+    ("events.json", include_str!("../vectors/events.json")),
+    ("fit.json", include_str!("../vectors/fit.json")),
+    ("frames.json", include_str!("../vectors/frames.json")),
+    ("framing.json", include_str!("../vectors/framing.json")),
+    ("paths.json", include_str!("../vectors/paths.json")),
+    ("responses.json", include_str!("../vectors/responses.json")),
+];
+
+/// The bases (`vectors/bases/*.json`) built into the binary, by base name.
+pub const EMBEDDED_BASES: &[(&str, &str)] = &[
+    ("abort", include_str!("../vectors/bases/abort.json")),
+    ("aborted", include_str!("../vectors/bases/aborted.json")),
+    ("bind", include_str!("../vectors/bases/bind.json")),
+    ("bound", include_str!("../vectors/bases/bound.json")),
+    ("descriptor", include_str!("../vectors/bases/descriptor.json")),
+    ("event", include_str!("../vectors/bases/event.json")),
+    ("handshake", include_str!("../vectors/bases/handshake.json")),
+    ("invoke", include_str!("../vectors/bases/invoke.json")),
+    ("open-v1", include_str!("../vectors/bases/open-v1.json")),
+    ("open-v2", include_str!("../vectors/bases/open-v2.json")),
+    ("response-error", include_str!("../vectors/bases/response-error.json")),
+    ("response", include_str!("../vectors/bases/response.json")),
+    ("result-error", include_str!("../vectors/bases/result-error.json")),
+    ("result", include_str!("../vectors/bases/result.json")),
+    ("revoke", include_str!("../vectors/bases/revoke.json")),
+    ("revoked", include_str!("../vectors/bases/revoked.json")),
+    ("wake", include_str!("../vectors/bases/wake.json")),
+];
+
+/// The vectors shipped with this build: the set embedded in the binary ([`EMBEDDED`]), so
+/// an installed binary needs no checkout. `--dir DIR` loads a directory instead.
 pub fn default_dir() -> PathBuf {
+    PathBuf::from(EMBEDDED)
+}
+
+/// The `vectors/` directory of the source checkout this binary was built from (tests and
+/// tools that edit the vectors; an installed binary may not have it).
+pub fn source_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vectors")
 }
 
@@ -134,17 +178,23 @@ fn read(path: &Path) -> Result<String, VectorError> {
 impl VectorSet {
     /// Load every `*.json` of `dir` (not `bases/`), checking ids are unique and every vector
     /// names exactly one document.
+    ///
+    /// `dir` = [`default_dir()`] ([`EMBEDDED`]) loads the set built into the binary.
     pub fn load(dir: &Path) -> Result<Self, VectorError> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|source| VectorError::Io { path: dir.to_path_buf(), source })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
-            .collect();
-        files.sort();
+        let texts: Vec<(PathBuf, std::borrow::Cow<'static, str>)> = if dir == Path::new(EMBEDDED) {
+            EMBEDDED_FILES.iter().map(|(name, text)| (dir.join(name), std::borrow::Cow::Borrowed(*text))).collect()
+        } else {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(|source| VectorError::Io { path: dir.to_path_buf(), source })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+                .collect();
+            files.sort();
+            files.into_iter().map(|f| read(&f).map(|t| (f, std::borrow::Cow::Owned(t)))).collect::<Result<_, _>>()?
+        };
         let mut vectors = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
-        for f in files {
-            let text = read(&f)?;
+        for (f, text) in texts {
             let fmt = |message: String| VectorError::Format { path: f.clone(), message };
             let mut vs: Vec<Vector> = serde_json::from_str(&text).map_err(|e| fmt(e.to_string()))?;
             for v in &mut vs {
@@ -165,6 +215,10 @@ impl VectorSet {
     fn base(&self, name: &str) -> Result<Value, String> {
         if name.contains('/') || name.contains("..") {
             return Err(format!("bad base name {name}"));
+        }
+        if self.dir == Path::new(EMBEDDED) {
+            let text = EMBEDDED_BASES.iter().find(|(n, _)| *n == name).ok_or(format!("base {name}: no such base"))?.1;
+            return serde_json::from_str(text).map_err(|e| format!("base {name}: {e}"));
         }
         let p = self.dir.join("bases").join(format!("{name}.json"));
         let text = std::fs::read_to_string(&p).map_err(|e| format!("base {name}: {e}"))?;
@@ -289,4 +343,43 @@ fn apply(doc: &mut Value, op: &PatchOp) -> Result<(), String> {
         _ => return Err(format!("cannot {} here", op.op)),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing(dir: &Path) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The embedded set is exactly the checkout's `vectors/` (a new or renamed file must be
+    /// added to the lists).
+    #[test]
+    fn embedded_set_is_the_vectors_directory() {
+        let files: Vec<(String, String)> = EMBEDDED_FILES.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+        assert_eq!(files, listing(&source_dir()), "EMBEDDED_FILES differs from vectors/*.json");
+        let bases: Vec<(String, String)> =
+            EMBEDDED_BASES.iter().map(|(n, t)| (format!("{n}.json"), t.to_string())).collect();
+        assert_eq!(bases, listing(&source_dir().join("bases")), "EMBEDDED_BASES differs from vectors/bases");
+    }
+
+    #[test]
+    fn the_embedded_and_the_directory_set_judge_alike() {
+        let embedded = VectorSet::load(&default_dir()).unwrap();
+        let on_disk = VectorSet::load(&source_dir()).unwrap();
+        assert_eq!(embedded.vectors.len(), on_disk.vectors.len());
+        assert!(embedded.vectors.len() > 900, "{}", embedded.vectors.len());
+        for (a, b) in embedded.vectors.iter().zip(&on_disk.vectors) {
+            assert_eq!((&a.id, &a.file), (&b.id, &b.file));
+            assert_eq!(embedded.judge(a), on_disk.judge(b), "{}", a.id);
+        }
+    }
 }

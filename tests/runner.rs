@@ -205,7 +205,27 @@ fn a_broken_adapter_fails_with_named_cases_and_transcripts() {
             && out.contains("Transcript:"),
         "{out}"
     );
-    assert!(out.contains("observed `result:ok`"), "{out}");
+    // Each "Why" says what the adapter did, the rule, and what it should do instead.
+    assert!(
+        out.contains(
+            "Why:         the adapter answered ok:true; PC-5.1 (MUST): A write to a path with a .. segment is \
+             answered invalid_path before any filesystem access; it should answer error `invalid_path` instead"
+        ),
+        "{out}"
+    );
+    // Not on a terminal: one line per case as it finishes, then the list of failing ids.
+    assert!(out.contains("] FAIL  adapter.path.dotdot-inner (PC-5.1, MUST) "), "{out}");
+    let list = out.split("\nfailures:\n").nth(1).expect("a failures: list");
+    let ids: Vec<&str> = list.lines().take_while(|l| l.starts_with("    ")).map(str::trim).collect();
+    assert_eq!(
+        ids,
+        [
+            "adapter.invoke.unknown-frame-key",
+            "adapter.path.dotdot-escape",
+            "adapter.path.dotdot-inner",
+            "adapter.stat.file"
+        ]
+    );
     assert!(!out.contains(&a.handle()), "the report must redact the handle");
     assert!(out.contains("<handle>"));
 }

@@ -19,12 +19,12 @@ use crate::contract::types::tool_adapter::ToolOperation;
 #[derive(Debug, thiserror::Error)]
 pub enum GrantsError {
     /// I/O failure.
-    #[error("grants file {path}: {source}")]
+    #[error("grants file {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (in the message; not a `source`, so a chain prints it once).
+        cause: std::io::Error,
     },
     /// Not owner-only, or not ours.
     #[error("grants file {path} must be a regular file owned by uid {uid} with mode 0600 (found mode {mode:o}, owner {owner})")]
@@ -82,7 +82,7 @@ pub struct GrantsFile {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> GrantsError + '_ {
-    move |source| GrantsError::Io { path: path.to_path_buf(), source }
+    move |cause| GrantsError::Io { path: path.to_path_buf(), cause }
 }
 
 /// Read the grants file, refusing it unless it is a regular file owned by us with mode 0600.
@@ -218,9 +218,14 @@ pub fn mint_handle() -> Result<String, GrantsError> {
 /// Mint a handle, add the grant to the file atomically (creating it 0600 if absent), and
 /// return the descriptor JSON (the only place the handle is ever written out).
 pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsError> {
-    let root = std::fs::canonicalize(&req.root).map_err(io(&req.root))?;
+    let root = std::fs::canonicalize(&req.root).map_err(|e| {
+        GrantsError::Invalid(match e.kind() {
+            std::io::ErrorKind::NotFound => format!("root {} does not exist", req.root.display()),
+            _ => format!("root {}: {e}", req.root.display()),
+        })
+    })?;
     if !root.is_dir() {
-        return Err(GrantsError::Invalid("root must be a directory".into()));
+        return Err(GrantsError::Invalid(format!("root {} is not a directory", req.root.display())));
     }
     let socket = if req.socket.is_absolute() {
         req.socket.clone()

@@ -2,7 +2,7 @@
 //! apply the side-effect oracle and the secret scan, classify, apply the baseline.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -58,12 +58,77 @@ pub struct Report {
     pub suite: String,
     /// What was checked (socket path).
     pub target: String,
-    /// Every selected case, in catalogue order.
+    /// Every selected case that ran, in catalogue order.
     pub results: Vec<CaseResult>,
     /// Baselined cases that passed (the baseline is stale).
     pub stale: Vec<String>,
     /// Baseline ids that name no case at all.
     pub unknown_baseline_ids: Vec<String>,
+    /// When the run started (wall clock).
+    #[serde(skip)]
+    pub started_at: SystemTime,
+    /// How long the whole run took.
+    #[serde(skip)]
+    pub duration: Duration,
+    /// Selected cases that did not run because the run was stopped early (`--fail-fast`,
+    /// `--max-fail`), in catalogue order.
+    pub not_run: Vec<String>,
+}
+
+/// What the engine does after a case: go on, or stop the run (the remaining cases are
+/// reported as not run). A progress callback returning `()` always goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Run the next case.
+    Continue,
+    /// Stop here.
+    Stop,
+}
+
+impl From<()> for Flow {
+    fn from((): ()) -> Flow {
+        Flow::Continue
+    }
+}
+
+impl Baseline {
+    /// Whether `r` is a failure (or warning) this baseline lists.
+    pub fn covers(&self, r: &CaseResult) -> bool {
+        matches!(r.status, Status::Fail | Status::Warn) && self.ids.contains(&r.id)
+    }
+}
+
+/// Counts failures as cases finish and says when to stop (`--fail-fast` is a limit of 1).
+/// A failure is a MUST that failed (not baselined) or a harness error; warnings, skips and
+/// known failures never stop a run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FailLimit {
+    /// Stop once this many failures were seen (none: never).
+    pub max: Option<usize>,
+    seen: usize,
+}
+
+impl FailLimit {
+    /// A limit of `max` failures (none: unlimited).
+    pub fn new(max: Option<usize>) -> FailLimit {
+        FailLimit { max, seen: 0 }
+    }
+
+    /// Count `r`; `Stop` once the limit is reached.
+    pub fn after(&mut self, r: &CaseResult) -> Flow {
+        if is_failure(r) {
+            self.seen += 1;
+        }
+        match self.max {
+            Some(m) if self.seen >= m => Flow::Stop,
+            _ => Flow::Continue,
+        }
+    }
+}
+
+/// Whether `r` fails the run: a MUST failure not in the baseline, or a harness error.
+pub fn is_failure(r: &CaseResult) -> bool {
+    matches!((r.status, r.baselined), (Status::Fail, false) | (Status::Error, _))
 }
 
 /// Exit code: conformant.
@@ -140,13 +205,14 @@ pub enum RunError {
 }
 
 /// Run the adapter suite against `target`.
-pub fn run_adapter(
+pub fn run_adapter<R: Into<Flow>>(
     target: &Target,
     catalogue: &[CaseMeta],
     filter: &Filter,
     baseline: Option<&Baseline>,
-    mut progress: impl FnMut(usize, usize, &CaseResult),
+    mut progress: impl FnMut(usize, usize, &CaseResult) -> R,
 ) -> Result<Report, RunError> {
+    let (started_at, clock) = (SystemTime::now(), Instant::now());
     std::os::unix::net::UnixStream::connect(&target.socket)
         .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
     let reg = registry();
@@ -166,17 +232,24 @@ pub fn run_adapter(
     for (i, meta) in selected.iter().enumerate() {
         let f = reg.iter().find(|(id, _)| *id == meta.id).map(|(_, f)| *f);
         let vector = meta.id.strip_prefix(prefix).filter(|_| f.is_none());
-        let r = match (f, vector, &vectors) {
+        let mut r = match (f, vector, &vectors) {
             (Some(f), _, _) => run_one(target, meta, &f, &mut state)?,
             (None, Some(id), Some(set)) => {
                 run_one(target, meta, &|c: &mut Ctx<'_>| super::adapter::replay::run(c, set, id), &mut state)?
             }
             _ => return Err(RunError::Harness(format!("case {} has no implementation", meta.id))),
         };
-        progress(i + 1, selected.len(), &r);
+        r.baselined = baseline.is_some_and(|b| b.covers(&r));
+        let flow = progress(i + 1, selected.len(), &r).into();
         results.push(r);
+        if flow == Flow::Stop {
+            break;
+        }
     }
-    Ok(finish("adapter", target.socket.display().to_string(), results, catalogue, baseline))
+    let not_run = selected[results.len()..].iter().map(|m| m.id.clone()).collect();
+    let mut rep = finish("adapter", target.socket.display().to_string(), results, catalogue, baseline);
+    (rep.started_at, rep.duration, rep.not_run) = (started_at, clock.elapsed(), not_run);
+    Ok(rep)
 }
 
 /// Apply the baseline and assemble the report.
@@ -201,7 +274,16 @@ pub fn finish(
         }
         unknown = b.ids.iter().filter(|id| !catalogue.iter().any(|m| &m.id == *id)).cloned().collect();
     }
-    Report { suite: suite.into(), target, results, stale, unknown_baseline_ids: unknown }
+    Report {
+        suite: suite.into(),
+        target,
+        results,
+        stale,
+        unknown_baseline_ids: unknown,
+        started_at: SystemTime::now(),
+        duration: Duration::ZERO,
+        not_run: Vec::new(),
+    }
 }
 
 /// The fixture as laid, and whether the trees still equal it (then it is not laid again).
@@ -254,18 +336,19 @@ fn run_one(
         oracle.push("the adapter revealed the absolute root path".into());
     }
     let transcript = ctx.transcript.borrow().clone();
-    Ok(classify(meta, outcome, oracle, transcript, started.elapsed()))
+    Ok(classify(meta, ADAPTER, outcome, oracle, transcript, started.elapsed()))
 }
 
 /// Turn an outcome (plus problems found by the engine) into a case result.
 pub fn classify(
     meta: &CaseMeta,
+    peer: &str,
     outcome: Outcome,
     oracle: Vec<String>,
     transcript: Vec<super::case::WireLine>,
     duration: std::time::Duration,
 ) -> CaseResult {
-    let expected = meta.accepted.join(" | ");
+    let mut expected = meta.accepted.join(" | ");
     let (status, actual, reason) = match outcome {
         Outcome::Skip(why) => (Status::Skip, "skipped".to_string(), why),
         Outcome::Error(why) => (Status::Error, "harness error".to_string(), why),
@@ -274,15 +357,28 @@ pub fn classify(
             let accepted = meta.accepted.contains(&token);
             let mut why = Vec::new();
             if !accepted {
-                why.push(format!("observed `{token}`, which is not an accepted outcome"));
+                why.push(instead(meta, peer, &token));
+            } else if !problems.is_empty() && !problems[0].starts_with("PC-") {
+                // Findings of the case itself: say which rule they break first.
+                why.push(format!("{peer} broke {}", rule(meta)));
             }
+            let violations = problems.len();
             why.extend(problems);
             let status = match (why.is_empty(), meta.level) {
                 (true, _) => Status::Pass,
                 (false, Level::Must) => Status::Fail,
                 (false, Level::Should) => Status::Warn,
             };
-            (status, token, why.join("; "))
+            // The outcome was an accepted one but something else was wrong: say so in
+            // Expected/Actual, never "expected X, actual X".
+            let actual = if accepted && violations > 0 {
+                expected = format!("{expected}, with every frame and side effect within the contract");
+                let s = if violations == 1 { "" } else { "s" };
+                format!("{token}, with {violations} violation{s} (see Why)")
+            } else {
+                token
+            };
+            (status, actual, why.join("; "))
         }
     };
     let keep = !matches!(status, Status::Pass | Status::Skip);
@@ -302,13 +398,14 @@ pub fn classify(
 }
 
 /// Run the daemon suite against `target`.
-pub fn run_daemon(
+pub fn run_daemon<R: Into<Flow>>(
     target: &super::daemon::DaemonTarget,
     catalogue: &[CaseMeta],
     filter: &Filter,
     baseline: Option<&Baseline>,
-    mut progress: impl FnMut(usize, usize, &CaseResult),
+    mut progress: impl FnMut(usize, usize, &CaseResult) -> R,
 ) -> Result<Report, RunError> {
+    let (started_at, clock) = (SystemTime::now(), Instant::now());
     let mut host = super::daemon::read_host(&target.socket, target.step)
         .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
     std::fs::create_dir_all(&target.cwd)
@@ -353,9 +450,152 @@ pub fn run_daemon(
         oracle.extend(super::daemon::judge_client_lines(&received));
         oracle.extend(probe.seen().violations.into_iter().filter(|(n, _)| *n >= first_link).map(|(_, why)| why));
         let transcript = ctx.transcript.borrow().clone();
-        let r = classify(meta, outcome, oracle, transcript, started.elapsed());
-        progress(i + 1, selected.len(), &r);
+        let mut r = classify(meta, DAEMON, outcome, oracle, transcript, started.elapsed());
+        r.baselined = baseline.is_some_and(|b| b.covers(&r));
+        let flow = progress(i + 1, selected.len(), &r).into();
         results.push(r);
+        if flow == Flow::Stop {
+            break;
+        }
     }
-    Ok(finish("daemon", target.socket.display().to_string(), results, catalogue, baseline))
+    let not_run = selected[results.len()..].iter().map(|m| m.id.clone()).collect();
+    let mut rep = finish("daemon", target.socket.display().to_string(), results, catalogue, baseline);
+    (rep.started_at, rep.duration, rep.not_run) = (started_at, clock.elapsed(), not_run);
+    Ok(rep)
+}
+
+/// The peer the adapter suite judges, as its findings name it.
+pub const ADAPTER: &str = "the adapter";
+/// The peer the daemon suite judges.
+pub const DAEMON: &str = "the daemon";
+
+/// What an outcome token means, as a verb phrase: `close the connection`, or in the past
+/// tense `closed the connection`.
+pub fn token_phrase(token: &str, past: bool) -> String {
+    let (answer, close, send, end) =
+        if past { ("answered", "closed", "sent", "ended in") } else { ("answer", "close", "send", "end in") };
+    token
+        .split('+')
+        .map(|t| match t {
+            "closed" => format!("{close} the connection"),
+            "timeout" if past => "answered nothing within the step budget".to_string(),
+            "timeout" => "answer nothing within the step budget".to_string(),
+            "garbage" => format!("{send} a line that is not JSON"),
+            "result:ok" | "ok" => format!("{answer} ok:true"),
+            "bound" => format!("{answer} `bound`"),
+            t => match t.strip_prefix("error:") {
+                Some(code) => match code.split_once('@') {
+                    Some((code, field)) => format!("{answer} error `{code}` naming the member `{field}`"),
+                    None => format!("{answer} error `{code}`"),
+                },
+                None => match t.split_once(":line-of-") {
+                    // `fs.read:line-of-N-bytes-over-M` (the response budget case).
+                    Some((op, size)) => format!("{send} a {op} result line of {}", size.replace('-', " ")),
+                    None => format!("{end} `{t}`"),
+                },
+            },
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// `PC-x (LEVEL): requirement`.
+fn rule(meta: &CaseMeta) -> String {
+    let level = match meta.level {
+        Level::Must => "MUST",
+        Level::Should => "SHOULD",
+    };
+    format!("{} ({level}): {}", meta.clause, meta.requirement.trim_end_matches('.'))
+}
+
+/// Whether `token` is a wire outcome [`token_phrase`] can say as an action (not a case's own
+/// summary word such as `busy-seen`).
+fn is_wire_token(token: &str) -> bool {
+    token.split('+').all(|t| {
+        matches!(t, "closed" | "timeout" | "garbage" | "result:ok" | "ok" | "bound") || t.starts_with("error:")
+    })
+}
+
+/// The "Why" of an outcome that is not an accepted one: what the peer did, the rule (clause,
+/// level and requirement), and what it should do instead where that is a wire outcome (a
+/// case's own summary words add nothing to the requirement).
+fn instead(meta: &CaseMeta, peer: &str, token: &str) -> String {
+    let mut why = format!("{peer} {}; {}", token_phrase(token, true), rule(meta));
+    if meta.accepted.iter().all(|t| is_wire_token(t)) {
+        let alternatives: Vec<String> = meta.accepted.iter().map(|t| token_phrase(t, false)).collect();
+        why.push_str(&format!("; it should {} instead", alternatives.join(", or ")));
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(accepted: &[&str]) -> CaseMeta {
+        CaseMeta {
+            id: "adapter.stat.not-found".into(),
+            clause: "PC-5.3.stat".into(),
+            level: Level::Must,
+            tags: vec![],
+            requirement: "A missing path is not_found.".into(),
+            accepted: accepted.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
+        classify(m, ADAPTER, o, vec![], vec![], Duration::ZERO)
+    }
+
+    #[test]
+    fn a_wrong_outcome_says_what_was_done_the_rule_and_what_to_do_instead() {
+        let r = judged(&meta(&["error:not_found", "closed"]), Outcome::token("error:io_error"));
+        assert_eq!(r.status, Status::Fail);
+        assert_eq!((r.expected.as_str(), r.actual.as_str()), ("error:not_found | closed", "error:io_error"));
+        assert_eq!(
+            r.reason,
+            "the adapter answered error `io_error`; PC-5.3.stat (MUST): A missing path is not_found; \
+             it should answer error `not_found`, or close the connection instead"
+        );
+        // A case's own summary words are not turned into advice: the requirement says it.
+        let r = judged(&meta(&["busy-seen"]), Outcome::token("no-busy"));
+        assert_eq!(r.reason, "the adapter ended in `no-busy`; PC-5.3.stat (MUST): A missing path is not_found");
+    }
+
+    #[test]
+    fn an_accepted_outcome_with_violations_never_reads_expected_x_actual_x() {
+        let m = meta(&["result:ok"]);
+        let r = judged(&m, Outcome::with("result:ok", vec!["size should be 5, got 4".into()]));
+        assert_eq!(r.status, Status::Fail);
+        assert_ne!(r.expected, r.actual);
+        assert_eq!(r.actual, "result:ok, with 1 violation (see Why)");
+        assert_eq!(
+            r.reason,
+            "the adapter broke PC-5.3.stat (MUST): A missing path is not_found; size should be 5, got 4"
+        );
+        // A violation that names its own clause is not prefixed again.
+        let r = judged(&m, Outcome::with("result:ok", vec!["PC-4.5: a line over the budget".into()]));
+        assert_eq!(r.reason, "PC-4.5: a line over the budget");
+        // The same outcome with no violation passes, with nothing to say.
+        let r = judged(&m, Outcome::token("result:ok"));
+        assert_eq!((r.status, r.reason.as_str(), r.actual.as_str()), (Status::Pass, "", "result:ok"));
+    }
+
+    #[test]
+    fn the_fail_limit_counts_must_failures_and_harness_errors_only() {
+        let m = meta(&["result:ok"]);
+        let fail = judged(&m, Outcome::token("closed"));
+        let mut known = fail.clone();
+        known.baselined = true;
+        let error = judged(&m, Outcome::Error("broke".into()));
+        let warn = judged(&CaseMeta { level: Level::Should, ..m.clone() }, Outcome::token("closed"));
+        assert_eq!(warn.status, Status::Warn);
+        let mut limit = FailLimit::new(Some(2));
+        for r in [&known, &warn, &fail] {
+            assert_eq!(limit.after(r), Flow::Continue);
+        }
+        assert_eq!(limit.after(&error), Flow::Stop);
+        let mut none = FailLimit::new(None);
+        assert!((0..10).all(|_| none.after(&fail) == Flow::Continue));
+    }
 }

@@ -128,6 +128,15 @@ impl ContractError {
         self.details.get("field").and_then(Value::as_str).unwrap_or("")
     }
 
+    /// For people: the code, the member it names and the message
+    /// (`invalid_tool_adapter_descriptor at member "descriptor.x": descriptor has an unknown key`).
+    pub fn describe(&self) -> String {
+        match self.field() {
+            "" => format!("{}: {}", self.code, self.message),
+            f => format!("{} at member {f:?}: {}", self.code, self.message),
+        }
+    }
+
     /// The `{code, message, retryable, details}` body as JSON.
     pub fn to_body(&self) -> Value {
         serde_json::json!({

@@ -5,7 +5,7 @@
 
 mod strict;
 
-pub use strict::{decode_strict, normalize_numbers};
+pub use strict::{decode_strict, decode_strict_located, normalize_numbers, JsonSyntaxError};
 
 use serde_json::Value;
 

@@ -16,14 +16,58 @@ use super::LineError;
 /// Integral numbers written as floats (`2.0`, `1e3`) become integers, as JavaScript and JSON
 /// Schema 2020-12 both treat them; see [`normalize_numbers`].
 pub fn decode_strict(bytes: &[u8]) -> Result<Value, LineError> {
-    let text = std::str::from_utf8(bytes).map_err(|_| LineError::InvalidUtf8)?;
+    decode_strict_located(bytes).map_err(|e| e.error)
+}
+
+/// Where and why a text is not strict JSON: the [`LineError`], the 1-based line and column
+/// (in bytes) of the offending byte, and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line} column {column}: {detail}")]
+pub struct JsonSyntaxError {
+    /// The refusal as the wire reports it.
+    pub error: LineError,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in bytes.
+    pub column: usize,
+    /// What is wrong (`duplicate object key "a"`, `expected `,` or `}``, …).
+    pub detail: String,
+}
+
+/// [`decode_strict`], with the position and the reason of a refusal (for files and
+/// diagnostics; the wire only reports the code).
+pub fn decode_strict_located(bytes: &[u8]) -> Result<Value, JsonSyntaxError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let (line, column) = position(bytes, e.valid_up_to());
+        JsonSyntaxError { error: LineError::InvalidUtf8, line, column, detail: "invalid UTF-8 byte".into() }
+    })?;
     if text.starts_with('\u{feff}') {
-        return Err(LineError::InvalidJson);
+        return Err(JsonSyntaxError {
+            error: LineError::InvalidJson,
+            line: 1,
+            column: 1,
+            detail: "byte order mark (BOM) before the JSON text".into(),
+        });
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = StrictSeed.deserialize(&mut de).map_err(|_| LineError::InvalidJson)?;
-    de.end().map_err(|_| LineError::InvalidJson)?;
+    let value = StrictSeed.deserialize(&mut de).map_err(syntax)?;
+    de.end().map_err(syntax)?;
     Ok(value)
+}
+
+/// The 1-based line and column (bytes) of byte `offset`.
+fn position(bytes: &[u8], offset: usize) -> (usize, usize) {
+    let before = &bytes[..offset.min(bytes.len())];
+    let line = 1 + memchr::memchr_iter(b'\n', before).count();
+    let column = 1 + before.len() - memchr::memrchr(b'\n', before).map_or(0, |i| i + 1);
+    (line, column)
+}
+
+fn syntax(e: serde_json::Error) -> JsonSyntaxError {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let detail = text.strip_suffix(&suffix).unwrap_or(&text).to_string();
+    JsonSyntaxError { error: LineError::InvalidJson, line: e.line(), column: e.column(), detail }
 }
 
 /// Rewrite every integral float within ±2^53 as an integer, in place.
@@ -113,7 +157,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut out = Map::with_capacity(map.size_hint().unwrap_or(8).min(64));
         while let Some(key) = map.next_key::<String>()? {
             match out.entry(key) {
-                Entry::Occupied(_) => return Err(A::Error::custom("duplicate object key")),
+                Entry::Occupied(o) => return Err(A::Error::custom(format_args!("duplicate object key {:?}", o.key()))),
                 Entry::Vacant(slot) => {
                     slot.insert(map.next_value_seed(StrictSeed)?);
                 }
@@ -150,6 +194,23 @@ mod tests {
         assert!(v["h"].is_u64());
         assert!(v["i"].is_f64());
         assert_eq!(v["j"], serde_json::json!(0));
+    }
+
+    #[test]
+    fn refusals_carry_line_column_and_reason() {
+        let e = decode_strict_located(b"{\n  \"a\": 1,\n  \"a\": 2\n}").unwrap_err();
+        assert_eq!((e.error, e.line), (LineError::InvalidJson, 3), "{e}");
+        assert!(e.detail.contains("duplicate object key \"a\""), "{e}");
+        let e = decode_strict_located(b"{\"a\": 1,\n \"b\" 2}").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 6), "{e}");
+        assert!(e.detail.contains("expected `:`"), "{e}");
+        let e = decode_strict_located(b"{}\n{}").unwrap_err();
+        assert_eq!((e.line, e.column, e.detail.as_str()), (2, 1, "trailing characters"), "{e}");
+        let e = decode_strict_located(b"{\"a\":\n\"x\xffy\"}").unwrap_err();
+        assert_eq!((e.error, e.line, e.column), (LineError::InvalidUtf8, 2, 3), "{e}");
+        let e = decode_strict_located(b"\xef\xbb\xbf{}").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 1));
+        assert!(e.to_string().starts_with("line 1 column 1: byte order mark"), "{e}");
     }
 
     #[test]

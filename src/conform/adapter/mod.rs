@@ -74,7 +74,8 @@ impl Target {
         sentinel: &Path,
         time_scale: f64,
     ) -> Result<Target, String> {
-        let admitted = admit_descriptor(&descriptor, None).map_err(|e| format!("the descriptor is refused: {e}"))?;
+        let admitted =
+            admit_descriptor(&descriptor, None).map_err(|e| format!("the descriptor is refused: {}", e.describe()))?;
         let step = Duration::from_secs_f64((2.0 * time_scale).max(0.05));
         Ok(Target {
             socket: socket.to_path_buf(),

@@ -1,0 +1,424 @@
+//! The command line's conventions, driven as a user and a CI job drive it: the real binary,
+//! real pipes, real files. Run output (one line per case, `failures:`, --fail-fast,
+//! --max-fail, -q, KNOWN), error wording, broken pipes, empty filters, `validate` streaming
+//! and binary input, `validate --document`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pi-conform"));
+    c.env_remove("NO_COLOR");
+    c
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bin().args(args).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// The ids listed under `failures:`.
+fn failures_list(out: &str) -> Vec<String> {
+    let Some(list) = out.split("\nfailures:\n").nth(1) else { return vec![] };
+    list.lines().take_while(|l| l.starts_with("    ")).map(|l| l.trim().to_string()).collect()
+}
+
+// The reference adapter with two rules broken on purpose (hidden test-aid switches):
+// `wrong-not-found-code` fails adapter.stat.not-found; `dotdot-allowed` fails the two
+// adapter.path.dotdot-* cases.
+const BROKEN: [&str; 4] = ["--fault", "wrong-not-found-code", "--fault", "dotdot-allowed"];
+
+#[test]
+fn outside_a_terminal_each_case_is_one_line_as_it_finishes_then_the_failures_list() {
+    let args = [&["selftest"][..], &BROKEN, &["--id", "adapter.path.dotdot", "--id", "adapter.stat"]].concat();
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    // 2 dotdot cases + 7 stat cases, numbered, in catalogue order.
+    assert_eq!(lines.len(), 9, "{out}");
+    assert!(lines[0].starts_with("[1/9] FAIL  adapter.path.dotdot-escape (PC-5.1, MUST) "), "{out}");
+    assert!(lines.iter().any(|l| l.starts_with("[3/9] PASS  adapter.stat.file (PC-5.3.stat, MUST) ")), "{out}");
+    // Every per-case line comes before the first detail block.
+    assert!(out.find(lines[8]).unwrap() < out.find("\nFAIL adapter.").unwrap(), "{out}");
+    assert_eq!(
+        failures_list(&out),
+        ["adapter.path.dotdot-escape", "adapter.path.dotdot-inner", "adapter.stat.not-found"],
+        "{out}"
+    );
+    // No ANSI colour when standard output is not a terminal (--color auto).
+    assert!(!out.contains('\x1b'), "{out}");
+    // The Why of a wrong code says what the adapter did, the rule, and what it should do.
+    assert!(
+        out.contains(
+            "Why:         the adapter answered error `io_error`; PC-5.3.stat (MUST): A missing path is not_found; \
+             it should answer error `not_found` instead"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn fail_fast_and_max_fail_stop_the_run_and_report_what_was_not_run() {
+    let args =
+        [&["selftest"][..], &BROKEN, &["--id", "adapter.path.dotdot", "--id", "adapter.stat", "--fail-fast"]].concat();
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert_eq!(failures_list(&out), ["adapter.path.dotdot-escape"], "{out}");
+    assert!(out.contains("stopped early (--fail-fast / --max-fail): 8 selected cases not run"), "{out}");
+    assert!(out.contains(", 8 not run;"), "{out}");
+    // --max-fail 2 runs past the first failure and stops at the second; JSON lists the rest.
+    let args = [
+        &["selftest"][..],
+        &BROKEN,
+        &["--id", "adapter.path.dotdot", "--id", "adapter.stat", "--max-fail", "2", "--format", "json"],
+    ]
+    .concat();
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is only the JSON report");
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    assert_eq!(v["summary"]["notRun"], 7);
+    assert_eq!(v["notRun"][0], "adapter.stat.file");
+    // Beside a JSON report the per-case lines go to standard error.
+    assert!(err.contains("[2/9] FAIL  adapter.path.dotdot-inner"), "{err}");
+    // A limit of 0 is a usage error.
+    let (code, _, err) = run(&["selftest", "--max-fail", "0"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn quiet_prints_failures_only_and_known_failures_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let baseline = dir.path().join("baseline.txt");
+    std::fs::write(&baseline, "adapter.path.dotdot-escape\nadapter.path.dotdot-inner\n").unwrap();
+    let base =
+        [&["selftest"][..], &BROKEN, &["--id", "adapter.path.dotdot", "--id", "adapter.stat.not-found"]].concat();
+    let with_baseline = [&base[..], &["--baseline", baseline.to_str().unwrap()]].concat();
+    let (code, out, err) = run(&with_baseline);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let known: Vec<&str> = out.lines().filter(|l| l.starts_with("KNOWN ")).collect();
+    assert_eq!(known.len(), 2, "{out}");
+    assert!(known[0].starts_with("KNOWN adapter.path.dotdot-escape (PC-5.1, MUST): known failure (baseline): "));
+    // A known failure has no detail block: no Requirement/Transcript lines for it.
+    assert_eq!(out.matches("  Requirement:").count(), 1, "{out}");
+    assert_eq!(failures_list(&out), ["adapter.stat.not-found"]);
+    let (code, out, err) = run(&[&with_baseline[..], &["-q"]].concat());
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(!out.lines().any(|l| l.starts_with('[') || l.starts_with("KNOWN") || l.starts_with("selftest:")), "{out}");
+    assert!(out.starts_with("FAIL adapter.stat.not-found (PC-5.3.stat, MUST)\n"), "{out}");
+    assert!(out.contains("verdict: NOT CONFORMANT"), "{out}");
+}
+
+#[test]
+fn color_always_colours_and_never_or_no_color_does_not() {
+    let args = ["selftest", "--id", "adapter.stat.file", "-q"];
+    let (_, out, _) = run(&[&args[..], &["--color", "always"]].concat());
+    assert!(out.contains("\x1b[1;32mCONFORMANT\x1b[0m"), "{out:?}");
+    let (_, out, _) = run(&[&args[..], &["--color", "never"]].concat());
+    assert!(!out.contains('\x1b'), "{out:?}");
+    let out = bin().args(args).env("NO_COLOR", "1").output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains('\x1b'));
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_exit_0() {
+    for args in [&["adapter", "--list"][..], &["vectors"], &["daemon", "--list"]] {
+        let mut child = bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut first = [0u8; 16];
+        out.read_exact(&mut first).unwrap();
+        drop(out); // what `| head -c 16` does
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// A run whose standard error and output both close early (`2>&1 | head -1`) ends quietly:
+/// no panic on the per-case lines, exit 0 when the report cannot be written either.
+#[test]
+fn a_run_with_both_streams_closed_ends_quietly() {
+    let mut child = bin()
+        .args(["selftest", "--id", "adapter.stat", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+#[test]
+fn filters_that_match_nothing_exit_2_in_every_mode() {
+    for args in [
+        &["adapter", "--list", "--tag", "nosuch"][..],
+        &["daemon", "--list", "--tag", "nosuch"],
+        &["selftest", "--list", "--id", "nosuch"],
+        &["selftest", "--id", "nosuch"],
+        &["vectors", "--id", "nosuch"],
+        &["vectors", "--check", "--id", "nosuch"],
+    ] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains("no case matches the filters") || err.contains("no vector id starts with"), "{err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+}
+
+fn grant(dir: &std::path::Path, root: &std::path::Path, extra: &[&str]) -> (i32, String, String) {
+    let grants = dir.join("grants.json");
+    let socket = dir.join("a.sock");
+    let args = [
+        &[
+            "grant",
+            "--grants",
+            grants.to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+            "--root",
+            root.to_str().unwrap(),
+            "--host-instance",
+            "host-a",
+            "--session",
+            "s-1",
+            "--generation",
+            "1",
+        ][..],
+        extra,
+    ]
+    .concat();
+    run(&args)
+}
+
+fn private_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+#[test]
+fn grant_with_a_missing_root_says_so_once() {
+    let dir = private_dir();
+    let (code, out, err) = grant(dir.path(), &dir.path().join("missing"), &[]);
+    assert_eq!(code, 2, "{out}");
+    let want = format!("pi-conform: root {} does not exist\n", dir.path().join("missing").display());
+    assert_eq!(err, want);
+    assert!(!dir.path().join("grants.json").exists(), "nothing written on a refusal");
+}
+
+#[test]
+fn validate_document_judges_a_pretty_printed_descriptor_whole() {
+    let dir = private_dir();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let desc = dir.path().join("d.json");
+    let (code, _, err) = grant(dir.path(), &root, &["--output", desc.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&desc).unwrap();
+    assert!(text.lines().count() > 20, "grant writes a pretty-printed descriptor");
+    let d = desc.to_str().unwrap();
+    let (code, out, err) =
+        run(&["validate", "--document", d, "--host-instance", "host-a", "--session", "s-1", "--generation", "1"]);
+    assert_eq!((code, out.as_str()), (0, format!("document {d}: valid descriptor\n").as_str()), "{err}");
+    // Bound to another host than the judging one: refused with the code and the member.
+    let (code, out, _) = run(&["validate", "--document", d, "--session", "s-1", "--generation", "1"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("invalid descriptor: tool_adapter_binding_mismatch field=binding.hostInstanceId"), "{out}");
+    // Read as NDJSON instead, it is line after line of invalid_json, with a hint.
+    let (code, out, err) = run(&["validate", d]);
+    assert_eq!(code, 1);
+    assert!(out.contains("line 1: invalid command: invalid_json field=line"), "{out}");
+    assert!(err.contains(&format!("hint: {d} looks like one pretty-printed JSON document")), "{err}");
+    // A handle never appears in any verdict.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let handle = v["binding"]["capabilityHandle"].as_str().unwrap();
+    assert!(!out.contains(handle) && !err.contains(handle));
+    // An unknown member is named, in validate and in the runner.
+    let mut v2 = v.clone();
+    v2["binding"]["extraMember"] = serde_json::json!(1);
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, serde_json::to_string_pretty(&v2).unwrap()).unwrap();
+    let b = bad.to_str().unwrap();
+    let (code, out, _) =
+        run(&["validate", "--document", b, "--host-instance", "host-a", "--session", "s-1", "--generation", "1"]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("invalid descriptor: invalid_tool_adapter_binding field=descriptor.binding.extraMember"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["adapter", "/nonexistent.sock", "--descriptor", b, "--root", root.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "the descriptor is refused: invalid_tool_adapter_binding at member \"descriptor.binding.extraMember\": \
+             binding has an unknown key"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains(handle));
+}
+
+#[test]
+fn strict_json_errors_carry_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("dup.json");
+    std::fs::write(&f, "{\n  \"protocolVersion\": \"1.0\",\n  \"protocolVersion\": \"1.0\"\n}\n").unwrap();
+    let p = f.to_str().unwrap();
+    let (code, _, err) = run(&["adapter", "/nonexistent.sock", "--descriptor", p, "--root", "/tmp"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(&format!("descriptor {p}:3:19: not strict JSON: duplicate object key \"protocolVersion\"")),
+        "{err}"
+    );
+    let (code, out, _) = run(&["validate", "--document", p]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains(
+            "invalid_json field=line: line is not one strict JSON text at line 3 column 19: duplicate object key"
+        ),
+        "{out}"
+    );
+    // Per NDJSON line: the column.
+    let mut child = bin().args(["validate"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"{\"a\":1 \"b\":2}\n").unwrap();
+    let out = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
+    assert!(out.starts_with("line 1: invalid command: invalid_json field=line: line is not one strict JSON text at column 8: expected `,` or `}`"), "{out}");
+}
+
+#[test]
+fn validate_on_binary_input_says_so_instead_of_judging_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("blob");
+    let mut bytes = b"{\"requestId\":\"r\"}\n".to_vec();
+    bytes.extend((0..100_000u32).map(|i| (i % 251) as u8));
+    std::fs::write(&f, &bytes).unwrap();
+    let (code, out, err) = run(&["validate", f.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.lines().count() <= 2, "no flood of verdicts: {out}");
+    assert!(err.contains("not text (a NUL byte at offset 18, line 2)"), "{err}");
+}
+
+/// `validate -` judges each line as it arrives: the first verdict is out while the input is
+/// still open, and a large input never sits in memory whole.
+#[test]
+fn validate_streams_verdicts_in_constant_memory() {
+    let mut child = bin().args(["validate"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(b"\"a/b.txt\"\n").unwrap();
+    stdin.flush().unwrap();
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "line 1: valid path\n");
+    // 64 MiB more in 1 MiB writes, then the child's peak memory, read while it still runs.
+    let line = format!("{}\n", serde_json::json!("x".repeat(1000)));
+    let chunk = line.repeat(1024 * 1024 / line.len());
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        rest
+    });
+    for _ in 0..64 {
+        stdin.write_all(chunk.as_bytes()).unwrap();
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    drop(stdin);
+    let rest = reader.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(rest.ends_with(" valid, 0 invalid\n"), "{}", &rest[rest.len().saturating_sub(200)..]);
+    eprintln!("validate: peak RSS {hwm_kb} kB after 64 MiB of input");
+    assert!(hwm_kb < 48 * 1024, "peak RSS {hwm_kb} kB after 64 MiB of input: the input is being held");
+}
+
+#[test]
+fn completions_generate_for_each_shell_and_bash_parses_them() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, out, err) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for sub in ["selftest", "adapter", "validate", "completions"] {
+            assert!(out.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let (_, script, _) = run(&["completions", "bash"]);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("pi-conform.bash");
+    std::fs::write(&f, &script).unwrap();
+    let st = Command::new("bash").arg("-n").arg(&f).status().unwrap();
+    assert!(st.success(), "bash -n refuses the completion script");
+    // Sourced, it completes the subcommands of `pi-conform sel`.
+    let probe = format!(
+        "source {}; COMP_WORDS=(pi-conform sel); COMP_CWORD=1; _pi__conform pi-conform sel pi-conform; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        f.display()
+    );
+    let out = Command::new("bash").arg("-c").arg(probe).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "selftest\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn man_pages_render_for_the_tool_and_every_visible_command() {
+    let (code, out, _) = run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(".TH pi-conform 1"), "{out}");
+    assert!(out.contains(".SH SUBCOMMANDS") || out.contains("selftest"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let mut pages: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    pages.sort();
+    for want in ["pi-conform.1", "pi-conform-adapter.1", "pi-conform-selftest.1", "pi-conform-validate.1"] {
+        assert!(pages.iter().any(|p| p == want), "{want} missing: {pages:?}");
+    }
+    assert!(!pages.iter().any(|p| p.contains("kill-matrix") && p.contains("daemon")), "hidden command paged");
+    let adapter = std::fs::read_to_string(dir.path().join("pi-conform-adapter.1")).unwrap();
+    assert!(adapter.contains("fail\\-fast") && adapter.contains("max\\-fail"), "options are documented");
+}
+
+/// `--color` reaches the logs of the servers too: `always` colours them even into a file,
+/// `never` (and `auto` outside a terminal) does not.
+#[test]
+fn server_logs_follow_color() {
+    let dir = private_dir();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let (code, _, err) = grant(dir.path(), &root, &["--output", dir.path().join("d.json").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    for (choice, coloured) in [("always", true), ("never", false), ("auto", false)] {
+        let sock = dir.path().join(format!("{choice}.sock"));
+        let mut child = bin()
+            .args(["--color", choice, "serve-adapter", "--socket", sock.to_str().unwrap(), "--grants"])
+            .arg(dir.path().join("grants.json"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "the adapter did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let mut log = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+        child.wait().unwrap();
+        assert!(!log.is_empty(), "{choice}: no log");
+        assert_eq!(log.contains('\x1b'), coloured, "{choice}: {log:?}");
+    }
+}
