@@ -57,6 +57,12 @@ const SAMPLE: &[&str] = &[
     "adapter.secret.file-content",
 ];
 
+/// `(fault, case)` kills that depend on timing, left out of `conformance/kill-matrix.txt` and
+/// ignored when they happen: under `not-found-retryable`, `adapter.confine.swap-race` fails
+/// only if one of its reads lands in the moment the directory is gone (measured: 1 run in 6
+/// to 3 in 5, depending on load). Its own fault, `follow-symlinks`, kills it every time.
+const TIMING_DEPENDENT: &[(&str, &str)] = &[("not-found-retryable", "adapter.confine.swap-race")];
+
 fn expected() -> BTreeMap<String, BTreeSet<String>> {
     parse_kill_matrix(EXPECTED).expect("conformance/kill-matrix.txt parses")
 }
@@ -132,7 +138,8 @@ fn each_fault_kills_exactly_its_expected_cases() {
         for r in report.results.iter().filter(|r| r.status == Status::Error) {
             problems.push(format!("fault {fault}: harness error in {}: {}", r.id, r.reason));
         }
-        let got = killed_ids(&report);
+        let mut got = killed_ids(&report);
+        got.retain(|id| !TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
         let missing: Vec<&String> = want.difference(&got).collect();
         if !missing.is_empty() {
             problems.push(format!("fault {fault} ({}): expected to fail but passed: {missing:?}", fault.clause()));
