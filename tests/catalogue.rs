@@ -8,9 +8,14 @@ fn catalogue_and_implementations_are_one_to_one() {
     let cat = pi_conform::conform::adapter::catalogue();
     let reg = pi_conform::conform::adapter::cases::registry();
     let cat_ids: BTreeSet<&str> = cat.iter().map(|m| m.id.as_str()).collect();
-    let reg_ids: BTreeSet<&str> = reg.iter().map(|(id, _)| *id).collect();
+    // Implemented in Rust (the registry) or as a session vector (vectors/sessions/), never both.
+    let sessions = pi_conform::conform::adapter::script::sessions();
+    let mut reg_ids: BTreeSet<&str> = reg.iter().map(|(id, _)| *id).collect();
     assert_eq!(cat_ids.len(), cat.len(), "duplicate ids in the catalogue");
     assert_eq!(reg_ids.len(), reg.len(), "duplicate ids in the registry");
+    for s in &sessions {
+        assert!(reg_ids.insert(s.meta.id.as_str()), "{} is both a Rust case and a session vector", s.meta.id);
+    }
     let missing: Vec<_> = cat_ids.difference(&reg_ids).collect();
     let extra: Vec<_> = reg_ids.difference(&cat_ids).collect();
     assert!(missing.is_empty(), "catalogued but not implemented: {missing:?}");

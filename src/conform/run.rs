@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::adapter::cases::registry;
 use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
+use super::adapter::script;
 use super::adapter::{Ctx, Target};
 use super::case::{CaseMeta, CaseResult, Level, Outcome, Status};
 
@@ -236,6 +237,9 @@ pub fn run_adapter<R: Into<Flow>>(
             (Some(f), _, _) => run_one(target, meta, &f, &mut state)?,
             (None, Some(id), Some(set)) => {
                 run_one(target, meta, &|c: &mut Ctx<'_>| super::adapter::replay::run(c, set, id), &mut state)?
+            }
+            (None, None, _) if script::sessions().iter().any(|s| s.meta.id == meta.id) => {
+                run_one(target, meta, &|c: &mut Ctx<'_>| script::run(c, &meta.id), &mut state)?
             }
             _ => return Err(RunError::Harness(format!("case {} has no implementation", meta.id))),
         };

@@ -8,6 +8,7 @@ pub mod judge;
 pub mod launch;
 pub mod preflight;
 pub mod replay;
+pub mod script;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -27,9 +28,12 @@ use crate::contract::Descriptor;
 /// The adapter case catalogue (`conformance/adapter-cases.json`), built in.
 pub const CATALOGUE: &str = include_str!("../../../conformance/adapter-cases.json");
 
-/// Parse the built-in catalogue.
+/// Parse the built-in catalogue: the cases written in Rust, then the session vectors
+/// ([`script`], `vectors/sessions/adapter.json`).
 pub fn catalogue() -> Vec<CaseMeta> {
-    serde_json::from_str(CATALOGUE).expect("the built-in adapter catalogue is valid")
+    let mut cat: Vec<CaseMeta> = serde_json::from_str(CATALOGUE).expect("the built-in adapter catalogue is valid");
+    cat.extend(script::catalogue());
+    cat
 }
 
 /// The catalogue of an adapter run: the built-in cases, then one `vector:<id>` case per golden
