@@ -208,7 +208,11 @@ pub struct GrantRequest {
     pub adapter_version: String,
 }
 
-/// A fresh 256-bit handle, base64url without padding (43 characters).
+/// The length of a handle [`mint_handle`] makes: 32 random bytes in unpadded base64url. The
+/// content guard looks for other grants' handles of exactly this shape.
+pub const MINTED_HANDLE_LEN: usize = 43;
+
+/// A fresh 256-bit handle, base64url without padding ([`MINTED_HANDLE_LEN`] characters).
 pub fn mint_handle() -> Result<String, GrantsError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| GrantsError::Invalid(format!("no randomness: {e}")))?;
@@ -298,4 +302,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
         let _ = std::fs::remove_file(&tmp);
     }
     res.map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_handles_have_the_guarded_shape() {
+        for _ in 0..16 {
+            let h = mint_handle().unwrap();
+            assert_eq!(h.len(), MINTED_HANDLE_LEN);
+            assert!(crate::contract::text::is_base64url(&h));
+        }
+    }
 }

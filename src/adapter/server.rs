@@ -15,9 +15,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::faults::{self, Fault, Faults};
-use super::fs::Root;
+use super::fs::{GrantDigests, Guard, Root};
 use super::grants;
-use super::ops::execute_with;
+use super::ops::{execute_with, try_inline};
 use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
@@ -239,6 +239,8 @@ pub async fn serve_disciplined(
     }
     let loaded = grants::load(&cfg.grants)?;
     info!(grants = loaded.len(), "grants loaded");
+    // Every grant's handle digest, for the content guard of every binding (issue 15, F7).
+    let digests = Arc::new(GrantDigests::new(loaded.iter().map(|g| g.handle_sha256)));
     // Connections read the grants when their bind arrives (not when accepted) and bound ones
     // watch them: a reload that drops their grant revokes them (issue 15, F5).
     let (grants_tx, grants_rx) = watch::channel(Arc::new(loaded));
@@ -309,6 +311,7 @@ pub async fn serve_disciplined(
                 let conn = Conn {
                     id: next_conn,
                     grants: grants_rx.clone(),
+                    digests: digests.clone(),
                     me: cfg.identity.clone(),
                     delay: cfg.op_delay,
                     faults,
@@ -322,6 +325,7 @@ pub async fn serve_disciplined(
                 match grants::load(&cfg.grants) {
                     Ok(g) => {
                         info!(grants = g.len(), "grants reloaded");
+                        digests.replace(g.iter().map(|g| g.handle_sha256));
                         grants_tx.send_replace(Arc::new(g));
                     }
                     Err(e) => warn!(error = %e, "grants reload refused; keeping the previous grants"),
@@ -376,8 +380,16 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
         && job.payload.get("maxBytes").and_then(serde_json::Value::as_u64).is_some_and(|n| n <= 64 * 1024);
     if delay.is_zero() && (job.operation == ToolOperation::FsStat || small_read) {
         let started = Instant::now();
-        let out = execute_with(&r.root, &r.dir, &job, r.faults);
-        return Some((job.request_id, out, started));
+        // A small window of a big file not scanned for handles yet goes to the pool: the
+        // content guard reads the whole file once (issue 15, F7).
+        let out = if r.faults.is_empty() {
+            try_inline(&r.root, &job)
+        } else {
+            Some(execute_with(&r.root, &r.dir, &job, r.faults))
+        };
+        if let Some(out) = out {
+            return Some((job.request_id, out, started));
+        }
     }
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -402,6 +414,7 @@ fn skippable_before_bind(line: &[u8]) -> bool {
 struct Conn {
     id: u64,
     grants: watch::Receiver<Arc<Vec<Grant>>>,
+    digests: Arc<GrantDigests>,
     me: AdapterIdentity,
     delay: Duration,
     faults: Faults,
@@ -410,7 +423,7 @@ struct Conn {
 }
 
 async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bool>) {
-    let Conn { id, grants: mut grants_rx, me, delay, faults, bind_deadline, slot } = conn;
+    let Conn { id, grants: mut grants_rx, digests, me, delay, faults, bind_deadline, slot } = conn;
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
     let mut buf = vec![0u8; PRE_BIND_READ];
@@ -459,8 +472,11 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     drop(grants);
     let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
+    let guard = Guard::new(binding.handle.clone(), digests);
     let root = match tokio::task::spawn_blocking(move || Root::open(&root_path)).await {
-        Ok(Ok(r)) => Arc::new(r),
+        // The fault that sends handles in results turns the content guard off as well.
+        Ok(Ok(r)) if faults.has(Fault::NoCapabilityScan) => Arc::new(r),
+        Ok(Ok(r)) => Arc::new(r.with_guard(guard)),
         _ => {
             warn!(conn = id, "bind refused: the grant's root cannot be opened");
             return;

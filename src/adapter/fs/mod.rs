@@ -21,6 +21,7 @@
 
 mod budget;
 mod cancel;
+mod guard;
 mod list;
 mod lock;
 mod read;
@@ -39,6 +40,7 @@ use serde_json::Value;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
+pub use guard::{GrantDigests, Guard};
 
 /// Default `maxEntries` of `fs.list` (SPEC §5.3).
 pub const DEFAULT_MAX_ENTRIES: u64 = 1000;
@@ -75,6 +77,8 @@ pub struct Root {
     mode: ResolveMode,
     /// Device and inode of the root, identifying it in the process-wide write locks.
     id: (u64, u64),
+    /// The content guard of the binding (none for a root opened outside a binding).
+    guard: Option<Guard>,
 }
 
 impl std::fmt::Debug for Root {
@@ -110,7 +114,14 @@ impl Root {
                 Err(e) => return Err(io::Error::new(io::ErrorKind::Unsupported, e)),
             },
         };
-        Ok(Root { fd, mode, id })
+        Ok(Root { fd, mode, id, guard: None })
+    }
+
+    /// Guard every read, search and edit of this root with `guard`: a file whose content
+    /// holds a capability handle is refused `capability_in_content` (issue 15, F7).
+    pub fn with_guard(mut self, guard: Guard) -> Root {
+        self.guard = Some(guard);
+        self
     }
 
     /// The effective resolution mode: [`ResolveMode::Openat2`] or [`ResolveMode::Walk`].
@@ -160,7 +171,21 @@ impl Root {
         cancel: &Cancel,
     ) -> Result<Value, AdapterError> {
         check_running(cancel)?;
-        read::read(self, path, offset, max_bytes, budget)
+        read::read(self, path, offset, max_bytes, budget, cancel, None).unwrap_or_else(|| Err(cancelled()))
+    }
+
+    /// [`Root::read`] that gives up (`None`) rather than scan more than `scan_limit` bytes
+    /// of an unscanned file for handles: the server runs small reads on its connection task
+    /// and hands the others to a blocking thread.
+    pub fn read_small(
+        &self,
+        path: &ToolPath,
+        offset: Option<u64>,
+        max_bytes: Option<u64>,
+        budget: usize,
+        scan_limit: u64,
+    ) -> Option<Result<Value, AdapterError>> {
+        read::read(self, path, offset, max_bytes, budget, &Cancel::new(), Some(scan_limit))
     }
 
     /// `fs.search`: every non-overlapping occurrence of the literal `query` in the file at

@@ -29,10 +29,11 @@ use std::sync::{Arc, Mutex};
 
 use memchr::memmem::Finder;
 use rustix::buffer::spare_capacity;
-use rustix::fs::{Dir, FileType};
+use rustix::fs::{Dir, FileType, Stat};
 use serde_json::{json, Value};
 
 use super::budget::Bounded;
+use super::guard::{handle_in_content, FileKey, Guard};
 use super::list::{entry_type, reportable_name};
 use super::read::{is_continuation, pread_at};
 use super::resolve::{self, err, open_entry, Kind, Want};
@@ -69,20 +70,25 @@ pub(super) fn search(
         return Err(err(AdapterCode::InvalidRequest, "maxResults must be 1-10000"));
     }
     let (fd, st, kind) = root.open_existing(path, Want::Any)?;
-    let finder = Finder::new(query.as_bytes());
+    let q = Query { finder: Finder::new(query.as_bytes()), guard: root.guard.as_ref() };
     let mut out = Bounded::new("matches", max as usize, budget);
     match kind {
         Kind::File => {
             // One more than still fits under the limit tells whether the result is cut.
             let want = out.remaining() + 1;
-            let size = resolve::size_of(&st);
-            if let Some(raw) = scan(&fd, size, &finder, want, cancel, &mut Vec::new())? {
+            resolve::single_link(&st)?;
+            if let Some(raw) = scan(&fd, &st, &q, want, cancel, &mut Vec::new())? {
                 emit(&mut out, &fd, &path.canonical(), &raw)?;
+                // Under a guard, the match texts must come from the version it judged.
+                let after = rustix::fs::fstat(&fd).map_err(resolve::map_errno)?;
+                if q.guard.is_some() && !FileKey::of(&after).same_content(&FileKey::of(&st)) {
+                    return Err(err(AdapterCode::IoError, "the file changed while it was searched"));
+                }
             }
         }
         Kind::Dir => {
             let prefix = if path.is_root() { String::new() } else { path.canonical() };
-            tree(fd, prefix, &finder, &mut out, cancel)?;
+            tree(fd, prefix, &q, &mut out, cancel)?;
         }
     }
     out.finish()
@@ -104,6 +110,12 @@ fn emit(out: &mut Bounded, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<
         }
     }
     Ok(())
+}
+
+/// What a search looks for: the query, and the content guard of the binding, if any.
+struct Query<'a> {
+    finder: Finder<'a>,
+    guard: Option<&'a Guard>,
 }
 
 /// A directory being walked: its descriptor (shared with the scanners opening its files),
@@ -161,8 +173,9 @@ enum Scanned {
     Nothing,
     /// A text file's first occurrences. The descriptor is not kept (a window of results
     /// would otherwise hold as many open files): the merge opens the file again the same
-    /// confined way and reads the texts only if it is still the same file (device, inode).
-    Matches { job: FileJob, id: (u64, u64), raw: Vec<RawMatch> },
+    /// confined way and reads the texts only if it is still the same content version of the
+    /// same file (device, inode, size, mtime).
+    Matches { job: FileJob, id: FileKey, raw: Vec<RawMatch> },
     /// The search was cancelled, or a scanner failed: the search fails with this.
     Failed(AdapterError),
 }
@@ -176,11 +189,16 @@ fn open_file(job: &FileJob) -> Option<(OwnedFd, rustix::fs::Stat)> {
 }
 
 /// Open and scan one file of the tree.
-fn scan_entry(job: FileJob, finder: &Finder<'_>, cancel: &Cancel, buf: &mut Vec<u8>) -> Scanned {
+fn scan_entry(job: FileJob, query: &Query<'_>, cancel: &Cancel, buf: &mut Vec<u8>) -> Scanned {
     let Some((fd, st)) = open_file(&job) else { return Scanned::Nothing };
-    match scan(&fd, resolve::size_of(&st), finder, job.want, cancel, buf) {
-        Ok(Some(raw)) if !raw.is_empty() => Scanned::Matches { job, id: resolve::identity(&st), raw },
-        Err(e) if cancel.is_cancelled() => Scanned::Failed(e),
+    // DECISION (SPEC PC-7.2): a file with another name, perhaps outside the root, is not the
+    // root's to search; a tree search skips it like a binary file.
+    if resolve::single_link(&st).is_err() {
+        return Scanned::Nothing;
+    }
+    match scan(&fd, &st, query, job.want, cancel, buf) {
+        Ok(Some(raw)) if !raw.is_empty() => Scanned::Matches { job, id: FileKey::of(&st), raw },
+        Err(e) if cancel.is_cancelled() || e.code == AdapterCode::CapabilityInContent => Scanned::Failed(e),
         // An unreadable file is skipped like a binary one.
         _ => Scanned::Nothing,
     }
@@ -192,7 +210,7 @@ fn merge(out: &mut Bounded, scanned: Scanned, cancel: &Cancel) -> Result<bool, A
         Scanned::Nothing => {}
         Scanned::Matches { job, id, raw } => {
             // A file replaced since its scan is treated like one that changed under it.
-            if let Some((fd, _)) = open_file(&job).filter(|(_, st)| resolve::identity(st) == id) {
+            if let Some((fd, _)) = open_file(&job).filter(|(_, st)| FileKey::of(st).same_content(&id)) {
                 if let Err(e) = emit(out, &fd, &job.rel, &raw) {
                     if cancel.is_cancelled() {
                         return Err(e);
@@ -254,7 +272,7 @@ impl Walker {
 fn tree(
     dir: OwnedFd,
     prefix: String,
-    finder: &Finder<'_>,
+    query: &Query<'_>,
     out: &mut Bounded,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
@@ -274,7 +292,7 @@ fn tree(
     }
     let scanners = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_SCANNERS);
     if ended {
-        return sequential(&mut walker, first, finder, out, cancel);
+        return sequential(&mut walker, first, query, out, cancel);
     }
     let window = WINDOW_PER_SCANNER * scanners;
     let (job_tx, job_rx) = mpsc::sync_channel::<Batch>(window);
@@ -288,13 +306,13 @@ fn tree(
             let done = done_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name("fs.search".into())
-                .spawn_scoped(s, move || scanner(jobs, done, finder, cancel, halt));
+                .spawn_scoped(s, move || scanner(jobs, done, query, cancel, halt));
             started += usize::from(spawned.is_ok());
         }
         drop(done_tx);
         if started == 0 {
             drop(job_tx);
-            return sequential(&mut walker, first, finder, out, cancel);
+            return sequential(&mut walker, first, query, out, cancel);
         }
         let mut p = Pipeline { job_tx, done_rx, window, sent: 0, merged: 0, ready: VecDeque::new() };
         let result = p.run(&mut walker, first, out, cancel);
@@ -310,7 +328,7 @@ fn tree(
 fn sequential(
     walker: &mut Walker,
     pending: Vec<FileJob>,
-    finder: &Finder<'_>,
+    query: &Query<'_>,
     out: &mut Bounded,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
@@ -327,7 +345,7 @@ fn sequential(
                 None => return Ok(()),
             },
         };
-        if merge(out, scan_entry(job, finder, cancel, &mut buf), cancel)? {
+        if merge(out, scan_entry(job, query, cancel, &mut buf), cancel)? {
             return Ok(());
         }
     }
@@ -346,7 +364,7 @@ struct Done {
 }
 
 /// A scanner thread: take batches until the channel closes or the search stops.
-fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, finder: &Finder<'_>, cancel: &Cancel, stop: &AtomicBool) {
+fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, query: &Query<'_>, cancel: &Cancel, stop: &AtomicBool) {
     let mut buf = Vec::new();
     loop {
         let batch = match jobs.lock() {
@@ -360,7 +378,7 @@ fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, finder: &Finder<'_
                 return;
             }
             // A bug must fail this search, not leave the merge waiting for the batch.
-            let scanned = catch_unwind(AssertUnwindSafe(|| scan_entry(job, finder, cancel, &mut buf)))
+            let scanned = catch_unwind(AssertUnwindSafe(|| scan_entry(job, query, cancel, &mut buf)))
                 .unwrap_or_else(|_| Scanned::Failed(resolve::io_error()));
             files.push(scanned);
         }
@@ -595,15 +613,20 @@ fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<(usize, us
 /// Stream a file of `size` bytes (as seen when it was opened) through `buf` (scratch space,
 /// reused across files): `None` if it is not UTF-8 or holds a NUL byte, else its first
 /// `want` non-overlapping occurrences, left to right.
+///
+/// Under a content guard the same pass looks for capability handles (unless this version of
+/// the file was already judged clean): a file holding one is `capability_in_content`.
 fn scan(
     fd: &OwnedFd,
-    size: u64,
-    finder: &Finder<'_>,
+    st: &Stat,
+    query: &Query<'_>,
     want: usize,
     cancel: &Cancel,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Vec<RawMatch>>, AdapterError> {
-    let qlen = finder.needle().len() as u64;
+    let size = resolve::size_of(st);
+    let mut guard = query.guard.filter(|g| !g.is_cached_clean(st)).map(|g| (g, g.scanner()));
+    let qlen = query.finder.needle().len() as u64;
     // `buf` holds the file's bytes from offset `base` on.
     buf.clear();
     let mut base = 0u64;
@@ -628,6 +651,12 @@ fn scan(
         // A read that comes back short once the size seen at open is reached is the end
         // of the file (at the time of that read), which spares the final empty read.
         let eof = n == 0 || (n < asked && read_pos >= size);
+        if let Some((_, scanner)) = &mut guard {
+            scanner.feed(&buf[old..]);
+            if scanner.found() {
+                return Err(handle_in_content());
+            }
+        }
         if memchr::memchr(0, &buf[old..]).is_some() {
             return Ok(None);
         }
@@ -644,7 +673,7 @@ fn scan(
         if matching {
             let s = (search_from - base) as usize;
             let mut next = search_from;
-            for at in finder.find_iter(&buf[s..]) {
+            for at in query.finder.find_iter(&buf[s..]) {
                 let start = base + (s + at) as u64;
                 let rel = (cur.pos - base) as usize;
                 cur.advance(&buf[rel..s + at], &mut matches, &mut open);
@@ -673,6 +702,10 @@ fn scan(
                 for m in &mut matches[open..] {
                     (m.line_end, m.line_chars) = (cur.pos, cur.chars);
                 }
+            }
+            if let Some((g, scanner)) = &guard {
+                let after = rustix::fs::fstat(fd).map_err(resolve::map_errno)?;
+                g.remember_clean(scanner, st, &after);
             }
             return Ok(Some(matches));
         }
@@ -932,10 +965,10 @@ mod tests {
         let mut out = Bounded::new("matches", max, budget);
         let cancel = Cancel::new();
         let done = if parallel {
-            tree(fd, String::new(), &finder, &mut out, &cancel)
+            tree(fd, String::new(), &Query { finder, guard: None }, &mut out, &cancel)
         } else {
             let mut walker = Walker { stack: vec![read_frame(fd, String::new()).unwrap()] };
-            sequential(&mut walker, Vec::new(), &finder, &mut out, &cancel)
+            sequential(&mut walker, Vec::new(), &Query { finder, guard: None }, &mut out, &cancel)
         };
         match done.and_then(|()| out.finish()) {
             Ok(v) => v.to_string(),
@@ -974,6 +1007,6 @@ mod tests {
         let mut out = Bounded::new("matches", 10_000, 1 << 30);
         let cancel = Cancel::new();
         cancel.cancel();
-        assert!(tree(fd, String::new(), &finder, &mut out, &cancel).is_err());
+        assert!(tree(fd, String::new(), &Query { finder, guard: None }, &mut out, &cancel).is_err());
     }
 }
