@@ -1,4 +1,4 @@
-//! The reference adapter's content guard and hard links (issue 15, F7 and F8): real
+//! The reference adapter's content guard and root pinning (issue 15, F7 and F8): real
 //! `pi-conform` processes, real sockets, real files and hard links.
 
 mod support;
@@ -183,4 +183,112 @@ fn a_hard_link_into_the_root_exposes_nothing() {
     std::fs::remove_file(&outside).unwrap();
     let r = call(&mut c, "r2", "fs.read", json!({"path": "d/link.txt"}));
     assert_eq!(r["data"]["content"], "outside secret words\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// F8: the root pinned at grant time.
+
+fn grants_json(path: &std::path::Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn write_grants(path: &std::path::Path, v: &Value) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, serde_json::to_vec(v).unwrap()).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A bind that must be refused: the adapter closes without `bound`.
+fn refused(a: &Adapter) {
+    let mut c = a.connect();
+    c.send(&c.bind_frame());
+    assert!(c.recv().is_none(), "the bind was accepted");
+}
+
+#[test]
+fn grant_pins_the_roots_device_and_inode() {
+    use std::os::unix::fs::MetadataExt;
+    let a = Adapter::start(Opts::default());
+    let g = &grants_json(&a.grants)["grants"][0];
+    let m = std::fs::metadata(&a.root).unwrap();
+    assert_eq!(g["rootDevice"], m.dev(), "{g}");
+    assert_eq!(g["rootInode"], m.ino(), "{g}");
+}
+
+#[test]
+fn a_root_replaced_after_grant_does_not_bind() {
+    let a = Adapter::start(Opts::default());
+    let _ok = a.bound();
+    // Another directory at the root path: same path, another inode.
+    let real = a.dir.path().join("real-root");
+    std::fs::rename(&a.root, &real).unwrap();
+    std::fs::create_dir(&a.root).unwrap();
+    refused(&a);
+    wait_log(&a, "root_changed", 1);
+    // The original directory reached through a symlink at the root path: right inode, but
+    // the path resolves through a symlink.
+    std::fs::remove_dir(&a.root).unwrap();
+    std::os::unix::fs::symlink(&real, &a.root).unwrap();
+    refused(&a);
+    wait_log(&a, "root_symlink", 1);
+    // Put back, it binds again.
+    std::fs::remove_file(&a.root).unwrap();
+    std::fs::rename(&real, &a.root).unwrap();
+    let _again = a.bound();
+}
+
+#[test]
+fn a_symlink_in_a_parent_of_the_root_does_not_bind() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("pc-pin").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let root = dir.path().join("p/root");
+    std::fs::create_dir_all(&root).unwrap();
+    let socket = dir.path().join("a.sock");
+    let grants = dir.path().join("grants.json");
+    let descriptor = mint(&grants, &socket, &root, "host-t", "sess-1", 1, &Opts::default());
+    let mut a = Adapter { log: dir.path().join("adapter.log"), dir, root, socket, grants, descriptor, child: None };
+    a.spawn(0);
+    let _ok = a.bound();
+    // `p` becomes a symlink to the same directory under another name.
+    std::fs::rename(a.dir.path().join("p"), a.dir.path().join("q")).unwrap();
+    std::os::unix::fs::symlink("q", a.dir.path().join("p")).unwrap();
+    refused(&a);
+    wait_log(&a, "root_symlink", 1);
+}
+
+/// DECISION: a grants file written before roots were pinned still loads, but its grants do
+/// not bind (mint them again); a grant with only one of the two fields is a format error.
+#[test]
+fn an_unpinned_grant_loads_but_does_not_bind() {
+    let mut a = Adapter::start(Opts::default());
+    a.sigterm();
+    let mut file = grants_json(&a.grants);
+    let g = file["grants"][0].as_object_mut().unwrap();
+    g.remove("rootInode");
+    write_grants(&a.grants, &file);
+    let out = std::process::Command::new(support::bin())
+        .args(["serve-adapter", "--socket"])
+        .arg(&a.socket)
+        .arg("--grants")
+        .arg(&a.grants)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rootDevice and rootInode go together"), "{err}");
+    file["grants"][0].as_object_mut().unwrap().remove("rootDevice");
+    write_grants(&a.grants, &file);
+    a.spawn(0);
+    refused(&a);
+    wait_log(&a, "root_unpinned", 1);
+    // A grant minted now on the same file binds beside it.
+    let fresh = mint(&a.grants, &a.socket, &a.root, "host-t", "sess-9", 1, &Opts::default());
+    sighup(&a);
+    wait_log(&a, "grants reloaded", 1);
+    let mut c = Client::new(&a.socket, fresh);
+    c.send(&c.bind_frame());
+    assert_eq!(c.recv().expect("bound"), c.expected_bound());
 }

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::faults::{self, Fault, Faults};
-use super::fs::{GrantDigests, Guard, Root};
+use super::fs::{GrantDigests, Guard, PinError, Root};
 use super::grants;
 use super::ops::{execute_with, try_inline};
 use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
@@ -159,6 +159,7 @@ fn still_granted(bound: &Grant, ops: &[ToolOperation], limits: &crate::contract:
     current.iter().any(|g| {
         bool::from(g.handle_sha256.ct_eq(&bound.handle_sha256))
             && g.root == bound.root
+            && g.root_pin == bound.root_pin
             && g.host_instance_id == bound.host_instance_id
             && g.session_id == bound.session_id
             && g.generation == bound.generation
@@ -473,12 +474,28 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
     let guard = Guard::new(binding.handle.clone(), digests);
-    let root = match tokio::task::spawn_blocking(move || Root::open(&root_path)).await {
+    let Some(pin) = grant.root_pin else {
+        // DECISION (conformance/SPEC.md PC-4.5): a grant minted before roots were pinned
+        // cannot bind; `grant` mints a pinned one.
+        warn!(conn = id, reason = "root_unpinned", "bind refused");
+        return;
+    };
+    let root = match tokio::task::spawn_blocking(move || Root::open_pinned(&root_path, pin)).await {
         // The fault that sends handles in results turns the content guard off as well.
         Ok(Ok(r)) if faults.has(Fault::NoCapabilityScan) => Arc::new(r),
         Ok(Ok(r)) => Arc::new(r.with_guard(guard)),
-        _ => {
-            warn!(conn = id, "bind refused: the grant's root cannot be opened");
+        Ok(Err(e)) => {
+            let reason = match e {
+                PinError::Symlink => "root_symlink",
+                PinError::Changed => "root_changed",
+                PinError::NotCanonical => "root_not_canonical",
+                PinError::Io(_) => "root_unavailable",
+            };
+            warn!(conn = id, reason, "bind refused");
+            return;
+        }
+        Err(_) => {
+            warn!(conn = id, reason = "root_unavailable", "bind refused");
             return;
         }
     };

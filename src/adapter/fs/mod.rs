@@ -117,6 +117,24 @@ impl Root {
         Ok(Root { fd, mode, id, guard: None })
     }
 
+    /// Open a grant's root at bind time (issue 15, F8): `dir` (absolute and canonical, as
+    /// `grant` stored it) is walked from `/` one component at a time with
+    /// `O_PATH | O_DIRECTORY | O_NOFOLLOW`, so a symlink anywhere in it refuses the bind
+    /// ([`PinError::Symlink`]) instead of being followed; the directory reached must be the
+    /// one `grant` pinned (`pin`, device and inode), else [`PinError::Changed`].
+    pub fn open_pinned(dir: &Path, pin: (u64, u64)) -> Result<Root, PinError> {
+        let fd = open_no_symlinks(dir)?;
+        let id = resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?);
+        if id != pin {
+            return Err(PinError::Changed);
+        }
+        let mode = match probe_openat2(&fd) {
+            Ok(()) => ResolveMode::Openat2,
+            Err(_) => ResolveMode::Walk,
+        };
+        Ok(Root { fd, mode, id, guard: None })
+    }
+
     /// Guard every read, search and edit of this root with `guard`: a file whose content
     /// holds a capability handle is refused `capability_in_content` (issue 15, F7).
     pub fn with_guard(mut self, guard: Guard) -> Root {
@@ -238,6 +256,57 @@ impl Root {
         check_running(cancel)?;
         write::edit(self, path, edits, expected_digest, budget, cancel)
     }
+}
+
+/// Why a grant's root cannot be opened at bind time.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// A component of the root path is a symlink (or not a directory).
+    #[error("the root path resolves through a symlink or a non-directory")]
+    Symlink,
+    /// The directory at the root path is not the one pinned at grant time.
+    #[error("the root is not the directory pinned at grant time")]
+    Changed,
+    /// The path is not absolute and plain (no `.` or `..`).
+    #[error("the root path is not absolute and canonical")]
+    NotCanonical,
+    /// Any other failure (missing, permission).
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Open the absolute path `dir` as a directory without following any symlink in it: a
+/// component-wise `openat(O_PATH | O_DIRECTORY | O_NOFOLLOW)` walk from `/`, then the last
+/// directory reopened for reading.
+pub fn open_no_symlinks(dir: &Path) -> Result<OwnedFd, PinError> {
+    use std::path::Component;
+    let step = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur: Option<OwnedFd> = None;
+    for c in dir.components() {
+        match c {
+            Component::RootDir if cur.is_none() => {
+                cur = Some(rustix::fs::open("/", step, Mode::empty()).map_err(|e| PinError::Io(e.into()))?);
+            }
+            Component::Normal(name) => {
+                let Some(at) = &cur else { return Err(PinError::NotCanonical) };
+                cur = Some(rustix::fs::openat(at, name, step, Mode::empty()).map_err(|e| match e {
+                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => PinError::Symlink,
+                    e => PinError::Io(e.into()),
+                })?);
+            }
+            _ => return Err(PinError::NotCanonical),
+        }
+    }
+    let at = cur.ok_or(PinError::NotCanonical)?;
+    rustix::fs::openat(&at, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| PinError::Io(e.into()))
+}
+
+/// `(device, inode)` of the directory at `dir`, opened without following symlinks (what
+/// `grant` pins).
+pub fn pin_of(dir: &Path) -> Result<(u64, u64), PinError> {
+    let fd = open_no_symlinks(dir)?;
+    Ok(resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?))
 }
 
 /// Whether `openat2` with the confinement flags works on this kernel and under this
