@@ -453,3 +453,80 @@ fn a_deep_search_under_descriptor_pressure_never_answers_an_incomplete_ok() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// F3: one live connection per grant.
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// DECISION (SPEC PC-4.5): a bind of a grant that has a live connection replaces it — the
+/// earlier one is revoked (in-flight work aborted, `revoked`, close), the new one works.
+#[test]
+fn a_later_bind_of_the_same_grant_replaces_the_live_connection() {
+    let a = Adapter::start(Opts { op_delay_ms: 2000, ..Opts::default() });
+    std::fs::write(a.root.join("f.txt"), "x").unwrap();
+    let mut conns: Vec<Client> = Vec::new();
+    for i in 0..10 {
+        let mut c = a.bound();
+        c.send(&c.invoke(&format!("r{i}"), &format!("k{i}"), "fs.stat", json!({"path": "f.txt"})));
+        if let Some(prev) = conns.last_mut() {
+            let f = prev.recv().expect("the replaced connection says revoked");
+            assert_eq!(f["kind"], "revoked", "in-flight work of a replaced connection is aborted: {f}");
+            assert!(prev.recv().is_none(), "the replaced connection must close");
+        }
+        conns.push(c);
+    }
+    wait_log(&a, "\"replaced\"", 9);
+    let last = conns.last_mut().unwrap();
+    assert_eq!(last.result_of("r9")["ok"], true, "the live connection works");
+    // A different grant is not affected by this grant's binds.
+    let other = mint(&a.grants, &a.socket, &a.root, "host-t", "sess-2", 1, &Opts::default());
+    sighup(&a);
+    wait_log(&a, "grants reloaded", 1);
+    let mut o = Client::new(&a.socket, other);
+    o.send(&o.bind_frame());
+    assert_eq!(o.recv().expect("bound"), o.expected_bound());
+    let _again = a.bound();
+    o.send(&o.invoke("o1", "ko1", "fs.stat", json!({"path": "f.txt"})));
+    assert_eq!(o.result_of("o1")["ok"], true);
+}
+
+/// Ten connections bound with one handle, each filling its queue with 1 MiB writes, hold
+/// the memory of one: the RSS of the adapter after ten is compared with after one.
+#[test]
+fn ten_connections_of_one_grant_hold_the_memory_of_one() {
+    let a = Adapter::start(Opts { op_delay_ms: 30_000, ..Opts::default() });
+    let pid = a.child.as_ref().unwrap().id();
+    let content = "w".repeat(1_000_000);
+    let fill = |c: &mut Client, tag: &str| {
+        // 4 running + 16 queued: every request is admitted.
+        for i in 0..20 {
+            let id = format!("{tag}-{i}");
+            c.send(&c.invoke(&id, &id, "fs.write", json!({"path": format!("{tag}-{i}.txt"), "content": content})));
+        }
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(1500));
+    let idle = rss_kib(pid);
+    let mut first = a.bound();
+    fill(&mut first, "one");
+    settle();
+    let one = rss_kib(pid);
+    let mut conns = vec![first];
+    for n in 1..10 {
+        let mut c = a.bound();
+        fill(&mut c, &format!("c{n}"));
+        conns.push(c);
+    }
+    settle();
+    let ten = rss_kib(pid);
+    eprintln!("adapter RSS: idle {idle} KiB, one connection with 20 x 1 MB writes in flight {one} KiB, ten such connections of one grant {ten} KiB");
+    assert!(one > idle + 15_000, "the in-flight writes of one connection are not held ({idle} -> {one} KiB)");
+    assert!(
+        ten < one + (one - idle),
+        "ten connections of one grant hold more than twice one's in-flight memory: {one} -> {ten} KiB"
+    );
+}

@@ -168,6 +168,51 @@ fn still_granted(bound: &Grant, ops: &[ToolOperation], limits: &crate::contract:
     })
 }
 
+/// The live connection of each grant (issue 15, F3), by handle digest: its connection id and
+/// the sender that revokes it when a later bind of the same grant replaces it.
+#[derive(Default)]
+struct LiveBindings {
+    by_grant: std::sync::Mutex<std::collections::HashMap<[u8; 32], LiveEntry>>,
+}
+
+/// A grant's live connection: its id and the sender that revokes it.
+type LiveEntry = (u64, tokio::sync::oneshot::Sender<()>);
+
+impl LiveBindings {
+    /// Make connection `id` the live one of `grant`, revoking the one it replaces (if any);
+    /// the receiver fires when a later bind replaces this one.
+    fn take_over(&self, grant: [u8; 32], id: u64) -> (tokio::sync::oneshot::Receiver<()>, bool) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
+        let replaced = match map.insert(grant, (id, tx)) {
+            Some((_, old)) => old.send(()).is_ok(),
+            None => false,
+        };
+        (rx, replaced)
+    }
+
+    /// Connection `id` of `grant` is gone: forget it, unless a later bind already replaced it.
+    fn release(&self, grant: [u8; 32], id: u64) {
+        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&grant).is_some_and(|(live, _)| *live == id) {
+            map.remove(&grant);
+        }
+    }
+}
+
+/// Releases a connection's place in [`LiveBindings`] when the connection ends.
+struct LiveGuard {
+    live: Arc<LiveBindings>,
+    grant: [u8; 32],
+    id: u64,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.live.release(self.grant, self.id);
+    }
+}
+
 /// A slot among the unbound connections, given back when dropped (bound or gone).
 struct UnboundSlot(Arc<AtomicUsize>);
 
@@ -242,6 +287,7 @@ pub async fn serve_disciplined(
     info!(grants = loaded.len(), "grants loaded");
     // Every grant's handle digest, for the content guard of every binding (issue 15, F7).
     let digests = Arc::new(GrantDigests::new(loaded.iter().map(|g| g.handle_sha256)));
+    let live = Arc::new(LiveBindings::default());
     // Connections read the grants when their bind arrives (not when accepted) and bound ones
     // watch them: a reload that drops their grant revokes them (issue 15, F5).
     let (grants_tx, grants_rx) = watch::channel(Arc::new(loaded));
@@ -313,6 +359,7 @@ pub async fn serve_disciplined(
                     id: next_conn,
                     grants: grants_rx.clone(),
                     digests: digests.clone(),
+                    live: live.clone(),
                     me: cfg.identity.clone(),
                     delay: cfg.op_delay,
                     faults,
@@ -416,6 +463,7 @@ struct Conn {
     id: u64,
     grants: watch::Receiver<Arc<Vec<Grant>>>,
     digests: Arc<GrantDigests>,
+    live: Arc<LiveBindings>,
     me: AdapterIdentity,
     delay: Duration,
     faults: Faults,
@@ -424,7 +472,7 @@ struct Conn {
 }
 
 async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bool>) {
-    let Conn { id, grants: mut grants_rx, digests, me, delay, faults, bind_deadline, slot } = conn;
+    let Conn { id, grants: mut grants_rx, digests, live, me, delay, faults, bind_deadline, slot } = conn;
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
     let mut buf = vec![0u8; PRE_BIND_READ];
@@ -501,6 +549,15 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     };
     let runner = Runner { root, dir, delay, faults };
     drop(slot);
+    // DECISION (conformance/SPEC.md PC-4.5): one live connection per grant; this bind
+    // replaces (revokes) an earlier live one, so every limit of the grant holds across all
+    // the connections that present its handle.
+    let (mut replaced_rx, replaced) = live.take_over(grant.handle_sha256, id);
+    let _live = LiveGuard { live, grant: grant.handle_sha256, id };
+    let mut replace_gone = false;
+    if replaced {
+        info!(conn = id, "bound over a live connection of the same grant; revoking it");
+    }
     let mut buf = vec![0u8; 64 * 1024];
     info!(conn = id, session = %binding.identity.session_id, generation = binding.identity.generation, "bound");
     let mut session = Session::with_faults(binding, faults);
@@ -587,6 +644,15 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
                 revoke(&mut session, &mut wr).await;
                 info!(conn = id, reason = "shutdown", "closed");
                 return;
+            }
+            r = &mut replaced_rx, if !replace_gone => {
+                if r.is_ok() {
+                    revoke(&mut session, &mut wr).await;
+                    info!(conn = id, reason = "replaced", "closed");
+                    return;
+                }
+                // The registry dropped our entry without a replacement (never polled again).
+                replace_gone = true;
             }
             Ok(()) = grants_rx.changed() => {
                 let current = grants_rx.borrow_and_update().clone();
