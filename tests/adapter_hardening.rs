@@ -370,3 +370,163 @@ fn startup_does_not_hang_on_a_live_socket_with_a_full_backlog() {
     assert!(socket.exists(), "a live server's socket must not be removed");
     drop(listener);
 }
+
+// ---------------------------------------------------------------------------------------
+// F4: walks never lie, and hold a bounded number of descriptors.
+
+/// Start the fixture's adapter again under `ulimit -n <nofile>` with extra flags.
+fn restart_limited(a: &mut Adapter, nofile: u32, extra: &str) {
+    a.sigterm();
+    let log = std::fs::File::create(&a.log).unwrap();
+    let cmd = format!(
+        "ulimit -n {nofile} && exec '{}' serve-adapter --log-format json {extra} --socket '{}' --grants '{}'",
+        bin(),
+        a.socket.display(),
+        a.grants.display()
+    );
+    a.child = Some(Command::new("sh").args(["-c", &cmd]).stdout(Stdio::null()).stderr(log).spawn().unwrap());
+    let t = Instant::now();
+    while UnixStream::connect(&a.socket).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "adapter did not start: {}", a.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let the readiness probes' connections go.
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn call(c: &mut Client, id: &str, op: &str, payload: Value) -> Value {
+    c.send(&c.invoke(id, &format!("k-{id}"), op, payload));
+    c.result_of(id)
+}
+
+/// A search over a tree 2,000 directories deep finds the match at the bottom under a
+/// descriptor limit of 40 (the walk holds no descriptor per level); with every descriptor
+/// taken it fails `io_error` (retryable) instead of answering `ok` without the match; once
+/// descriptors are free it finds it again.
+#[test]
+fn a_deep_search_under_descriptor_pressure_never_answers_an_incomplete_ok() {
+    let mut a = Adapter::start(Opts::default());
+    let mut deep = a.root.clone();
+    let mut rel = String::new();
+    for _ in 0..2000 {
+        deep.push("d");
+        rel.push_str("d/");
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("n.txt"), "a needle here\n").unwrap();
+    std::fs::write(a.root.join("top.txt"), "no match\n").unwrap();
+    let want_path = format!("{rel}n.txt");
+    restart_limited(&mut a, 40, "--max-unbound 1000");
+    let mut c = a.bound();
+    let r = call(&mut c, "s1", "fs.search", json!({"path": ".", "query": "needle"}));
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["data"]["truncated"], false);
+    let m = r["data"]["matches"].as_array().unwrap();
+    assert_eq!(m.len(), 1, "{r}");
+    assert_eq!(m[0]["path"], want_path.as_str());
+    assert_eq!((m[0]["line"].as_u64(), m[0]["column"].as_u64()), (Some(1), Some(3)));
+    // Take every descriptor the adapter has left: unbound connections until accept fails.
+    let held: Vec<UnixStream> = (0..80).filter_map(|_| UnixStream::connect(&a.socket).ok()).collect();
+    wait_log(&a, "accept failed", 1);
+    let r = call(&mut c, "s2", "fs.search", json!({"path": ".", "query": "needle"}));
+    assert_eq!(r["ok"], false, "a search that could not open the tree answered ok: {r}");
+    assert_eq!(r["error"]["code"], "io_error", "{r}");
+    assert_eq!(r["error"]["retryable"], true);
+    let r = call(&mut c, "l1", "fs.list", json!({"path": "d"}));
+    assert_eq!((r["ok"].as_bool(), r["error"]["code"].as_str()), (Some(false), Some("io_error")), "{r}");
+    drop(held);
+    // Descriptors come back: the same search is complete again.
+    let t = Instant::now();
+    loop {
+        let r = call(
+            &mut c,
+            &format!("s3-{}", t.elapsed().as_millis()),
+            "fs.search",
+            json!({"path": ".", "query": "needle"}),
+        );
+        if r["ok"] == true {
+            assert_eq!(r["data"]["matches"][0]["path"], want_path.as_str(), "{r}");
+            break;
+        }
+        assert_eq!(r["error"]["code"], "io_error", "{r}");
+        assert!(t.elapsed() < Duration::from_secs(10), "descriptors never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// F3: one live connection per grant.
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// DECISION (SPEC PC-4.5): a bind of a grant that has a live connection replaces it — the
+/// earlier one is revoked (in-flight work aborted, `revoked`, close), the new one works.
+#[test]
+fn a_later_bind_of_the_same_grant_replaces_the_live_connection() {
+    let a = Adapter::start(Opts { op_delay_ms: 2000, ..Opts::default() });
+    std::fs::write(a.root.join("f.txt"), "x").unwrap();
+    let mut conns: Vec<Client> = Vec::new();
+    for i in 0..10 {
+        let mut c = a.bound();
+        c.send(&c.invoke(&format!("r{i}"), &format!("k{i}"), "fs.stat", json!({"path": "f.txt"})));
+        if let Some(prev) = conns.last_mut() {
+            let f = prev.recv().expect("the replaced connection says revoked");
+            assert_eq!(f["kind"], "revoked", "in-flight work of a replaced connection is aborted: {f}");
+            assert!(prev.recv().is_none(), "the replaced connection must close");
+        }
+        conns.push(c);
+    }
+    wait_log(&a, "\"replaced\"", 9);
+    let last = conns.last_mut().unwrap();
+    assert_eq!(last.result_of("r9")["ok"], true, "the live connection works");
+    // A different grant is not affected by this grant's binds.
+    let other = mint(&a.grants, &a.socket, &a.root, "host-t", "sess-2", 1, &Opts::default());
+    sighup(&a);
+    wait_log(&a, "grants reloaded", 1);
+    let mut o = Client::new(&a.socket, other);
+    o.send(&o.bind_frame());
+    assert_eq!(o.recv().expect("bound"), o.expected_bound());
+    let _again = a.bound();
+    o.send(&o.invoke("o1", "ko1", "fs.stat", json!({"path": "f.txt"})));
+    assert_eq!(o.result_of("o1")["ok"], true);
+}
+
+/// Ten connections bound with one handle, each filling its queue with 1 MiB writes, hold
+/// the memory of one: the RSS of the adapter after ten is compared with after one.
+#[test]
+fn ten_connections_of_one_grant_hold_the_memory_of_one() {
+    let a = Adapter::start(Opts { op_delay_ms: 30_000, ..Opts::default() });
+    let pid = a.child.as_ref().unwrap().id();
+    let content = "w".repeat(1_000_000);
+    let fill = |c: &mut Client, tag: &str| {
+        // 4 running + 16 queued: every request is admitted.
+        for i in 0..20 {
+            let id = format!("{tag}-{i}");
+            c.send(&c.invoke(&id, &id, "fs.write", json!({"path": format!("{tag}-{i}.txt"), "content": content})));
+        }
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(1500));
+    let idle = rss_kib(pid);
+    let mut first = a.bound();
+    fill(&mut first, "one");
+    settle();
+    let one = rss_kib(pid);
+    let mut conns = vec![first];
+    for n in 1..10 {
+        let mut c = a.bound();
+        fill(&mut c, &format!("c{n}"));
+        conns.push(c);
+    }
+    settle();
+    let ten = rss_kib(pid);
+    eprintln!("adapter RSS: idle {idle} KiB, one connection with 20 x 1 MB writes in flight {one} KiB, ten such connections of one grant {ten} KiB");
+    assert!(one > idle + 15_000, "the in-flight writes of one connection are not held ({idle} -> {one} KiB)");
+    assert!(
+        ten < one + (one - idle),
+        "ten connections of one grant hold more than twice one's in-flight memory: {one} -> {ten} KiB"
+    );
+}

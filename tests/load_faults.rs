@@ -213,6 +213,14 @@ fn saturation_64_sessions_stay_live_typed_and_bounded() {
         let desc = a.grant(&socket, &root, &host, &sid, limits);
         sessions.push((sid, root, desc));
     }
+    // The direct clients bind grants of their own on the same roots: a grant has one live
+    // connection (a second bind with the daemon's handle would replace the daemon's binding,
+    // SPEC PC-4.5), so they load the adapter beside the daemon, not through its bindings.
+    let direct_grants: Vec<Value> = sessions
+        .iter()
+        .step_by(SAT_DIRECT_EVERY)
+        .map(|(sid, root, _)| a.grant(&socket, root, &host, &format!("{sid}-direct"), limits))
+        .collect();
     a.spawn(0);
     for (i, (sid, root, desc)) in sessions.iter().enumerate() {
         let r = c.call(&open_v2(&format!("o{i}"), sid, root, desc));
@@ -228,9 +236,9 @@ fn saturation_64_sessions_stay_live_typed_and_bounded() {
         drivers.push(std::thread::spawn(move || drive_sessions(sock, mine, deadline)));
     }
     let mut direct = Vec::new();
-    for (sid, _, desc) in sessions.iter().step_by(SAT_DIRECT_EVERY) {
+    for (i, desc) in direct_grants.iter().enumerate() {
         let (sock, desc) = (socket.clone(), desc.clone());
-        let name = format!("direct-{sid}");
+        let name = format!("direct-{i}");
         direct.push(std::thread::Builder::new().name(name).spawn(move || direct_bursts(sock, desc, deadline)).unwrap());
     }
     // The host keeps answering status throughout.

@@ -187,7 +187,9 @@ def load_grants(path):
     keys = {"handleSha256", "root", "hostInstanceId", "sessionId", "generation", "operations", "limits"}
     out = []
     for g in doc["grants"]:
-        if not isinstance(g, dict) or set(g) != keys:
+        # rootDevice/rootInode (optional, together): the root pinned by `grant`.
+        pin = {"rootDevice", "rootInode"} & set(g) if isinstance(g, dict) else set()
+        if not isinstance(g, dict) or set(g) - pin != keys or len(pin) == 1:
             raise ValueError("a grant has missing or unknown keys")
         if not isinstance(g["handleSha256"], str) or not re.fullmatch(r"[0-9a-fA-F]{64}", g["handleSha256"]):
             raise ValueError("handleSha256 must be 64 hex characters")

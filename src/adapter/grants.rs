@@ -59,6 +59,12 @@ pub struct StoredGrant {
     pub handle_sha256: String,
     /// Absolute root directory.
     pub root: PathBuf,
+    /// Device number (`st_dev`) of the root when the grant was minted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_device: Option<u64>,
+    /// Inode number (`st_ino`) of the root when the grant was minted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_inode: Option<u64>,
     /// Host incarnation.
     pub host_instance_id: String,
     /// Session.
@@ -174,9 +180,15 @@ fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
     if !g.root.is_absolute() {
         return Err("root must be absolute".into());
     }
+    let root_pin = match (g.root_device, g.root_inode) {
+        (Some(dev), Some(ino)) => Some((dev, ino)),
+        (None, None) => None,
+        _ => return Err("rootDevice and rootInode go together".into()),
+    };
     Ok(Grant {
         handle_sha256: digest,
         root: g.root.clone(),
+        root_pin,
         host_instance_id: g.host_instance_id.clone(),
         session_id: g.session_id.clone(),
         generation: g.generation,
@@ -208,7 +220,11 @@ pub struct GrantRequest {
     pub adapter_version: String,
 }
 
-/// A fresh 256-bit handle, base64url without padding (43 characters).
+/// The length of a handle [`mint_handle`] makes: 32 random bytes in unpadded base64url. The
+/// content guard looks for other grants' handles of exactly this shape.
+pub const MINTED_HANDLE_LEN: usize = 43;
+
+/// A fresh 256-bit handle, base64url without padding ([`MINTED_HANDLE_LEN`] characters).
 pub fn mint_handle() -> Result<String, GrantsError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| GrantsError::Invalid(format!("no randomness: {e}")))?;
@@ -227,6 +243,9 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
     if !root.is_dir() {
         return Err(GrantsError::Invalid(format!("root {} is not a directory", req.root.display())));
     }
+    // Pin the root (issue 15, F8): a bind opens exactly this directory or nothing.
+    let (root_device, root_inode) =
+        super::fs::pin_of(&root).map_err(|e| GrantsError::Invalid(format!("the root cannot be pinned: {e}")))?;
     let socket = if req.socket.is_absolute() {
         req.socket.clone()
     } else {
@@ -269,6 +288,8 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
     file.grants.push(StoredGrant {
         handle_sha256: hex::encode(handle_digest(&handle)),
         root,
+        root_device: Some(root_device),
+        root_inode: Some(root_inode),
         host_instance_id: req.host_instance_id.clone(),
         session_id: req.session_id.clone(),
         generation: req.generation,
@@ -298,4 +319,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
         let _ = std::fs::remove_file(&tmp);
     }
     res.map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_handles_have_the_guarded_shape() {
+        for _ in 0..16 {
+            let h = mint_handle().unwrap();
+            assert_eq!(h.len(), MINTED_HANDLE_LEN);
+            assert!(crate::contract::text::is_base64url(&h));
+        }
+    }
 }

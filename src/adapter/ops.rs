@@ -113,6 +113,28 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     Ok(data)
 }
 
+/// Largest file a read run on the connection task may scan for handles (see [`try_inline`]).
+pub const INLINE_SCAN_BYTES: u64 = 256 * 1024;
+
+/// Run a cheap job right away: `None` when it is a read whose file needs a content scan of
+/// more than [`INLINE_SCAN_BYTES`] (the caller runs [`execute`] on a blocking thread instead).
+pub fn try_inline(root: &Root, job: &Job) -> Option<Result<Value, AdapterError>> {
+    if job.operation != ToolOperation::FsRead {
+        return Some(execute(root, job));
+    }
+    let p = &job.payload;
+    let path = match p
+        .get("path")
+        .and_then(Value::as_str)
+        .map(|s| validate_relative_path(s, PathSide::Adapter, "payload.path"))
+    {
+        Some(Ok(path)) => path,
+        _ => return Some(execute(root, job)),
+    };
+    let u = |k: &str| p.get(k).and_then(Value::as_u64);
+    root.read_small(&path, u("offset"), u("maxBytes"), job.budget, INLINE_SCAN_BYTES)
+}
+
 fn run(root: &Root, job: &Job, faults: Faults) -> Result<Value, AdapterError> {
     let p = &job.payload;
     let bad = || AdapterError::new(AdapterCode::InvalidRequest, "payload does not match the operation");

@@ -15,9 +15,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::faults::{self, Fault, Faults};
-use super::fs::Root;
+use super::fs::{GrantDigests, Guard, PinError, Root};
 use super::grants;
-use super::ops::execute_with;
+use super::ops::{execute_with, try_inline};
 use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
@@ -159,12 +159,58 @@ fn still_granted(bound: &Grant, ops: &[ToolOperation], limits: &crate::contract:
     current.iter().any(|g| {
         bool::from(g.handle_sha256.ct_eq(&bound.handle_sha256))
             && g.root == bound.root
+            && g.root_pin == bound.root_pin
             && g.host_instance_id == bound.host_instance_id
             && g.session_id == bound.session_id
             && g.generation == bound.generation
             && ops.iter().all(|o| g.operations.contains(o))
             && limits.values().iter().zip(g.ceilings.values()).all(|(asked, max)| *asked <= max)
     })
+}
+
+/// The live connection of each grant (issue 15, F3), by handle digest: its connection id and
+/// the sender that revokes it when a later bind of the same grant replaces it.
+#[derive(Default)]
+struct LiveBindings {
+    by_grant: std::sync::Mutex<std::collections::HashMap<[u8; 32], LiveEntry>>,
+}
+
+/// A grant's live connection: its id and the sender that revokes it.
+type LiveEntry = (u64, tokio::sync::oneshot::Sender<()>);
+
+impl LiveBindings {
+    /// Make connection `id` the live one of `grant`, revoking the one it replaces (if any);
+    /// the receiver fires when a later bind replaces this one.
+    fn take_over(&self, grant: [u8; 32], id: u64) -> (tokio::sync::oneshot::Receiver<()>, bool) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
+        let replaced = match map.insert(grant, (id, tx)) {
+            Some((_, old)) => old.send(()).is_ok(),
+            None => false,
+        };
+        (rx, replaced)
+    }
+
+    /// Connection `id` of `grant` is gone: forget it, unless a later bind already replaced it.
+    fn release(&self, grant: [u8; 32], id: u64) {
+        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&grant).is_some_and(|(live, _)| *live == id) {
+            map.remove(&grant);
+        }
+    }
+}
+
+/// Releases a connection's place in [`LiveBindings`] when the connection ends.
+struct LiveGuard {
+    live: Arc<LiveBindings>,
+    grant: [u8; 32],
+    id: u64,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.live.release(self.grant, self.id);
+    }
 }
 
 /// A slot among the unbound connections, given back when dropped (bound or gone).
@@ -239,6 +285,9 @@ pub async fn serve_disciplined(
     }
     let loaded = grants::load(&cfg.grants)?;
     info!(grants = loaded.len(), "grants loaded");
+    // Every grant's handle digest, for the content guard of every binding (issue 15, F7).
+    let digests = Arc::new(GrantDigests::new(loaded.iter().map(|g| g.handle_sha256)));
+    let live = Arc::new(LiveBindings::default());
     // Connections read the grants when their bind arrives (not when accepted) and bound ones
     // watch them: a reload that drops their grant revokes them (issue 15, F5).
     let (grants_tx, grants_rx) = watch::channel(Arc::new(loaded));
@@ -309,6 +358,8 @@ pub async fn serve_disciplined(
                 let conn = Conn {
                     id: next_conn,
                     grants: grants_rx.clone(),
+                    digests: digests.clone(),
+                    live: live.clone(),
                     me: cfg.identity.clone(),
                     delay: cfg.op_delay,
                     faults,
@@ -322,6 +373,7 @@ pub async fn serve_disciplined(
                 match grants::load(&cfg.grants) {
                     Ok(g) => {
                         info!(grants = g.len(), "grants reloaded");
+                        digests.replace(g.iter().map(|g| g.handle_sha256));
                         grants_tx.send_replace(Arc::new(g));
                     }
                     Err(e) => warn!(error = %e, "grants reload refused; keeping the previous grants"),
@@ -376,8 +428,16 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
         && job.payload.get("maxBytes").and_then(serde_json::Value::as_u64).is_some_and(|n| n <= 64 * 1024);
     if delay.is_zero() && (job.operation == ToolOperation::FsStat || small_read) {
         let started = Instant::now();
-        let out = execute_with(&r.root, &r.dir, &job, r.faults);
-        return Some((job.request_id, out, started));
+        // A small window of a big file not scanned for handles yet goes to the pool: the
+        // content guard reads the whole file once (issue 15, F7).
+        let out = if r.faults.is_empty() {
+            try_inline(&r.root, &job)
+        } else {
+            Some(execute_with(&r.root, &r.dir, &job, r.faults))
+        };
+        if let Some(out) = out {
+            return Some((job.request_id, out, started));
+        }
     }
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -402,6 +462,8 @@ fn skippable_before_bind(line: &[u8]) -> bool {
 struct Conn {
     id: u64,
     grants: watch::Receiver<Arc<Vec<Grant>>>,
+    digests: Arc<GrantDigests>,
+    live: Arc<LiveBindings>,
     me: AdapterIdentity,
     delay: Duration,
     faults: Faults,
@@ -410,7 +472,7 @@ struct Conn {
 }
 
 async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bool>) {
-    let Conn { id, grants: mut grants_rx, me, delay, faults, bind_deadline, slot } = conn;
+    let Conn { id, grants: mut grants_rx, digests, live, me, delay, faults, bind_deadline, slot } = conn;
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
     let mut buf = vec![0u8; PRE_BIND_READ];
@@ -459,15 +521,43 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     drop(grants);
     let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
-    let root = match tokio::task::spawn_blocking(move || Root::open(&root_path)).await {
-        Ok(Ok(r)) => Arc::new(r),
-        _ => {
-            warn!(conn = id, "bind refused: the grant's root cannot be opened");
+    let guard = Guard::new(binding.handle.clone(), digests);
+    let Some(pin) = grant.root_pin else {
+        // DECISION (conformance/SPEC.md PC-4.5): a grant minted before roots were pinned
+        // cannot bind; `grant` mints a pinned one.
+        warn!(conn = id, reason = "root_unpinned", "bind refused");
+        return;
+    };
+    let root = match tokio::task::spawn_blocking(move || Root::open_pinned(&root_path, pin)).await {
+        // The fault that sends handles in results turns the content guard off as well.
+        Ok(Ok(r)) if faults.has(Fault::NoCapabilityScan) => Arc::new(r),
+        Ok(Ok(r)) => Arc::new(r.with_guard(guard)),
+        Ok(Err(e)) => {
+            let reason = match e {
+                PinError::Symlink => "root_symlink",
+                PinError::Changed => "root_changed",
+                PinError::NotCanonical => "root_not_canonical",
+                PinError::Io(_) => "root_unavailable",
+            };
+            warn!(conn = id, reason, "bind refused");
+            return;
+        }
+        Err(_) => {
+            warn!(conn = id, reason = "root_unavailable", "bind refused");
             return;
         }
     };
     let runner = Runner { root, dir, delay, faults };
     drop(slot);
+    // DECISION (conformance/SPEC.md PC-4.5): one live connection per grant; this bind
+    // replaces (revokes) an earlier live one, so every limit of the grant holds across all
+    // the connections that present its handle.
+    let (mut replaced_rx, replaced) = live.take_over(grant.handle_sha256, id);
+    let _live = LiveGuard { live, grant: grant.handle_sha256, id };
+    let mut replace_gone = false;
+    if replaced {
+        info!(conn = id, "bound over a live connection of the same grant; revoking it");
+    }
     let mut buf = vec![0u8; 64 * 1024];
     info!(conn = id, session = %binding.identity.session_id, generation = binding.identity.generation, "bound");
     let mut session = Session::with_faults(binding, faults);
@@ -554,6 +644,15 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
                 revoke(&mut session, &mut wr).await;
                 info!(conn = id, reason = "shutdown", "closed");
                 return;
+            }
+            r = &mut replaced_rx, if !replace_gone => {
+                if r.is_ok() {
+                    revoke(&mut session, &mut wr).await;
+                    info!(conn = id, reason = "replaced", "closed");
+                    return;
+                }
+                // The registry dropped our entry without a replacement (never polled again).
+                replace_gone = true;
             }
             Ok(()) = grants_rx.changed() => {
                 let current = grants_rx.borrow_and_update().clone();

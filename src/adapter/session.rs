@@ -35,6 +35,9 @@ pub struct Grant {
     pub handle_sha256: [u8; 32],
     /// The directory the binding is confined to.
     pub root: std::path::PathBuf,
+    /// Device and inode of `root` when the grant was minted (`None`: a grant written before
+    /// roots were pinned, which cannot bind).
+    pub root_pin: Option<(u64, u64)>,
     /// Host incarnation the grant is for.
     pub host_instance_id: String,
     /// Session the grant is for.

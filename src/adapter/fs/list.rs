@@ -24,12 +24,17 @@ pub(super) fn reportable_name(raw: &[u8]) -> Option<&str> {
 }
 
 /// The type of entry `name` in `dir`, from `d_type` or, when the filesystem does not
-/// report it, from `fstatat(AT_SYMLINK_NOFOLLOW)`.
-pub(super) fn entry_type(dir: &OwnedFd, name: &str, d_type: FileType) -> FileType {
+/// report it, from `fstatat(AT_SYMLINK_NOFOLLOW)`. An entry that vanished meanwhile is
+/// [`FileType::Unknown`] (omitted); any other failure is an error, never a silent omission
+/// (issue 15, F4).
+pub(super) fn entry_type(dir: &OwnedFd, name: &str, d_type: FileType) -> Result<FileType, AdapterError> {
     match d_type {
-        FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
-        t => t,
+        FileType::Unknown => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(FileType::from_raw_mode(st.st_mode)),
+            Err(rustix::io::Errno::NOENT) => Ok(FileType::Unknown),
+            Err(e) => Err(resolve::map_errno(e)),
+        },
+        t => Ok(t),
     }
 }
 
@@ -61,7 +66,7 @@ pub(super) fn list(
         if smallest.len() > max && smallest.peek().is_some_and(|top| top.as_slice() <= name.as_bytes()) {
             continue;
         }
-        if !matches!(entry_type(&fd, name, entry.file_type()), FileType::RegularFile | FileType::Directory) {
+        if !matches!(entry_type(&fd, name, entry.file_type())?, FileType::RegularFile | FileType::Directory) {
             continue;
         }
         smallest.push(name.as_bytes().to_vec());
@@ -76,8 +81,12 @@ pub(super) fn list(
     for raw in smallest.into_sorted_vec() {
         let Some(name) = reportable_name(&raw) else { continue };
         // Judge each kept entry on its current metadata; one that vanished or changed
-        // type since it was read is omitted.
-        let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        // type since it was read is omitted, and any other failure fails the listing.
+        let st = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(resolve::map_errno(e)),
+        };
         let mut e = Map::new();
         e.insert("name".into(), name.into());
         match FileType::from_raw_mode(st.st_mode) {

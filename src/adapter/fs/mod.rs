@@ -21,6 +21,7 @@
 
 mod budget;
 mod cancel;
+mod guard;
 mod list;
 mod lock;
 mod read;
@@ -39,6 +40,7 @@ use serde_json::Value;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
+pub use guard::{GrantDigests, Guard};
 
 /// Default `maxEntries` of `fs.list` (SPEC §5.3).
 pub const DEFAULT_MAX_ENTRIES: u64 = 1000;
@@ -75,6 +77,8 @@ pub struct Root {
     mode: ResolveMode,
     /// Device and inode of the root, identifying it in the process-wide write locks.
     id: (u64, u64),
+    /// The content guard of the binding (none for a root opened outside a binding).
+    guard: Option<Guard>,
 }
 
 impl std::fmt::Debug for Root {
@@ -110,7 +114,32 @@ impl Root {
                 Err(e) => return Err(io::Error::new(io::ErrorKind::Unsupported, e)),
             },
         };
-        Ok(Root { fd, mode, id })
+        Ok(Root { fd, mode, id, guard: None })
+    }
+
+    /// Open a grant's root at bind time (issue 15, F8): `dir` (absolute and canonical, as
+    /// `grant` stored it) is walked from `/` one component at a time with
+    /// `O_PATH | O_DIRECTORY | O_NOFOLLOW`, so a symlink anywhere in it refuses the bind
+    /// ([`PinError::Symlink`]) instead of being followed; the directory reached must be the
+    /// one `grant` pinned (`pin`, device and inode), else [`PinError::Changed`].
+    pub fn open_pinned(dir: &Path, pin: (u64, u64)) -> Result<Root, PinError> {
+        let fd = open_no_symlinks(dir)?;
+        let id = resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?);
+        if id != pin {
+            return Err(PinError::Changed);
+        }
+        let mode = match probe_openat2(&fd) {
+            Ok(()) => ResolveMode::Openat2,
+            Err(_) => ResolveMode::Walk,
+        };
+        Ok(Root { fd, mode, id, guard: None })
+    }
+
+    /// Guard every read, search and edit of this root with `guard`: a file whose content
+    /// holds a capability handle is refused `capability_in_content` (issue 15, F7).
+    pub fn with_guard(mut self, guard: Guard) -> Root {
+        self.guard = Some(guard);
+        self
     }
 
     /// The effective resolution mode: [`ResolveMode::Openat2`] or [`ResolveMode::Walk`].
@@ -160,7 +189,21 @@ impl Root {
         cancel: &Cancel,
     ) -> Result<Value, AdapterError> {
         check_running(cancel)?;
-        read::read(self, path, offset, max_bytes, budget)
+        read::read(self, path, offset, max_bytes, budget, cancel, None).unwrap_or_else(|| Err(cancelled()))
+    }
+
+    /// [`Root::read`] that gives up (`None`) rather than scan more than `scan_limit` bytes
+    /// of an unscanned file for handles: the server runs small reads on its connection task
+    /// and hands the others to a blocking thread.
+    pub fn read_small(
+        &self,
+        path: &ToolPath,
+        offset: Option<u64>,
+        max_bytes: Option<u64>,
+        budget: usize,
+        scan_limit: u64,
+    ) -> Option<Result<Value, AdapterError>> {
+        read::read(self, path, offset, max_bytes, budget, &Cancel::new(), Some(scan_limit))
     }
 
     /// `fs.search`: every non-overlapping occurrence of the literal `query` in the file at
@@ -213,6 +256,57 @@ impl Root {
         check_running(cancel)?;
         write::edit(self, path, edits, expected_digest, budget, cancel)
     }
+}
+
+/// Why a grant's root cannot be opened at bind time.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// A component of the root path is a symlink (or not a directory).
+    #[error("the root path resolves through a symlink or a non-directory")]
+    Symlink,
+    /// The directory at the root path is not the one pinned at grant time.
+    #[error("the root is not the directory pinned at grant time")]
+    Changed,
+    /// The path is not absolute and plain (no `.` or `..`).
+    #[error("the root path is not absolute and canonical")]
+    NotCanonical,
+    /// Any other failure (missing, permission).
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Open the absolute path `dir` as a directory without following any symlink in it: a
+/// component-wise `openat(O_PATH | O_DIRECTORY | O_NOFOLLOW)` walk from `/`, then the last
+/// directory reopened for reading.
+pub fn open_no_symlinks(dir: &Path) -> Result<OwnedFd, PinError> {
+    use std::path::Component;
+    let step = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur: Option<OwnedFd> = None;
+    for c in dir.components() {
+        match c {
+            Component::RootDir if cur.is_none() => {
+                cur = Some(rustix::fs::open("/", step, Mode::empty()).map_err(|e| PinError::Io(e.into()))?);
+            }
+            Component::Normal(name) => {
+                let Some(at) = &cur else { return Err(PinError::NotCanonical) };
+                cur = Some(rustix::fs::openat(at, name, step, Mode::empty()).map_err(|e| match e {
+                    rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP => PinError::Symlink,
+                    e => PinError::Io(e.into()),
+                })?);
+            }
+            _ => return Err(PinError::NotCanonical),
+        }
+    }
+    let at = cur.ok_or(PinError::NotCanonical)?;
+    rustix::fs::openat(&at, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| PinError::Io(e.into()))
+}
+
+/// `(device, inode)` of the directory at `dir`, opened without following symlinks (what
+/// `grant` pins).
+pub fn pin_of(dir: &Path) -> Result<(u64, u64), PinError> {
+    let fd = open_no_symlinks(dir)?;
+    Ok(resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?))
 }
 
 /// Whether `openat2` with the confinement flags works on this kernel and under this

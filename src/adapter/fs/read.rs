@@ -3,11 +3,13 @@
 use std::os::fd::OwnedFd;
 
 use rustix::buffer::spare_capacity;
+use rustix::fs::Stat;
 use serde_json::{json, Value};
 
 use super::budget::{self, escaped_char_len};
+use super::guard::FileKey;
 use super::resolve::{self, err, io_error, Want};
-use super::{Root, MAX_READ_BYTES};
+use super::{Cancel, Root, MAX_READ_BYTES};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// `pread` until `len` bytes or end of file (a shorter result means end of file). The
@@ -53,27 +55,65 @@ fn data_len(escaped: usize, bytes_read: usize, eof: bool) -> usize {
     r#"{"content":"","bytesRead":,"eof":}"#.len() + escaped + digits + if eof { 4 } else { 5 }
 }
 
+/// `fs.read`. With `scan_limit`, `None` when the content guard would have to scan more than
+/// that many bytes (the caller runs the read elsewhere); otherwise always `Some`.
 pub(super) fn read(
     root: &Root,
     path: &ToolPath,
     offset: Option<u64>,
     max_bytes: Option<u64>,
     budget: usize,
-) -> Result<Value, AdapterError> {
+    cancel: &Cancel,
+    scan_limit: Option<u64>,
+) -> Option<Result<Value, AdapterError>> {
     let max = max_bytes.unwrap_or(MAX_READ_BYTES);
     if !(1..=MAX_READ_BYTES).contains(&max) {
-        return Err(err(AdapterCode::InvalidRequest, "maxBytes must be 1-4194304"));
+        return Some(Err(err(AdapterCode::InvalidRequest, "maxBytes must be 1-4194304")));
     }
-    let offset = offset.unwrap_or(0);
-    let (fd, st, _) = root.open_existing(path, Want::File)?;
-    let size = resolve::size_of(&st);
+    let (fd, st, _) = match root.open_existing(path, Want::File) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    if let (Some(limit), Some(g)) = (scan_limit, &root.guard) {
+        if resolve::size_of(&st) > limit && !g.is_cached_clean(&st) {
+            return None;
+        }
+    }
+    Some(guarded(root, &fd, &st, cancel).and_then(|()| {
+        let data = window(&fd, &st, offset.unwrap_or(0), max, budget)?;
+        if root.guard.is_some() {
+            // The window must come from the version the guard judged.
+            let after = rustix::fs::fstat(&fd).map_err(resolve::map_errno)?;
+            if !FileKey::of(&after).same_content(&FileKey::of(&st)) {
+                return Err(err(AdapterCode::IoError, "the file changed while it was read"));
+            }
+        }
+        Ok(data)
+    }))
+}
+
+/// What every read of a regular file's content passes first (issue 15, F7/F8): a file with
+/// more than one hard link is `permission_denied` (another name of it may lie outside the
+/// root), and, under a content guard, a file holding a capability handle anywhere is
+/// `capability_in_content`.
+pub(super) fn guarded(root: &Root, fd: &OwnedFd, st: &Stat, cancel: &Cancel) -> Result<(), AdapterError> {
+    resolve::single_link(st)?;
+    match &root.guard {
+        Some(g) => g.check_file(fd, st, cancel),
+        None => Ok(()),
+    }
+}
+
+/// The window `[offset, offset + max)` of the open file.
+fn window(fd: &OwnedFd, st: &Stat, offset: u64, max: u64, budget: usize) -> Result<Value, AdapterError> {
+    let size = resolve::size_of(st);
     if offset >= size {
         return finish(String::new(), 0, true, budget);
     }
     let window = max.min(size - offset) as usize;
     // Up to three bytes past the window tell a character cut by the window from a broken one.
     let lookahead = (size - offset).min(window as u64 + 3) as usize;
-    let buf = pread_at(&fd, offset, lookahead)?;
+    let buf = pread_at(fd, offset, lookahead)?;
     if buf.is_empty() {
         // The file shrank under us: the offset is now at or past its end.
         return finish(String::new(), 0, true, budget);
@@ -82,7 +122,7 @@ pub(super) fn read(
     let end_of_file = if buf.len() < lookahead { offset + buf.len() as u64 } else { size };
     let window = window.min(buf.len());
     if is_continuation(buf[0]) {
-        return Err(offset_error(&fd, offset, &buf)?);
+        return Err(offset_error(fd, offset, &buf)?);
     }
     let valid = match std::str::from_utf8(&buf) {
         Ok(_) => buf.len(),

@@ -124,6 +124,17 @@ pub(super) fn classify(st: &Stat, trailing_slash: bool, want: Want) -> Result<Ki
     }
 }
 
+/// A regular file with more than one hard link is `permission_denied`: its other names may
+/// lie outside the root, so its bytes are not the root's to give (issue 15, F8).
+pub(super) fn single_link(st: &Stat) -> Result<(), AdapterError> {
+    #[allow(clippy::useless_conversion)] // `st_nlink` is u32 or u64 depending on the target
+    let links = u64::from(st.st_nlink);
+    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && links > 1 {
+        return Err(err(AdapterCode::PermissionDenied, "the file has more than one hard link"));
+    }
+    Ok(())
+}
+
 /// A file's length from its metadata.
 pub(super) fn size_of(st: &Stat) -> u64 {
     #[allow(clippy::useless_conversion)] // `st_size` is `c_long` or `i64` depending on the target

@@ -9,33 +9,37 @@
 //! small `pread`s, so no file is ever held in memory whole. A file's matches are reported
 //! only once the whole file proved to be text.
 //!
-//! A tree is walked on the calling thread (directories read and sorted, entries classified
-//! by type) and its files are handed out in path order, in batches, to a few scanner
-//! threads, which open each one with `openat(O_NOFOLLOW)` beneath its parent's descriptor,
-//! check it is a regular file and scan it. Their results come back tagged with the batch
-//! number and are merged on the calling thread strictly in path order (match texts are read
-//! there too, after opening the file again), so the outcome is the sequential one. At most
+//! A tree is walked on the calling thread (directories read whole and sorted, entries
+//! classified by type) and its files are handed out in path order, in batches, to a few
+//! scanner threads, which open each one by its path beneath the root (the parent directory
+//! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` or the component walk, kept while
+//! consecutive files share it, then the file with `openat(O_NOFOLLOW)`), check it is a
+//! regular file and scan it. Their results come back tagged with the batch number and are
+//! merged on the calling thread strictly in path order (match texts are read there too,
+//! after opening the file again), so the outcome is the sequential one. At most
 //! [`WINDOW_PER_SCANNER`] batches per scanner are in flight, which bounds memory (a few
-//! words per occurrence found) and the directories kept open for them; a scanner holds one
-//! file open at a time. A small tree (one batch) is scanned on the calling thread with no
-//! thread started.
+//! words per occurrence found). No descriptor is kept per directory level, so a search holds
+//! a bounded number of descriptors however deep the tree (issue 15, F4). An entry that
+//! vanished or changed type meanwhile is skipped; any other failure to open or read fails the
+//! search. A small tree (one batch) is scanned on the calling thread with no thread started.
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use memchr::memmem::Finder;
 use rustix::buffer::spare_capacity;
-use rustix::fs::{Dir, FileType};
+use rustix::fs::{Dir, FileType, Stat};
 use serde_json::{json, Value};
 
 use super::budget::Bounded;
+use super::guard::{handle_in_content, FileKey, Guard};
 use super::list::{entry_type, reportable_name};
 use super::read::{is_continuation, pread_at};
-use super::resolve::{self, err, open_entry, Kind, Want};
+use super::resolve::{self, err, open_entry, Access, Kind, Want};
 use super::{cancelled, Cancel, Root, DEFAULT_MAX_RESULTS, MAX_ITEMS, MAX_MATCH_TEXT_CHARS};
 use crate::contract::path::MAX_PATH_BYTES;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
@@ -69,20 +73,25 @@ pub(super) fn search(
         return Err(err(AdapterCode::InvalidRequest, "maxResults must be 1-10000"));
     }
     let (fd, st, kind) = root.open_existing(path, Want::Any)?;
-    let finder = Finder::new(query.as_bytes());
+    let q = Query { finder: Finder::new(query.as_bytes()), root, guard: root.guard.as_ref() };
     let mut out = Bounded::new("matches", max as usize, budget);
     match kind {
         Kind::File => {
             // One more than still fits under the limit tells whether the result is cut.
             let want = out.remaining() + 1;
-            let size = resolve::size_of(&st);
-            if let Some(raw) = scan(&fd, size, &finder, want, cancel, &mut Vec::new())? {
+            resolve::single_link(&st)?;
+            if let Some(raw) = scan(&fd, &st, &q, want, cancel, &mut Vec::new())? {
                 emit(&mut out, &fd, &path.canonical(), &raw)?;
+                // Under a guard, the match texts must come from the version it judged.
+                let after = rustix::fs::fstat(&fd).map_err(resolve::map_errno)?;
+                if q.guard.is_some() && !FileKey::of(&after).same_content(&FileKey::of(&st)) {
+                    return Err(err(AdapterCode::IoError, "the file changed while it was searched"));
+                }
             }
         }
         Kind::Dir => {
             let prefix = if path.is_root() { String::new() } else { path.canonical() };
-            tree(fd, prefix, &finder, &mut out, cancel)?;
+            tree(fd, prefix, &q, &mut out, cancel)?;
         }
     }
     out.finish()
@@ -106,11 +115,19 @@ fn emit(out: &mut Bounded, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<
     Ok(())
 }
 
-/// A directory being walked: its descriptor (shared with the scanners opening its files),
-/// its entries still to visit (sorted so that `pop` yields them in bytewise path order) and
-/// its root-relative path.
+/// What a search looks for and where: the query, the root every file and directory of the
+/// tree is opened beneath (by its path), and the content guard of the binding, if any.
+struct Query<'a> {
+    finder: Finder<'a>,
+    root: &'a Root,
+    guard: Option<&'a Guard>,
+}
+
+/// A directory being walked: its entries still to visit (sorted so that `pop` yields them
+/// in bytewise path order) and its root-relative path. No descriptor is kept: a directory
+/// is read whole when entered, and its children are opened by path beneath the root, so the
+/// walk holds a bounded number of descriptors however deep the tree is (issue 15, F4).
 struct Frame {
-    dir: Arc<OwnedFd>,
     entries: Vec<Entry>,
     prefix: String,
 }
@@ -136,69 +153,141 @@ fn read_frame(dir: OwnedFd, prefix: String) -> Result<Frame, AdapterError> {
     while let Some(entry) = stream.read() {
         let entry = entry.map_err(resolve::map_errno)?;
         let Some(name) = reportable_name(entry.file_name().to_bytes()) else { continue };
-        match entry_type(&dir, name, entry.file_type()) {
+        match entry_type(&dir, name, entry.file_type())? {
             FileType::RegularFile => entries.push(Entry { key: name.to_string(), is_dir: false }),
             FileType::Directory => entries.push(Entry { key: format!("{name}/"), is_dir: true }),
             _ => {}
         }
     }
     entries.sort_unstable_by(|a, b| b.key.as_bytes().cmp(a.key.as_bytes()));
-    Ok(Frame { dir: Arc::new(dir), entries, prefix })
+    Ok(Frame { entries, prefix })
 }
 
-/// A file of the tree, not opened yet: the directory holding it, its root-relative path
-/// (whose last component, from `name_at`, is its name) and how many occurrences to find.
+/// A file of the tree, not opened yet: its root-relative path (whose last component, from
+/// `name_at`, is its name) and how many occurrences to find.
 struct FileJob {
-    dir: Arc<OwnedFd>,
     rel: String,
     name_at: usize,
     want: usize,
 }
 
+/// Whether a failure to open an entry of the tree means it changed under the walk (it
+/// vanished, or is now a symlink, a special file or of the other type): such an entry is
+/// skipped, as it is no longer a file or directory of the tree. Any other failure (no
+/// descriptor left, permission, I/O) fails the search: a walk never answers as if it had
+/// seen what it could not open (issue 15, F4).
+fn changed_under_walk(e: &AdapterError) -> bool {
+    matches!(
+        e.code,
+        AdapterCode::NotFound
+            | AdapterCode::SymlinkRefused
+            | AdapterCode::NotADirectory
+            | AdapterCode::NotAFile
+            | AdapterCode::UnsupportedFileType
+    )
+}
+
+/// The components of a root-relative path.
+fn components(rel: &str) -> Vec<String> {
+    rel.split('/').map(str::to_string).collect()
+}
+
+/// The parent directory last opened by a scanner (or the merge), reused while consecutive
+/// files share it: one descriptor, whatever the depth.
+#[derive(Default)]
+struct ParentCache {
+    prefix: String,
+    fd: Option<OwnedFd>,
+}
+
+impl ParentCache {
+    /// Open an entry of the tree that was seen as a regular file, by its path beneath the
+    /// root: the parent directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the
+    /// component walk), the file with `openat(O_NOFOLLOW)` on it, judged on the open
+    /// descriptor. `Ok(None)` when it changed under the walk ([`changed_under_walk`]).
+    fn open_file(&mut self, root: &Root, job: &FileJob) -> Result<Option<(OwnedFd, Stat)>, AdapterError> {
+        let name = &job.rel[job.name_at..];
+        let opened = if job.name_at == 0 {
+            open_entry(&root.fd, name, Kind::File)
+        } else {
+            let parent = &job.rel[..job.name_at - 1];
+            if self.fd.is_none() || self.prefix != parent {
+                self.fd = None;
+                match root.open_dir(&components(parent), Access::Path) {
+                    Ok(fd) => self.fd = Some(fd),
+                    Err(e) if changed_under_walk(&e) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+                self.prefix.clear();
+                self.prefix.push_str(parent);
+            }
+            let Some(dir) = &self.fd else { return Ok(None) };
+            open_entry(dir, name, Kind::File)
+        };
+        let (fd, st) = match opened.map_err(resolve::map_errno) {
+            Ok(x) => x,
+            Err(e) if changed_under_walk(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok((resolve::classify(&st, false, Want::Any) == Ok(Kind::File)).then_some((fd, st)))
+    }
+}
+
 /// What scanning one file of the tree gave.
 enum Scanned {
-    /// Nothing to report: no occurrence, not text, gone, not a regular file or unreadable.
+    /// Nothing to report: no occurrence, not text, gone, not a regular file, or a file with
+    /// more than one hard link.
     Nothing,
     /// A text file's first occurrences. The descriptor is not kept (a window of results
     /// would otherwise hold as many open files): the merge opens the file again the same
-    /// confined way and reads the texts only if it is still the same file (device, inode).
-    Matches { job: FileJob, id: (u64, u64), raw: Vec<RawMatch> },
+    /// confined way and reads the texts only if it is still the same version of the same file
+    /// (device, inode, size, mtime, ctime).
+    Matches { job: FileJob, id: FileKey, raw: Vec<RawMatch> },
     /// The search was cancelled, or a scanner failed: the search fails with this.
     Failed(AdapterError),
 }
 
-/// Open an entry of the tree that was seen as a regular file: only through
-/// `openat(O_NOFOLLOW)` on its parent's descriptor, judged on the open descriptor, so an
-/// entry that vanished, changed type or turned into a symlink meanwhile is skipped.
-fn open_file(job: &FileJob) -> Option<(OwnedFd, rustix::fs::Stat)> {
-    let (fd, st) = open_entry(&job.dir, &job.rel[job.name_at..], Kind::File).ok()?;
-    (resolve::classify(&st, false, Want::Any) == Ok(Kind::File)).then_some((fd, st))
-}
-
-/// Open and scan one file of the tree.
-fn scan_entry(job: FileJob, finder: &Finder<'_>, cancel: &Cancel, buf: &mut Vec<u8>) -> Scanned {
-    let Some((fd, st)) = open_file(&job) else { return Scanned::Nothing };
-    match scan(&fd, resolve::size_of(&st), finder, job.want, cancel, buf) {
-        Ok(Some(raw)) if !raw.is_empty() => Scanned::Matches { job, id: resolve::identity(&st), raw },
-        Err(e) if cancel.is_cancelled() => Scanned::Failed(e),
-        // An unreadable file is skipped like a binary one.
-        _ => Scanned::Nothing,
+/// Open and scan one file of the tree. A read error fails the search (never a skip).
+fn scan_entry(
+    job: FileJob,
+    query: &Query<'_>,
+    parents: &mut ParentCache,
+    cancel: &Cancel,
+    buf: &mut Vec<u8>,
+) -> Scanned {
+    let (fd, st) = match parents.open_file(query.root, &job) {
+        Ok(Some(x)) => x,
+        Ok(None) => return Scanned::Nothing,
+        Err(e) => return Scanned::Failed(e),
+    };
+    // DECISION (SPEC PC-5.3.search): a file with another name, perhaps outside the root, is
+    // not the root's to search; a tree search skips it like a binary file.
+    if resolve::single_link(&st).is_err() {
+        return Scanned::Nothing;
+    }
+    match scan(&fd, &st, query, job.want, cancel, buf) {
+        Ok(Some(raw)) if !raw.is_empty() => Scanned::Matches { job, id: FileKey::of(&st), raw },
+        Ok(_) => Scanned::Nothing,
+        Err(e) => Scanned::Failed(e),
     }
 }
 
 /// Merge one scanned file into the result; `Ok(true)` once no more matches are wanted.
-fn merge(out: &mut Bounded, scanned: Scanned, cancel: &Cancel) -> Result<bool, AdapterError> {
+fn merge(
+    out: &mut Bounded,
+    scanned: Scanned,
+    query: &Query<'_>,
+    parents: &mut ParentCache,
+) -> Result<bool, AdapterError> {
     match scanned {
         Scanned::Nothing => {}
         Scanned::Matches { job, id, raw } => {
-            // A file replaced since its scan is treated like one that changed under it.
-            if let Some((fd, _)) = open_file(&job).filter(|(_, st)| resolve::identity(st) == id) {
-                if let Err(e) = emit(out, &fd, &job.rel, &raw) {
-                    if cancel.is_cancelled() {
-                        return Err(e);
-                    }
-                    // A file whose texts cannot be read is skipped like an unreadable one.
-                }
+            // A file replaced or rewritten since its scan is treated like one that changed
+            // under it (as if it had been replaced just before the scan).
+            if let Some((fd, _)) =
+                parents.open_file(query.root, &job)?.filter(|(_, st)| FileKey::of(st).same_content(&id))
+            {
+                emit(out, &fd, &job.rel, &raw)?;
             }
         }
         Scanned::Failed(e) => return Err(e),
@@ -213,10 +302,11 @@ struct Walker {
 
 impl Walker {
     /// The next regular file (as seen in its directory) in path order, or `None` at the end.
-    /// A directory is only entered through `openat(O_DIRECTORY | O_NOFOLLOW)` on its parent's
-    /// descriptor, so a swapped-in symlink is never followed; entries that vanish, change
-    /// type or cannot be opened meanwhile are skipped.
-    fn next_file(&mut self, cancel: &Cancel, want: usize) -> Result<Option<FileJob>, AdapterError> {
+    /// A directory is only entered by its path beneath the root with
+    /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the component walk), so a
+    /// swapped-in symlink is never followed; entries that vanish or change type meanwhile are
+    /// skipped ([`changed_under_walk`]); any other failure fails the search.
+    fn next_file(&mut self, root: &Root, cancel: &Cancel, want: usize) -> Result<Option<FileJob>, AdapterError> {
         while let Some(top) = self.stack.last_mut() {
             if cancel.is_cancelled() {
                 return Err(cancelled());
@@ -235,15 +325,14 @@ impl Walker {
                 continue; // not representable as a match path
             }
             if !entry.is_dir {
-                return Ok(Some(FileJob { dir: top.dir.clone(), rel: child, name_at, want }));
+                return Ok(Some(FileJob { rel: child, name_at, want }));
             }
-            let Ok((fd, st)) = open_entry(&top.dir, name, Kind::Dir) else { continue };
-            if resolve::classify(&st, false, Want::Any) != Ok(Kind::Dir) {
-                continue;
-            }
-            if let Ok(frame) = read_frame(fd, child) {
-                self.stack.push(frame);
-            }
+            let fd = match root.open_dir(&components(&child), Access::Read) {
+                Ok(fd) => fd,
+                Err(e) if changed_under_walk(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            self.stack.push(read_frame(fd, child)?);
         }
         Ok(None)
     }
@@ -254,7 +343,7 @@ impl Walker {
 fn tree(
     dir: OwnedFd,
     prefix: String,
-    finder: &Finder<'_>,
+    query: &Query<'_>,
     out: &mut Bounded,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
@@ -264,7 +353,7 @@ fn tree(
     let mut first = Vec::with_capacity(BATCH_FILES);
     let mut ended = false;
     while first.len() < BATCH_FILES {
-        match walker.next_file(cancel, out.remaining() + 1)? {
+        match walker.next_file(query.root, cancel, out.remaining() + 1)? {
             Some(job) => first.push(job),
             None => {
                 ended = true;
@@ -274,7 +363,7 @@ fn tree(
     }
     let scanners = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_SCANNERS);
     if ended {
-        return sequential(&mut walker, first, finder, out, cancel);
+        return sequential(&mut walker, first, query, out, cancel);
     }
     let window = WINDOW_PER_SCANNER * scanners;
     let (job_tx, job_rx) = mpsc::sync_channel::<Batch>(window);
@@ -288,16 +377,16 @@ fn tree(
             let done = done_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name("fs.search".into())
-                .spawn_scoped(s, move || scanner(jobs, done, finder, cancel, halt));
+                .spawn_scoped(s, move || scanner(jobs, done, query, cancel, halt));
             started += usize::from(spawned.is_ok());
         }
         drop(done_tx);
         if started == 0 {
             drop(job_tx);
-            return sequential(&mut walker, first, finder, out, cancel);
+            return sequential(&mut walker, first, query, out, cancel);
         }
         let mut p = Pipeline { job_tx, done_rx, window, sent: 0, merged: 0, ready: VecDeque::new() };
-        let result = p.run(&mut walker, first, out, cancel);
+        let result = p.run(&mut walker, first, out, query, cancel);
         // Busy scanners stop at their next file; closing the channels (dropping the
         // pipeline) makes idle ones return too, and the scope joins them all.
         halt.store(true, Ordering::Relaxed);
@@ -310,11 +399,12 @@ fn tree(
 fn sequential(
     walker: &mut Walker,
     pending: Vec<FileJob>,
-    finder: &Finder<'_>,
+    query: &Query<'_>,
     out: &mut Bounded,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
     let mut buf = Vec::new();
+    let mut parents = ParentCache::default();
     let mut pending = pending.into_iter();
     loop {
         if cancel.is_cancelled() {
@@ -322,12 +412,13 @@ fn sequential(
         }
         let job = match pending.next() {
             Some(job) => job,
-            None => match walker.next_file(cancel, out.remaining() + 1)? {
+            None => match walker.next_file(query.root, cancel, out.remaining() + 1)? {
                 Some(job) => job,
                 None => return Ok(()),
             },
         };
-        if merge(out, scan_entry(job, finder, cancel, &mut buf), cancel)? {
+        let scanned = scan_entry(job, query, &mut parents, cancel, &mut buf);
+        if merge(out, scanned, query, &mut parents)? {
             return Ok(());
         }
     }
@@ -346,8 +437,9 @@ struct Done {
 }
 
 /// A scanner thread: take batches until the channel closes or the search stops.
-fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, finder: &Finder<'_>, cancel: &Cancel, stop: &AtomicBool) {
+fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, query: &Query<'_>, cancel: &Cancel, stop: &AtomicBool) {
     let mut buf = Vec::new();
+    let mut parents = ParentCache::default();
     loop {
         let batch = match jobs.lock() {
             Ok(rx) => rx.recv(),
@@ -360,7 +452,7 @@ fn scanner(jobs: &Mutex<Receiver<Batch>>, done: Sender<Done>, finder: &Finder<'_
                 return;
             }
             // A bug must fail this search, not leave the merge waiting for the batch.
-            let scanned = catch_unwind(AssertUnwindSafe(|| scan_entry(job, finder, cancel, &mut buf)))
+            let scanned = catch_unwind(AssertUnwindSafe(|| scan_entry(job, query, &mut parents, cancel, &mut buf)))
                 .unwrap_or_else(|_| Scanned::Failed(resolve::io_error()));
             files.push(scanned);
         }
@@ -391,8 +483,10 @@ impl Pipeline {
         walker: &mut Walker,
         first: Vec<FileJob>,
         out: &mut Bounded,
+        query: &Query<'_>,
         cancel: &Cancel,
     ) -> Result<(), AdapterError> {
+        let mut parents = ParentCache::default();
         let mut batch = first;
         let mut walking = true;
         loop {
@@ -401,7 +495,7 @@ impl Pipeline {
             }
             if batch.len() >= BATCH_FILES || (!walking && !batch.is_empty()) {
                 while self.sent - self.merged >= self.window as u64 {
-                    if self.wait(out, cancel)? {
+                    if self.wait(out, query, &mut parents)? {
                         return Ok(());
                     }
                 }
@@ -411,13 +505,13 @@ impl Pipeline {
                 self.ready.push_back(None);
             }
             if walking {
-                match walker.next_file(cancel, out.remaining() + 1)? {
+                match walker.next_file(query.root, cancel, out.remaining() + 1)? {
                     Some(job) => batch.push(job),
                     None => walking = false,
                 }
                 // Merge what has arrived meanwhile, without waiting.
                 while let Ok(done) = self.done_rx.try_recv() {
-                    if self.arrived(done, out, cancel)? {
+                    if self.arrived(done, out, query, &mut parents)? {
                         return Ok(());
                     }
                 }
@@ -425,7 +519,7 @@ impl Pipeline {
                 if self.merged == self.sent {
                     return Ok(());
                 }
-                if self.wait(out, cancel)? {
+                if self.wait(out, query, &mut parents)? {
                     return Ok(());
                 }
             }
@@ -433,12 +527,18 @@ impl Pipeline {
     }
 
     /// Wait for one batch's results and merge what is in order; `Ok(true)` once done.
-    fn wait(&mut self, out: &mut Bounded, cancel: &Cancel) -> Result<bool, AdapterError> {
+    fn wait(&mut self, out: &mut Bounded, query: &Query<'_>, parents: &mut ParentCache) -> Result<bool, AdapterError> {
         let done = self.done_rx.recv().map_err(|_| resolve::io_error())?;
-        self.arrived(done, out, cancel)
+        self.arrived(done, out, query, parents)
     }
 
-    fn arrived(&mut self, done: Done, out: &mut Bounded, cancel: &Cancel) -> Result<bool, AdapterError> {
+    fn arrived(
+        &mut self,
+        done: Done,
+        out: &mut Bounded,
+        query: &Query<'_>,
+        parents: &mut ParentCache,
+    ) -> Result<bool, AdapterError> {
         let slot = done.id.checked_sub(self.merged).and_then(|i| self.ready.get_mut(i as usize));
         let Some(slot) = slot else { return Err(resolve::io_error()) };
         *slot = Some(done.files);
@@ -446,7 +546,7 @@ impl Pipeline {
             let files = self.ready.pop_front().flatten().unwrap_or_default();
             self.merged += 1;
             for scanned in files {
-                if merge(out, scanned, cancel)? {
+                if merge(out, scanned, query, parents)? {
                     return Ok(true);
                 }
             }
@@ -595,15 +695,20 @@ fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<(usize, us
 /// Stream a file of `size` bytes (as seen when it was opened) through `buf` (scratch space,
 /// reused across files): `None` if it is not UTF-8 or holds a NUL byte, else its first
 /// `want` non-overlapping occurrences, left to right.
+///
+/// Under a content guard the same pass looks for capability handles (unless this version of
+/// the file was already judged clean): a file holding one is `capability_in_content`.
 fn scan(
     fd: &OwnedFd,
-    size: u64,
-    finder: &Finder<'_>,
+    st: &Stat,
+    query: &Query<'_>,
     want: usize,
     cancel: &Cancel,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Vec<RawMatch>>, AdapterError> {
-    let qlen = finder.needle().len() as u64;
+    let size = resolve::size_of(st);
+    let mut guard = query.guard.filter(|g| !g.is_cached_clean(st)).map(|g| (g, g.scanner()));
+    let qlen = query.finder.needle().len() as u64;
     // `buf` holds the file's bytes from offset `base` on.
     buf.clear();
     let mut base = 0u64;
@@ -628,6 +733,12 @@ fn scan(
         // A read that comes back short once the size seen at open is reached is the end
         // of the file (at the time of that read), which spares the final empty read.
         let eof = n == 0 || (n < asked && read_pos >= size);
+        if let Some((_, scanner)) = &mut guard {
+            scanner.feed(&buf[old..]);
+            if scanner.found() {
+                return Err(handle_in_content());
+            }
+        }
         if memchr::memchr(0, &buf[old..]).is_some() {
             return Ok(None);
         }
@@ -644,7 +755,7 @@ fn scan(
         if matching {
             let s = (search_from - base) as usize;
             let mut next = search_from;
-            for at in finder.find_iter(&buf[s..]) {
+            for at in query.finder.find_iter(&buf[s..]) {
                 let start = base + (s + at) as u64;
                 let rel = (cur.pos - base) as usize;
                 cur.advance(&buf[rel..s + at], &mut matches, &mut open);
@@ -673,6 +784,10 @@ fn scan(
                 for m in &mut matches[open..] {
                     (m.line_end, m.line_chars) = (cur.pos, cur.chars);
                 }
+            }
+            if let Some((g, scanner)) = &guard {
+                let after = rustix::fs::fstat(fd).map_err(resolve::map_errno)?;
+                g.remember_clean(scanner, st, &after);
             }
             return Ok(Some(matches));
         }
@@ -928,14 +1043,15 @@ mod tests {
     fn run_tree(root: &std::path::Path, query: &str, max: usize, budget: usize, parallel: bool) -> String {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let root = Root::open(root).unwrap();
         let finder = Finder::new(query.as_bytes());
         let mut out = Bounded::new("matches", max, budget);
         let cancel = Cancel::new();
         let done = if parallel {
-            tree(fd, String::new(), &finder, &mut out, &cancel)
+            tree(fd, String::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel)
         } else {
             let mut walker = Walker { stack: vec![read_frame(fd, String::new()).unwrap()] };
-            sequential(&mut walker, Vec::new(), &finder, &mut out, &cancel)
+            sequential(&mut walker, Vec::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel)
         };
         match done.and_then(|()| out.finish()) {
             Ok(v) => v.to_string(),
@@ -970,10 +1086,11 @@ mod tests {
         tree_fixture(dir.path());
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let root = Root::open(dir.path()).unwrap();
         let finder = Finder::new(b"needle");
         let mut out = Bounded::new("matches", 10_000, 1 << 30);
         let cancel = Cancel::new();
         cancel.cancel();
-        assert!(tree(fd, String::new(), &finder, &mut out, &cancel).is_err());
+        assert!(tree(fd, String::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel).is_err());
     }
 }

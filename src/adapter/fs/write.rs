@@ -206,12 +206,18 @@ pub(super) fn edit(
         return Err(resolve::not_found());
     }
     let (fd, st) = open_current(&parent, name)?;
+    // A file with another name (perhaps outside the root) is not the root's to rewrite.
+    resolve::single_link(&st)?;
     let size = resolve::size_of(&st);
     if size > MAX_EDIT_FILE_BYTES {
         return Err(err(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }
     let bytes = read_to_end(&fd, MAX_EDIT_FILE_BYTES, cancel)?;
     drop(fd);
+    // An edit's outcome (not found, ambiguous) would tell pieces of a handle in the file.
+    if let Some(g) = &root.guard {
+        g.check_bytes(&bytes)?;
+    }
     if expected_digest.is_some_and(|d| d != digest(&bytes)) {
         return Err(digest_mismatch());
     }
