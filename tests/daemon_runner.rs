@@ -75,6 +75,15 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     let vectors: Vec<&Value> = results.iter().filter(|r| r["id"].as_str().unwrap().starts_with("vector:")).collect();
     assert!(vectors.len() > 500, "{}", vectors.len());
     assert!(vectors.iter().all(|r| r["status"] == "pass" || r["status"] == "skip"), "{out}");
+    // The to-daemon frame vectors are among them: a bad result fails the adapter closed, a
+    // valid one completes, an `aborted` frame is skipped with why.
+    let by = |id: &str| *vectors.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}"));
+    assert_eq!(by("vector:frame.result.fs-list.entry-name-dot")["status"], "pass");
+    assert_eq!(by("vector:frame.result.error.valid")["status"], "pass");
+    assert_eq!(by("vector:frame.bound.limits.changed")["status"], "pass");
+    let aborted = by("vector:frame.aborted.true.valid");
+    assert_eq!(aborted["status"], "skip");
+    assert!(aborted["reason"].as_str().unwrap().contains("sends only on its own schedule"), "{aborted}");
     assert!(std::fs::read_to_string(&junit).unwrap().contains("<testsuite"));
 }
 

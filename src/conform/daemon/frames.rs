@@ -243,10 +243,17 @@ pub fn rejudge(line: &[u8], binding: &Binding, v: &Vector) -> Result<(), String>
     ))
 }
 
+/// The file an `fs.read` call names (created in the session root first).
+const READ_FILE: &str = "pc-vector.txt";
+
+fn reads_a_file(tool: &str) -> bool {
+    tool == "fs_read"
+}
+
 /// The wake tool and arguments that make the daemon invoke `op`.
 fn tool_for(op: &str) -> (String, Value) {
     let args = match op {
-        "fs.read" => json!({"path": "pc-vector.txt"}),
+        "fs.read" => json!({"path": READ_FILE}),
         "fs.search" => json!({"path": ".", "query": "pi-conform"}),
         "fs.write" => json!({"path": "pc-vector.txt", "content": "x"}),
         "fs.edit" => json!({"path": "pc-vector.txt", "edits": [{"oldText": "x", "newText": "y"}]}),
@@ -379,6 +386,12 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
         ScriptAt::Invoke => {
             if let Err(o) = open_with(c, &descriptor, generation) {
                 return o;
+            }
+            if reads_a_file(&tool) {
+                // A daemon may look the path up before it invokes (Pi Daemon 0.3.3 does): the
+                // file read exists in the session root.
+                let _ = std::fs::create_dir_all(&c.target.cwd);
+                let _ = std::fs::write(c.target.cwd.join(READ_FILE), "pi-conform\n");
             }
             c.probe.script(at, Box::new(build));
             let seen = call_then_call(c, generation, &tool, &args);
