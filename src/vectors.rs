@@ -212,7 +212,8 @@ impl VectorSet {
         Ok(Self { dir: dir.to_path_buf(), vectors })
     }
 
-    fn base(&self, name: &str) -> Result<Value, String> {
+    /// The base document `name` (`vectors/bases/<name>.json`).
+    pub fn base(&self, name: &str) -> Result<Value, String> {
         if name.contains('/') || name.contains("..") {
             return Err(format!("bad base name {name}"));
         }

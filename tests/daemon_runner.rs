@@ -75,6 +75,15 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     let vectors: Vec<&Value> = results.iter().filter(|r| r["id"].as_str().unwrap().starts_with("vector:")).collect();
     assert!(vectors.len() > 500, "{}", vectors.len());
     assert!(vectors.iter().all(|r| r["status"] == "pass" || r["status"] == "skip"), "{out}");
+    // The to-daemon frame vectors are among them: a bad result fails the adapter closed, a
+    // valid one completes, an `aborted` frame is skipped with why.
+    let by = |id: &str| *vectors.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}"));
+    assert_eq!(by("vector:frame.result.fs-list.entry-name-dot")["status"], "pass");
+    assert_eq!(by("vector:frame.result.error.valid")["status"], "pass");
+    assert_eq!(by("vector:frame.bound.limits.changed")["status"], "pass");
+    let aborted = by("vector:frame.aborted.true.valid");
+    assert_eq!(aborted["status"], "skip");
+    assert!(aborted["reason"].as_str().unwrap().contains("sends only on its own schedule"), "{aborted}");
     assert!(std::fs::read_to_string(&junit).unwrap().contains("<testsuite"));
 }
 
@@ -217,4 +226,52 @@ fn a_refusal_for_another_reason_makes_negative_cases_inconclusive_never_pass() {
         assert!(!reason.contains("0.3.3 variant"), "{id} names a variant it did not observe: {reason}");
     }
     assert_ne!(code, 0, "a run with harness errors is never green");
+}
+
+/// The reference daemon with one fault switched on, on a private socket; killed on drop.
+struct Faulty(std::process::Child, tempfile::TempDir);
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+fn faulty_daemon(fault: &str) -> Faulty {
+    let dir = tempfile::Builder::new().prefix("pc-dfault").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sock = dir.path().join("d.sock");
+    let child = Command::new(bin())
+        .args(["serve-daemon", "--socket", sock.to_str().unwrap(), "--state-dir"])
+        .arg(dir.path().join("state"))
+        .args(["--fault", fault])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Faulty(child, dir)
+}
+
+#[test]
+fn frame_vectors_fail_on_a_daemon_that_accepts_a_bad_bound() {
+    let d = faulty_daemon("ignore-bound-echo");
+    let sock = d.1.path().join("d.sock");
+    let (code, out, err) = run(&["daemon", sock.to_str().unwrap(), "--id", "vector:frame.bound.", "--format", "json"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let results = v["results"].as_array().unwrap();
+    let by = |id: &str| results.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}: {out}"));
+    // A bound whose limits differ from the bind is accepted by the broken daemon: the vector
+    // case fails on the rule it replays.
+    for id in ["vector:frame.bound.limits.changed", "vector:frame.bound.operations.reordered"] {
+        let r = by(id);
+        assert_eq!((&r["status"], &r["actual"]), (&json!("fail"), &json!("opened")), "{r}");
+        assert!(r.to_string().contains("a bound violation must fail the open"), "{r}");
+    }
+    // A valid bound still opens: the fault does not touch it.
+    assert_eq!(by("vector:frame.bound.valid")["status"], "pass", "{out}");
 }

@@ -451,31 +451,73 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
 }
 fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
     c.probe.set(mode, InvokeMode::Normal);
-    let first = c.probe.seen().connections;
     let d = c.descriptor(1, Some(limits_with_timeout(800)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
-    let r = tryo!(one(c, v));
+    let seen = open_then_call(c, &d, 1, "fs_stat", &json!({"path": "."}));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let t = rtoken(&r);
-    if t != "ok" && !bind_seen_since(c, first) {
-        // The refusal came before any bind: the bound violation was never provoked.
-        return Outcome::Error(format!(
-            "inconclusive: the daemon refused the open ({t}) before any bind reached the probe, so the bound \
-             violation this case provokes was never sent"
-        ));
+    let seen = tryo!(seen);
+    if let Some(o) = seen.inconclusive() {
+        return o;
     }
-    let mut p = Vec::new();
-    if t == "ok" {
-        p.push("a bound violation must fail the open".into());
+    seen.outcome()
+}
+
+/// What [`open_then_call`] observed.
+pub(super) struct OpenSeen {
+    /// The open's token ([`rtoken`]).
+    pub open: String,
+    /// Whether a `bind` reached the probe for this open.
+    pub bound: bool,
+    /// Whether the later tool call reached the adapter.
+    pub reached: bool,
+}
+
+impl OpenSeen {
+    /// A refusal that came before any bind: whatever the case made the probe answer was
+    /// never provoked.
+    pub fn inconclusive(&self) -> Option<Outcome> {
+        (self.open != "ok" && !self.bound).then(|| {
+            Outcome::Error(format!(
+                "inconclusive: the daemon refused the open ({}) before any bind reached the probe, so the bound \
+                 violation this case provokes was never sent",
+                self.open
+            ))
+        })
     }
-    // No usable binding: a wake of this generation may not reach the adapter.
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
-    let before = c.probe.seen().frames.iter().filter(|(_, f)| f["kind"] == "invoke").count();
+
+    /// The verdict of a provoked bound violation: the open must fail, and no tool call may
+    /// reach the adapter afterwards (`open-refused`), else `opened` with the problems.
+    pub fn outcome(&self) -> Outcome {
+        let mut p = Vec::new();
+        if self.open == "ok" {
+            p.push("a bound violation must fail the open".into());
+        }
+        if self.reached {
+            p.push("a tool call reached the adapter after a failed bind".into());
+        }
+        Outcome::with(if self.open == "ok" { "opened" } else { "open-refused" }, p)
+    }
+}
+
+/// Open the case session with descriptor `d` at `generation` (the probe armed by the caller
+/// answers the bind), then make one tool call (`tool`, `args`) and see whether it reaches the
+/// adapter.
+pub(super) fn open_then_call(
+    c: &mut DCtx<'_>,
+    d: &Value,
+    generation: u64,
+    tool: &str,
+    args: &Value,
+) -> Result<OpenSeen, Outcome> {
+    let first = c.probe.seen().connections;
+    let v = c.open(generation, super::DCtx::host_adapter(d));
+    let r = one(c, v)?;
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let open = rtoken(&r);
+    let bound = bind_seen_since(c, first);
+    let w = c.wake(generation, tool, args);
+    let before = invokes(c).len();
     let _ = one(c, w);
-    if c.probe.seen().frames.iter().filter(|(_, f)| f["kind"] == "invoke").count() != before {
-        p.push("a tool call reached the adapter after a failed bind".into());
-    }
-    Outcome::with(if t == "ok" { "opened".to_string() } else { "open-refused".to_string() }, p)
+    Ok(OpenSeen { open, bound, reached: invokes(c).len() != before })
 }
 /// SPEC §3.4 and the §9 conflict "adapter failure reasons are typed": a failed bind names its
 /// `adapter_*` reason, as the error code or as `details.cause.code`.
@@ -581,15 +623,20 @@ fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
     false
 }
 fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outcome> {
-    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let d = c.descriptor(generation, None);
-    let v = c.open(generation, super::DCtx::host_adapter(&d));
+    let idx = open_with(c, &d, generation)?;
+    Ok((d, idx))
+}
+/// Open the case session with descriptor `d` on a probe that answers `bound` exactly; the
+/// probe connection's index. A refused open is a failed precondition (inconclusive).
+pub(super) fn open_with(c: &mut DCtx<'_>, d: &Value, generation: u64) -> Result<usize, Outcome> {
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let v = c.open(generation, super::DCtx::host_adapter(d));
     let r = one(c, v)?;
     if rtoken(&r) != "ok" {
         return Err(precondition_open(&r));
     }
-    let idx = c.probe.seen().connections.saturating_sub(1);
-    Ok((d, idx))
+    Ok(c.probe.seen().connections.saturating_sub(1))
 }
 fn revoke_on_close(c: &mut DCtx<'_>) -> Outcome {
     let (_, idx) = tryo!(open_bound(c, 1));
@@ -913,34 +960,67 @@ fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
 fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode) -> Outcome {
     let _ = tryo!(open_bound(c, 1));
     c.probe.set(BoundMode::Exact, mode);
+    let seen = tryo!(call_then_call(c, 1, "fs_stat", &json!({"path": "."})));
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    seen.fail_closed()
+}
+
+/// What [`call_then_call`] observed.
+pub(super) struct CallSeen {
+    /// The response to the wake whose tool call the armed probe answered.
+    pub first: Recv,
+    /// Whether that wake made a tool call through the adapter.
+    pub invoked: bool,
+    /// Whether a later tool call reached the adapter.
+    pub reached: bool,
+}
+
+impl CallSeen {
+    /// The wake made no tool call: the answer the probe was armed with was never sent.
+    pub fn inconclusive(&self) -> Option<Outcome> {
+        (!self.invoked).then(|| {
+            Outcome::Error(format!(
+                "inconclusive: the wake ({}) made no tool call through the adapter, so the bad adapter frame was never sent",
+                rtoken(&self.first)
+            ))
+        })
+    }
+
+    /// Whether the first tool call is reported a success (`toolCalls[0].ok` of the wake).
+    pub fn first_call_ok(&self) -> Option<bool> {
+        self.first.frame().and_then(|f| f["data"]["result"]["toolCalls"][0]["ok"].as_bool())
+    }
+
+    /// The verdict of a provoked bad adapter frame: it is never a successful tool result, and
+    /// the connection is failed (a later call does not reach the adapter through it).
+    pub fn fail_closed(&self) -> Outcome {
+        let mut p = Vec::new();
+        if self.first_call_ok() == Some(true) {
+            p.push(format!("the bad adapter frame was accepted as a successful tool result ({})", rtoken(&self.first)));
+        }
+        if self.reached {
+            p.push("the connection was not failed: a later tool call still reached the adapter".into());
+        }
+        Outcome::with("failed-closed", p)
+    }
+}
+
+/// With the session open at `generation` and the probe armed by the caller: make one tool
+/// call (`tool`, `args`), disarm the probe, then make a second one and see whether it reaches
+/// the adapter.
+pub(super) fn call_then_call(c: &mut DCtx<'_>, generation: u64, tool: &str, args: &Value) -> Result<CallSeen, Outcome> {
     let sent = invokes(c).len();
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = c.wake(generation, tool, args);
     let r1 = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let r1 = tryo!(r1);
-    if invokes(c).len() == sent {
-        return Outcome::Error(format!(
-            "inconclusive: the wake ({}) made no tool call through the adapter, so the bad adapter frame was never sent",
-            rtoken(&r1)
-        ));
-    }
-    // The connection must be failed: a later call never succeeds through it.
+    let first = r1?;
+    let invoked = invokes(c).len() != sent;
     let before = invokes(c).len();
-    let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
-    let _ = tryo!(one(c, w2));
-    let reached = invokes(c).len() != before;
-    let t1 = rtoken(&r1);
-    let leaked_ok = r1
-        .frame()
-        .is_some_and(|f| f.to_string().contains("\"ok\":true") && f["data"]["result"]["toolCalls"][0]["ok"] == true);
-    let mut p = Vec::new();
-    if leaked_ok {
-        p.push(format!("the bad adapter frame was accepted as a successful tool result ({t1})"));
-    }
-    if reached {
-        p.push("the connection was not failed: a later tool call still reached the adapter".into());
-    }
-    Outcome::with("failed-closed", p)
+    let w2 = c.wake(generation, tool, args);
+    let _ = one(c, w2)?;
+    Ok(CallSeen { first, invoked, reached: invokes(c).len() != before })
 }
 fn tools_mismatch(c: &mut DCtx<'_>) -> Outcome {
     fail_closed(c, InvokeMode::MismatchKey)

@@ -2,6 +2,7 @@
 //! that records every frame the daemon sends (SPEC §1–§4, §6).
 
 pub mod cases;
+pub mod frames;
 pub mod probe;
 pub mod replay;
 

@@ -50,6 +50,30 @@ pub enum InvokeMode {
     ResultAfterAborted,
 }
 
+/// Where a scripted frame is sent: instead of the `bound` answer to the next `bind`, or
+/// instead of the answer to the next `invoke`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScriptAt {
+    /// Instead of `bound`.
+    Bound,
+    /// Instead of the result of the next invoke.
+    Invoke,
+}
+
+/// Builds the line (LF excluded) a scripted answer sends, from the live binding the probe
+/// saw in `bind` and the live invoke it answers (`None` for a `bound`); `Err` says why the
+/// frame cannot be sent (the probe then answers normally).
+pub type ScriptFn = Box<dyn FnOnce(&Binding, Option<&Value>) -> Result<Vec<u8>, String> + Send>;
+
+/// One scripted answer, used once (the golden `to-daemon` frame vectors, [`super::replay`]).
+#[derive(Default)]
+pub struct ScriptSlot {
+    /// The answer waiting to be sent.
+    pub pending: Option<(ScriptAt, ScriptFn)>,
+    /// What became of the last one: `Ok` sent, `Err` why not.
+    pub outcome: Option<Result<(), String>>,
+}
+
 /// What the probe saw.
 #[derive(Clone, Debug, Default)]
 pub struct ProbeLog {
@@ -77,6 +101,8 @@ pub struct Probe {
     pub invoke: Arc<Mutex<InvokeMode>>,
     /// What was seen.
     pub log: Arc<Mutex<ProbeLog>>,
+    /// A scripted answer for the next bind or invoke.
+    pub script: Arc<Mutex<ScriptSlot>>,
     root: PathBuf,
 }
 
@@ -94,9 +120,11 @@ impl Probe {
             bound: Arc::new(Mutex::new(BoundMode::Exact)),
             invoke: Arc::new(Mutex::new(InvokeMode::Normal)),
             log: Arc::default(),
+            script: Arc::default(),
             root: root.to_path_buf(),
         };
         let (bound, invoke, log, root) = (p.bound.clone(), p.invoke.clone(), p.log.clone(), p.root.clone());
+        let script = p.script.clone();
         std::thread::spawn(move || {
             for (n, s) in listener.incoming().enumerate() {
                 let Ok(s) = s else { break };
@@ -104,7 +132,8 @@ impl Probe {
                     l.connections += 1;
                 }
                 let (bound, invoke, log, root) = (bound.clone(), invoke.clone(), log.clone(), root.clone());
-                std::thread::spawn(move || serve(n, s, bound, invoke, log, root));
+                let script = script.clone();
+                std::thread::spawn(move || serve(n, s, bound, invoke, log, script, root));
             }
         });
         Ok(p)
@@ -122,6 +151,50 @@ impl Probe {
         }
         if let Ok(mut x) = self.invoke.lock() {
             *x = i;
+        }
+    }
+
+    /// Script the answer to the next bind or invoke (replacing any script not yet used).
+    pub fn script(&self, at: ScriptAt, build: ScriptFn) {
+        if let Ok(mut s) = self.script.lock() {
+            *s = ScriptSlot { pending: Some((at, build)), outcome: None };
+        }
+    }
+
+    /// Drop an unused script and return what became of the last one (`None`: never used).
+    pub fn take_script_outcome(&self) -> Option<Result<(), String>> {
+        self.script.lock().ok().and_then(|mut s| {
+            s.pending = None;
+            s.outcome.take()
+        })
+    }
+}
+
+/// Run the scripted answer for `at`, if one is waiting: `true` when it was sent (or the
+/// write failed), `false` when the probe must answer as usual.
+fn scripted(
+    slot: &Mutex<ScriptSlot>,
+    at: ScriptAt,
+    binding: Option<&Binding>,
+    invoke: Option<&Value>,
+    w: &mut UnixStream,
+) -> bool {
+    let Ok(mut s) = slot.lock() else { return false };
+    let Some(binding) = binding else { return false };
+    if !matches!(&s.pending, Some((a, _)) if *a == at) {
+        return false;
+    }
+    let Some((_, build)) = s.pending.take() else { return false };
+    match build(binding, invoke) {
+        Ok(mut line) => {
+            line.push(b'\n');
+            let _ = w.write_all(&line);
+            s.outcome = Some(Ok(()));
+            true
+        }
+        Err(why) => {
+            s.outcome = Some(Err(why));
+            false
         }
     }
 }
@@ -161,6 +234,7 @@ fn serve(
     bound: Arc<Mutex<BoundMode>>,
     invoke: Arc<Mutex<InvokeMode>>,
     log: Arc<Mutex<ProbeLog>>,
+    script: Arc<Mutex<ScriptSlot>>,
     root: PathBuf,
 ) {
     let Ok(mut w) = s.try_clone() else { return };
@@ -210,6 +284,9 @@ fn serve(
                     m.remove("kind");
                 }
                 identity = Some(id);
+                if scripted(&script, ScriptAt::Bound, binding.as_ref(), None, &mut w) {
+                    continue;
+                }
                 match bmode {
                     BoundMode::Exact => {}
                     BoundMode::WrongLimits => {
@@ -239,6 +316,9 @@ fn serve(
             Some("invoke") => {
                 let imode = invoke.lock().map(|b| *b).unwrap_or(InvokeMode::Normal);
                 let Some(id) = &identity else { return };
+                if scripted(&script, ScriptAt::Invoke, binding.as_ref(), Some(&f), &mut w) {
+                    continue;
+                }
                 let result = |data: Result<Value, Value>| {
                     let mut r = id.clone();
                     r["kind"] = json!("result");

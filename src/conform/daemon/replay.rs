@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::frames;
 use super::DCtx;
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::{CaseMeta, Level, Outcome};
@@ -62,7 +63,12 @@ fn glob(p: &str, s: &str) -> bool {
 
 /// Whether a vector can be replayed on a daemon socket at all.
 fn replayable(v: &Vector) -> bool {
-    matches!(v.kind, Kind::Command | Kind::Descriptor)
+    matches!(v.kind, Kind::Command | Kind::Descriptor) || is_daemon_frame(v)
+}
+
+/// Whether `v` is a frame an adapter sends the daemon (`context.direction == "to-daemon"`).
+pub(super) fn is_daemon_frame(v: &Vector) -> bool {
+    v.kind == Kind::Frame && v.context.get("direction").and_then(Value::as_str) == Some("to-daemon")
 }
 
 /// The catalogue entries of the replayable vectors of `set`.
@@ -72,6 +78,9 @@ pub fn catalogue(set: &VectorSet) -> Vec<CaseMeta> {
         .filter(|v| replayable(v))
         .map(|v| {
             let decision = is_decision(&v.id);
+            if is_daemon_frame(v) {
+                return frames::meta(v, decision);
+            }
             let want = match (v.expect.verdict.as_str(), &v.expect.code) {
                 ("invalid", Some(code)) => format!("error:{code}"),
                 _ => "accepted".to_string(),
@@ -183,6 +192,9 @@ pub fn run(c: &mut DCtx<'_>, set: &VectorSet, id: &str) -> Outcome {
     let Some(v) = set.vectors.iter().find(|v| v.id == id) else {
         return Outcome::Error(format!("no vector {id} in {}", set.dir.display()));
     };
+    if is_daemon_frame(v) {
+        return frames::run(c, set, v);
+    }
     let (line, want) = match materialize(c, set, v) {
         Ok(x) => x,
         Err(why) => return Outcome::Skip(why),

@@ -1,0 +1,590 @@
+//! Golden `to-daemon` frame vectors replayed against a live daemon (a part of [`super::replay`]):
+//! the probe adapter sends the vector's frame as its answer — to the next `bind` for a vector
+//! whose base is `bound`, to the next `invoke` otherwise — and the case checks that the
+//! daemon treats it as the vector says.
+//!
+//! - An invalid frame fails the adapter closed: a `bound` fails the open and no later tool
+//!   call reaches the adapter (`open-refused`, as `daemon.bind.bound-*`); any other frame is
+//!   never a successful tool result and no later tool call reaches the adapter through that
+//!   connection (`failed-closed`, as `daemon.tools.*-fails-closed`).
+//! - A valid frame is accepted: the open succeeds (`opened`), or the tool call completes with
+//!   that result and the connection stays usable (`completed`).
+//!
+//! The live session is opened with a descriptor that keeps the vector descriptor's
+//! `protocolVersion`, `adapterId`, `adapterVersion`, generation, operations and limits; the
+//! daemon's host, a session id unique to the case and a fresh handle replace the vector's.
+//! The frame's identity, the vector's handle (also inside strings and keys) and the
+//! `requestId`/`idempotencyKey`/`operation` of the vector's base result are rewritten to the
+//! live binding and invoke ([`rewrite_doc`], [`rewrite_raw`]); the rewritten line is judged
+//! again by the contract against the live binding, and when that changes the vector's verdict
+//! (a line limit of the vector's descriptor, a longer id) the case is skipped with the reason.
+//! `aborted` and `revoked` frames answer an abort or revoke the daemon sends only on its own
+//! schedule: they are skipped with the reason (a vector that changed the kind is replayed).
+
+use serde_json::{json, Map, Value};
+
+use super::cases::{call_then_call, open_then_call, open_with};
+use super::probe::ScriptAt;
+use super::DCtx;
+use crate::conform::case::{CaseMeta, Level, Outcome};
+use crate::contract::{admit_descriptor, Binding, Direction};
+use crate::judge::{judge_line, Context, Kind};
+use crate::vectors::{meets, Vector, VectorSet};
+
+/// Where the frame of `v` is sent.
+fn stage(v: &Vector) -> ScriptAt {
+    if v.base.as_deref() == Some("bound") {
+        ScriptAt::Bound
+    } else {
+        ScriptAt::Invoke
+    }
+}
+
+fn valid(v: &Vector) -> bool {
+    v.expect.verdict == "valid"
+}
+
+/// The outcome token a conforming daemon shows for `v`.
+fn want(v: &Vector) -> &'static str {
+    match (stage(v), valid(v)) {
+        (ScriptAt::Bound, true) => "opened",
+        (ScriptAt::Bound, false) => "open-refused",
+        (ScriptAt::Invoke, true) => "completed",
+        (ScriptAt::Invoke, false) => "failed-closed",
+    }
+}
+
+/// The catalogue entry of a `to-daemon` frame vector.
+pub fn meta(v: &Vector, decision: bool) -> CaseMeta {
+    let what = match (stage(v), valid(v)) {
+        (ScriptAt::Bound, true) => "as the answer to bind, the open succeeds".to_string(),
+        (ScriptAt::Bound, false) => {
+            "as the answer to bind, the open fails and no tool call reaches the adapter".to_string()
+        }
+        (ScriptAt::Invoke, true) => {
+            "as the answer to an invoke, the tool call completes with it and the connection stays usable".to_string()
+        }
+        (ScriptAt::Invoke, false) => format!(
+            "as the answer to an invoke ({}), it is never a successful tool result and the daemon fails the adapter \
+             connection",
+            v.expect.code.as_deref().unwrap_or("invalid")
+        ),
+    };
+    CaseMeta {
+        id: format!("{}{}", super::replay::PREFIX, v.id),
+        clause: v.clause.clone(),
+        level: if decision { Level::Should } else { Level::Must },
+        tags: vec!["vector".into(), "frame".into()],
+        requirement: format!(
+            "The golden frame vector {} sent by the adapter: {what}{}.",
+            v.id,
+            if decision { "; a decision of this project where the protocol text is silent" } else { "" }
+        ),
+        accepted: vec![want(v).to_string()],
+    }
+}
+
+/// The vector's descriptor document (`context.descriptor`: a base name, inline, or the
+/// `descriptor` base).
+fn vector_descriptor(set: &VectorSet, v: &Vector) -> Result<Value, String> {
+    match v.context.get("descriptor") {
+        None => set.base("descriptor"),
+        Some(Value::String(name)) => set.base(name),
+        Some(inline) => Ok(inline.clone()),
+    }
+}
+
+/// What the frame of a vector is rewritten between: the vector's binding and base call, and
+/// the live ones.
+pub struct Rewrite<'a> {
+    /// The binding the vector is judged against.
+    pub vector: &'a Binding,
+    /// The live binding (what the probe saw in `bind`).
+    pub live: &'a Binding,
+    /// `requestId`, `idempotencyKey`, `operation` of the vector's base result.
+    pub vector_call: [&'a str; 3],
+    /// The same three of the live invoke (none for a `bound`).
+    pub live_call: Option<[&'a str; 3]>,
+}
+
+const CALL_KEYS: [&str; 3] = ["requestId", "idempotencyKey", "operation"];
+
+impl Rewrite<'_> {
+    /// (vector, live) string pairs: identity, then the call.
+    fn pairs(&self) -> Vec<(String, String)> {
+        let (a, b) = (&self.vector.identity, &self.live.identity);
+        let mut p = vec![
+            (a.protocol_version.clone(), b.protocol_version.clone()),
+            (a.adapter_id.clone(), b.adapter_id.clone()),
+            (a.adapter_version.clone(), b.adapter_version.clone()),
+            (a.host_instance_id.clone(), b.host_instance_id.clone()),
+            (a.session_id.clone(), b.session_id.clone()),
+        ];
+        if let Some(live) = self.live_call {
+            p.extend(self.vector_call.iter().zip(live).map(|(x, y)| (x.to_string(), y.to_string())));
+        }
+        p
+    }
+
+    fn handle(&self) -> (&str, &str) {
+        (self.vector.handle.expose(), self.live.handle.expose())
+    }
+}
+
+/// Rewrite a frame document to the live binding: the identity members equal to the vector's
+/// (top level), the base call's `requestId`/`idempotencyKey`/`operation` to the live invoke's,
+/// and the vector's handle wherever it occurs in a string or a key.
+pub fn rewrite_doc(doc: &mut Value, rw: &Rewrite<'_>) {
+    let (a, b) = (&rw.vector.identity, &rw.live.identity);
+    if let Value::Object(m) = doc {
+        let ids = [
+            ("protocolVersion", json!(a.protocol_version), json!(b.protocol_version)),
+            ("adapterId", json!(a.adapter_id), json!(b.adapter_id)),
+            ("adapterVersion", json!(a.adapter_version), json!(b.adapter_version)),
+            ("hostInstanceId", json!(a.host_instance_id), json!(b.host_instance_id)),
+            ("sessionId", json!(a.session_id), json!(b.session_id)),
+            ("generation", json!(a.generation), json!(b.generation)),
+        ];
+        for (k, from, to) in ids {
+            if m.get(k) == Some(&from) {
+                m.insert(k.into(), to);
+            }
+        }
+        if let Some(live) = rw.live_call {
+            for ((k, from), to) in CALL_KEYS.iter().zip(rw.vector_call).zip(live) {
+                if m.get(*k).and_then(Value::as_str) == Some(from) {
+                    m.insert((*k).into(), json!(to));
+                }
+            }
+        }
+    }
+    let (from, to) = rw.handle();
+    replace_handle(doc, from, to);
+}
+
+fn replace_handle(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::String(s) if s.contains(from) => *s = s.replace(from, to),
+        Value::Array(a) => a.iter_mut().for_each(|x| replace_handle(x, from, to)),
+        Value::Object(m) => {
+            let old = std::mem::take(m);
+            *m = old
+                .into_iter()
+                .map(|(k, mut x)| {
+                    replace_handle(&mut x, from, to);
+                    (if k.contains(from) { k.replace(from, to) } else { k }, x)
+                })
+                .collect::<Map<String, Value>>();
+        }
+        _ => {}
+    }
+}
+
+/// Rewrite a raw line textually: every JSON string token equal to a vector identity or call
+/// value becomes the live one, and the handle is replaced wherever its bytes occur, as written
+/// or with its first character `\u`-escaped (a handle escaped otherwise is not found: the
+/// re-judgement then skips the case).
+pub fn rewrite_raw(line: &[u8], rw: &Rewrite<'_>) -> Vec<u8> {
+    let mut out = line.to_vec();
+    let (hf, ht) = rw.handle();
+    // The handle as written, and with its first character as a JSON `\u` escape.
+    let escaped = |h: &str| {
+        let mut c = h.chars();
+        c.next().map(|f| format!("\\u{:04x}{}", f as u32, c.as_str())).unwrap_or_default().into_bytes()
+    };
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        vec![(hf.as_bytes().to_vec(), ht.as_bytes().to_vec()), (escaped(hf), escaped(ht))];
+    for (from, to) in rw.pairs() {
+        if from != to {
+            pairs.push((json!(from).to_string().into_bytes(), json!(to).to_string().into_bytes()));
+        }
+    }
+    for (from, to) in pairs {
+        out = replace_bytes(&out, &from, &to);
+    }
+    out
+}
+
+fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    if from.is_empty() {
+        return hay.to_vec();
+    }
+    let mut out = Vec::with_capacity(hay.len());
+    let mut rest = hay;
+    while let Some(i) = memchr::memmem::find(rest, from) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(to);
+        rest = &rest[i + from.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Judge `line` as a `to-daemon` frame on `binding`; `Err` when the verdict is not the
+/// vector's expectation (the reason to skip).
+pub fn rejudge(line: &[u8], binding: &Binding, v: &Vector) -> Result<(), String> {
+    let ctx = Context { binding: Some(binding.clone()), direction: Direction::ToDaemon, ..Context::default() };
+    let verdict = judge_line(line, Some(Kind::Frame), &ctx).1;
+    if meets(&verdict, &v.expect) {
+        return Ok(());
+    }
+    let got = match &verdict {
+        crate::judge::Verdict::Valid => "valid".to_string(),
+        crate::judge::Verdict::Invalid { code, field, .. } => format!("invalid ({code} at `{field}`)"),
+    };
+    let exp = match (&v.expect.code, &v.expect.field) {
+        (Some(c), Some(f)) => format!("invalid ({c} at `{f}`)"),
+        (Some(c), None) => format!("invalid ({c})"),
+        _ => v.expect.verdict.clone(),
+    };
+    Err(format!(
+        "rewritten to the live binding and call, the frame is {got} by the contract, not the vector's {exp}; not \
+         replayed"
+    ))
+}
+
+/// The file an `fs.read` call names (created in the session root first).
+const READ_FILE: &str = "pc-vector.txt";
+
+fn reads_a_file(tool: &str) -> bool {
+    tool == "fs_read"
+}
+
+/// The wake tool and arguments that make the daemon invoke `op`.
+fn tool_for(op: &str) -> (String, Value) {
+    let args = match op {
+        "fs.read" => json!({"path": READ_FILE}),
+        "fs.search" => json!({"path": ".", "query": "pi-conform"}),
+        "fs.write" => json!({"path": "pc-vector.txt", "content": "x"}),
+        "fs.edit" => json!({"path": "pc-vector.txt", "edits": [{"oldText": "x", "newText": "y"}]}),
+        _ => json!({"path": "."}),
+    };
+    (op.replace('.', "_"), args)
+}
+
+/// Replay the `to-daemon` frame vector `v`.
+pub fn run(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
+    match prepare(c, set, v) {
+        Ok(p) => replay(c, v, p),
+        Err(why) => Outcome::Skip(why),
+    }
+}
+
+/// Everything a replay needs, known before the live binding.
+struct Prepared {
+    descriptor: Value,
+    generation: u64,
+    vector_binding: Binding,
+    vector_call: [String; 3],
+    doc: Option<Value>,
+    raw: Option<Vec<u8>>,
+    op: String,
+}
+
+fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Prepared, String> {
+    let vd = vector_descriptor(set, v)?;
+    let vector_binding =
+        Binding::from(&admit_descriptor(&vd, None).map_err(|e| format!("the vector's descriptor is refused: {e}"))?);
+    let raw = v.raw.is_some() || v.raw_hex.is_some();
+    let doc = if raw { None } else { Some(set.document(v)?) };
+    // The frame as a document (a raw line decoded loosely, for its kind and operation).
+    let loose = match &doc {
+        Some(d) => Some(d.clone()),
+        None => {
+            let line = set.line(v)?;
+            serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(&line)).ok()
+        }
+    };
+    let kind = loose.as_ref().and_then(|d| d["kind"].as_str().map(str::to_string));
+    if let Some(k @ ("aborted" | "revoked")) = kind.as_deref() {
+        return Err(format!(
+            "{} `{k}` frame answers {} the daemon sends only on its own schedule (a timeout, a session close); \
+             the runner cannot make it send one at a chosen moment on every daemon, so this vector is not replayed",
+            if k == "aborted" { "an" } else { "a" },
+            if k == "aborted" { "an abort" } else { "a revoke" }
+        ));
+    }
+    let base = set.base("result")?;
+    let vector_call = CALL_KEYS.map(|k| base[k].as_str().unwrap_or_default().to_string());
+    let generation = vector_binding.identity.generation;
+    // The live descriptor: the vector's, with the daemon's host, the case session and a fresh
+    // handle, at the probe's endpoint.
+    let mut d = c.descriptor(generation, Some(vd["limits"].clone()));
+    for k in ["protocolVersion", "adapterId", "adapterVersion", "operations"] {
+        d[k] = vd[k].clone();
+    }
+    let ops: Vec<String> = vector_binding.operations.iter().map(|o| o.to_string()).collect();
+    // The operation the live invoke must have for the frame to answer it.
+    let named = loose.as_ref().and_then(|d| d["operation"].as_str().map(str::to_string));
+    let op = named
+        .filter(|o| ops.contains(o))
+        .or_else(|| ops.iter().find(|o| *o == "fs.stat").cloned())
+        .or_else(|| ops.first().cloned())
+        .ok_or("the vector's descriptor grants no operation")?;
+    Ok(Prepared {
+        descriptor: d,
+        generation,
+        vector_binding,
+        vector_call,
+        raw: if raw { Some(set.line(v)?) } else { None },
+        doc,
+        op,
+    })
+}
+
+fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
+    let at = stage(v);
+    let (tool, args) = tool_for(&p.op);
+    let vec_owned = v.clone();
+    let Prepared { descriptor, generation, vector_binding, vector_call, doc, raw, .. } = p;
+    let build = move |live: &Binding, invoke: Option<&Value>| -> Result<Vec<u8>, String> {
+        let live_call = invoke.map(|f| CALL_KEYS.map(|k| f[k].as_str().unwrap_or_default()));
+        let rw = Rewrite {
+            vector: &vector_binding,
+            live,
+            vector_call: [&vector_call[0], &vector_call[1], &vector_call[2]],
+            live_call,
+        };
+        let line = match (doc, raw) {
+            (Some(mut d), _) => {
+                rewrite_doc(&mut d, &rw);
+                serde_json::to_vec(&d).map_err(|e| e.to_string())?
+            }
+            (None, Some(r)) => rewrite_raw(&r, &rw),
+            (None, None) => return Err("the vector has no document".into()),
+        };
+        rejudge(&line, live, &vec_owned)?;
+        Ok(line)
+    };
+    match at {
+        ScriptAt::Bound => {
+            c.probe.script(at, Box::new(build));
+            let seen = open_then_call(c, &descriptor, generation, &tool, &args);
+            let sent = c.probe.take_script_outcome();
+            let seen = match seen {
+                Ok(s) => s,
+                Err(o) => return o,
+            };
+            if let Some(o) = script_skip(sent) {
+                return o;
+            }
+            if valid(v) {
+                if seen.open == "ok" {
+                    Outcome::token("opened")
+                } else {
+                    Outcome::with(
+                        format!("open-{}", seen.open),
+                        vec![format!("a valid bound failed the open ({})", seen.open)],
+                    )
+                }
+            } else if let Some(o) = seen.inconclusive() {
+                o
+            } else {
+                seen.outcome()
+            }
+        }
+        ScriptAt::Invoke => {
+            if let Err(o) = open_with(c, &descriptor, generation) {
+                return o;
+            }
+            if reads_a_file(&tool) {
+                // A daemon may look the path up before it invokes (Pi Daemon 0.3.3 does): the
+                // file read exists in the session root.
+                let _ = std::fs::create_dir_all(&c.target.cwd);
+                let _ = std::fs::write(c.target.cwd.join(READ_FILE), "pi-conform\n");
+            }
+            c.probe.script(at, Box::new(build));
+            let seen = call_then_call(c, generation, &tool, &args);
+            let sent = c.probe.take_script_outcome();
+            let seen = match seen {
+                Ok(s) => s,
+                Err(o) => return o,
+            };
+            if let Some(o) = seen.inconclusive() {
+                return o;
+            }
+            if let Some(o) = script_skip(sent) {
+                return o;
+            }
+            if !valid(v) {
+                return seen.fail_closed();
+            }
+            let mut problems = Vec::new();
+            let want_ok = frame_ok(v);
+            if let Some(ok) = seen.first_call_ok() {
+                if want_ok.is_some_and(|w| w != ok) {
+                    problems.push(format!(
+                        "the tool call did not complete with the adapter's valid result (reported ok:{ok}, the frame \
+                         says ok:{})",
+                        !ok
+                    ));
+                }
+            }
+            if !seen.reached {
+                problems.push(
+                    "the daemon failed the adapter connection after a valid frame: a later tool call did not reach \
+                     the adapter"
+                        .into(),
+                );
+            }
+            Outcome::with("completed", problems)
+        }
+    }
+}
+
+/// The `ok` a valid result frame carries (`None` for other frames).
+fn frame_ok(v: &Vector) -> Option<bool> {
+    match v.base.as_deref() {
+        Some("result") => v.patch.iter().find(|p| p.path == "/ok").and_then(|p| p.value.as_bool()).or(Some(true)),
+        Some("result-error") => {
+            v.patch.iter().find(|p| p.path == "/ok").and_then(|p| p.value.as_bool()).or(Some(false))
+        }
+        _ => None,
+    }
+}
+
+/// The case verdict when the scripted frame was not sent.
+fn script_skip(sent: Option<Result<(), String>>) -> Option<Outcome> {
+    match sent {
+        Some(Ok(())) => None,
+        Some(Err(why)) => Some(Outcome::Skip(why)),
+        None => Some(Outcome::Error(
+            "inconclusive: the daemon never asked the probe for the answer the vector's frame replaces".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIVE_HANDLE: &str = "LiveHandleLiveHandleLiveHandleLiveHandle_-0";
+
+    fn set() -> VectorSet {
+        VectorSet::load(&crate::vectors::default_dir()).unwrap()
+    }
+
+    fn binding_of(d: &Value) -> Binding {
+        Binding::from(&admit_descriptor(d, None).unwrap())
+    }
+
+    /// The vector's binding and a live one: another host, session and handle.
+    fn bindings(set: &VectorSet, v: &Vector) -> (Binding, Binding) {
+        let vd = vector_descriptor(set, v).unwrap();
+        let mut live = vd.clone();
+        live["binding"]["hostInstanceId"] = json!("host-live-0123456789");
+        live["binding"]["sessionId"] = json!("pc-7-live");
+        live["binding"]["capabilityHandle"] = json!(LIVE_HANDLE);
+        (binding_of(&vd), binding_of(&live))
+    }
+
+    /// The line the probe would send for vector `id` answering a live invoke.
+    fn rewritten(id: &str) -> (Vector, Binding, Vec<u8>) {
+        let set = set();
+        let v = set.vectors.iter().find(|v| v.id == id).unwrap().clone();
+        let (vb, lb) = bindings(&set, &v);
+        let rw = Rewrite {
+            vector: &vb,
+            live: &lb,
+            vector_call: ["tool-1", "turn-1-read-1", "fs.read"],
+            live_call: Some(["live-req-9", "tool-live-key", "fs.read"]),
+        };
+        let line = match set.document(&v) {
+            Ok(mut d) => {
+                rewrite_doc(&mut d, &rw);
+                serde_json::to_vec(&d).unwrap()
+            }
+            Err(_) => rewrite_raw(&set.line(&v).unwrap(), &rw),
+        };
+        (v, lb, line)
+    }
+
+    #[test]
+    fn a_result_is_rewritten_to_the_live_binding_and_call_and_keeps_its_verdict() {
+        let (v, live, line) = rewritten("frame.result.ok.valid");
+        let d: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            (&d["hostInstanceId"], &d["sessionId"], &d["requestId"], &d["idempotencyKey"], &d["operation"]),
+            (
+                &json!("host-live-0123456789"),
+                &json!("pc-7-live"),
+                &json!("live-req-9"),
+                &json!("tool-live-key"),
+                &json!("fs.read")
+            )
+        );
+        assert_eq!(rejudge(&line, &live, &v), Ok(()));
+        // Judged against the vector's own binding instead, the rewritten frame is refused for
+        // its identity: the rewriting is what makes it valid on the live binding.
+        let (_, vb) = (0, bindings(&set(), &v).0);
+        let err = rejudge(&line, &vb, &v).unwrap_err();
+        assert!(err.contains("adapter_protocol_invalid at `hostInstanceId`"), "{err}");
+    }
+
+    #[test]
+    fn the_handle_is_replaced_inside_strings_and_keys() {
+        for id in ["frame.result.secret.in-content", "frame.result.secret.as-object-key", "frame.bound.with-handle"] {
+            let (v, live, line) = rewritten(id);
+            let text = String::from_utf8(line.clone()).unwrap();
+            assert!(!text.contains("aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB"), "{id}");
+            assert!(text.contains(LIVE_HANDLE), "{id}");
+            assert_eq!(rejudge(&line, &live, &v), Ok(()), "{id}");
+        }
+    }
+
+    #[test]
+    fn raw_lines_are_rewritten_textually() {
+        let (v, live, line) = rewritten("frame.line.trailing-cr.valid");
+        assert!(line.ends_with(b"\r"));
+        assert!(memchr::memmem::find(&line, b"\"host-live-0123456789\"").is_some());
+        assert_eq!(rejudge(&line, &live, &v), Ok(()));
+        // A handle whose first character is written as a JSON escape is rewritten too.
+        let (v, live, line) = rewritten("frame.result.secret.json-escaped");
+        let text = String::from_utf8(line.clone()).unwrap();
+        assert!(text.contains(&format!("token=\\u{:04x}{}", 'L' as u32, &LIVE_HANDLE[1..])), "{text}");
+        assert_eq!(rejudge(&line, &live, &v), Ok(()));
+        // Escaped otherwise, it is not found: the live frame no longer carries a handle, so the
+        // vector's verdict changes and the case is skipped with that reason.
+        let set = set();
+        let vb = bindings(&set, &v).0;
+        let raw = v.raw.clone().unwrap().replace("\\u0061B", "a\\u0042");
+        let rw =
+            Rewrite { vector: &vb, live: &live, vector_call: ["tool-1", "turn-1-read-1", "fs.read"], live_call: None };
+        let moved = rewrite_raw(raw.as_bytes(), &rw);
+        let why = rejudge(&moved, &live, &v).unwrap_err();
+        assert!(why.contains("not the vector's invalid (adapter_secret_reflected"), "{why}");
+    }
+
+    #[test]
+    fn a_rewriting_that_changes_the_verdict_is_a_stated_skip() {
+        // 1024 bytes exactly on the vector's host; the live host is longer.
+        let (v, live, line) = rewritten("frame.line.response.1024-bytes.valid");
+        let why = rejudge(&line, &live, &v).unwrap_err();
+        assert!(why.contains("is invalid (adapter_protocol_invalid at `line`)"), "{why}");
+        assert!(why.contains("not the vector's valid"), "{why}");
+    }
+
+    #[test]
+    fn every_to_daemon_frame_vector_is_a_case_with_the_outcome_it_means() {
+        let set = set();
+        let frames: Vec<&Vector> = set.vectors.iter().filter(|v| super::super::replay::is_daemon_frame(v)).collect();
+        assert!(frames.len() > 100, "{}", frames.len());
+        let cat = super::super::replay::catalogue(&set);
+        for v in frames {
+            let m = cat.iter().find(|m| m.id == format!("vector:{}", v.id)).unwrap();
+            assert_eq!(
+                (m.clause.as_str(), m.tags.as_slice()),
+                (v.clause.as_str(), ["vector".to_string(), "frame".into()].as_slice())
+            );
+            assert_eq!(m.accepted, [want(v).to_string()]);
+        }
+        let by = |id: &str| cat.iter().find(|m| m.id == id).unwrap().accepted[0].clone();
+        assert_eq!(by("vector:frame.bound.limits.changed"), "open-refused");
+        assert_eq!(by("vector:frame.bound.valid"), "opened");
+        assert_eq!(by("vector:frame.result.fs-list.entry-name-dot"), "failed-closed");
+        assert_eq!(by("vector:frame.result.error.valid"), "completed");
+        // The duplicate-key decision of this project is a SHOULD case.
+        let dup = cat.iter().find(|m| m.id == "vector:frame.line.duplicate-key.to-daemon").unwrap();
+        assert_eq!(dup.level, Level::Should);
+    }
+}
