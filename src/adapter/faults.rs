@@ -20,7 +20,7 @@ use std::str::FromStr;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::session::Job;
+use super::job::Job;
 use crate::contract::frame::{check_adapter_frame, Binding, Direction};
 use crate::contract::text::is_frame_id;
 use crate::contract::types::tool_adapter::ToolOperation;

@@ -4,6 +4,7 @@ pub mod faults;
 pub mod fs;
 pub mod grants;
 pub mod idempotency;
+pub mod job;
 pub mod ops;
 pub mod server;
 pub mod session;

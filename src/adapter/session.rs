@@ -162,21 +162,7 @@ pub fn handle_bind_with(
     Ok((binding, i, encode_line(&bound)))
 }
 
-/// A job for the shell to run (on a blocking thread) and report with
-/// [`Session::handle_done`].
-#[derive(Clone, Debug)]
-pub struct Job {
-    /// The invoke's request id.
-    pub request_id: String,
-    /// The operation.
-    pub operation: ToolOperation,
-    /// The validated payload.
-    pub payload: Value,
-    /// Bytes the compact `data` may take so the result line fits `maxResponseBytes`.
-    pub budget: usize,
-    /// Cancellation for abort.
-    pub cancel: Cancel,
-}
+pub use super::job::Job;
 
 /// Why the session closes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
