@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use pi_conform::adapter::faults::{Fault, Faults};
+use pi_conform::conform::killmatrix::FaultSwitch;
 use pi_conform::contract::frame::{Binding, Direction};
 use pi_conform::contract::{admit_descriptor, PathSide};
 use pi_conform::daemon::faults::DaemonFault;
@@ -547,9 +548,14 @@ fn main() -> ExitCode {
         }
         Cmd::DaemonKillMatrix { faults, format, expect, time_scale, list } => {
             if list {
-                list_daemon_faults(format)
+                list_faults::<DaemonFault>(format)
             } else {
-                daemon_kill_matrix(faults, format, expect, time_scale)
+                std::env::current_exe().map_err(anyhow::Error::from).and_then(|bin| {
+                    let catalogue = pi_conform::conform::daemon::catalogue();
+                    kill_matrix(faults, format, expect, time_scale, catalogue, |f, cases| {
+                        pi_conform::conform::killmatrix::run_faulty_daemon(&bin, f.into(), cases, time_scale)
+                    })
+                })
             }
         }
         Cmd::DaemonState { state_dir, session, reconcile } => daemon_state(state_dir, session, reconcile),
@@ -559,9 +565,11 @@ fn main() -> ExitCode {
         }
         Cmd::KillMatrix { faults, format, expect, time_scale, list } => {
             if list {
-                list_faults(format)
+                list_faults::<Fault>(format)
             } else {
-                kill_matrix(faults, format, expect, time_scale)
+                kill_matrix(faults, format, expect, time_scale, adapter_catalogue(), |f, cases| {
+                    pi_conform::conform::killmatrix::run_faulty(f.into(), cases, time_scale)
+                })
             }
         }
         Cmd::ServeAdapter {
@@ -1094,9 +1102,9 @@ fn selftest(run: RunnerOpts, faults: Faults) -> anyhow::Result<u8> {
     run_and_report(&target, &run)
 }
 
-fn list_faults(format: MatrixFormat) -> anyhow::Result<u8> {
+fn list_faults<F: FaultSwitch>(format: MatrixFormat) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
-    for f in Fault::ALL {
+    for f in F::ALL {
         match format {
             MatrixFormat::Json => {
                 writeln!(out, "{}", json!({"fault": f.name(), "clause": f.clause(), "description": f.description()}))?
@@ -1107,162 +1115,26 @@ fn list_faults(format: MatrixFormat) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
-fn list_daemon_faults(format: MatrixFormat) -> anyhow::Result<u8> {
-    let mut out = std::io::stdout().lock();
-    for f in DaemonFault::ALL {
-        match format {
-            MatrixFormat::Json => {
-                writeln!(out, "{}", json!({"fault": f.name(), "clause": f.clause(), "description": f.description()}))?
-            }
-            _ => writeln!(out, "{:<28} {:<13} {}", f.name(), f.clause(), f.description())?,
-        }
-    }
-    Ok(EXIT_OK)
-}
-
-fn daemon_kill_matrix(
-    only: Vec<DaemonFault>,
+/// `kill-matrix` and `daemon-kill-matrix`: run `catalogue` once per fault of `only` (all when
+/// empty) through `run`, judge and print the matrix.
+fn kill_matrix<F: FaultSwitch>(
+    only: Vec<F>,
     format: MatrixFormat,
     expect: Option<PathBuf>,
     time_scale: f64,
+    catalogue: Vec<pi_conform::conform::case::CaseMeta>,
+    mut run: impl FnMut(F, &[pi_conform::conform::case::CaseMeta]) -> Result<pi_conform::conform::run::Report, String>,
 ) -> anyhow::Result<u8> {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    use pi_conform::daemon::faults::{
-        daemon_kill_row, daemon_must_clause_kills, parse_daemon_kill_matrix, render_daemon_kill_matrix,
-    };
+    use pi_conform::conform::killmatrix::{kill_row, parse_kill_matrix, render_kill_matrix, Matrix, Verdict};
+    if !cfg!(feature = "faults") {
+        anyhow::bail!(pi_conform::adapter::faults::NOT_BUILT);
+    }
     if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
         anyhow::bail!("--time-scale must be a number in (0, 100]");
     }
     let expected = match &expect {
         Some(p) => Some(
-            parse_daemon_kill_matrix(
-                &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
-            )
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
-        ),
-        None => None,
-    };
-    let bin = std::env::current_exe()?;
-    let all = only.is_empty();
-    let faults: Vec<DaemonFault> = DaemonFault::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
-    let catalogue = pi_conform::conform::daemon::catalogue();
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut rows = Vec::new();
-    for (i, f) in faults.iter().enumerate() {
-        if tty {
-            eprint!("\r\x1b[2K[{}/{}] {f}", i + 1, faults.len());
-        }
-        rows.push(daemon_kill_row(&bin, *f, &catalogue, time_scale));
-    }
-    if tty {
-        eprintln!();
-    }
-    let kills: BTreeMap<String, BTreeSet<String>> =
-        rows.iter().map(|r| (r.fault.clone(), r.killed.iter().cloned().collect())).collect();
-    let clauses = daemon_must_clause_kills(&catalogue, &kills);
-    let survivors: Vec<&str> = rows.iter().filter(|r| r.killed.is_empty()).map(|r| r.fault.as_str()).collect();
-    let unkilled: Vec<&str> = if all {
-        clauses.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect()
-    } else {
-        vec![]
-    };
-    let errors: Vec<String> =
-        rows.iter().flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.fault))).collect();
-    let mut differences = Vec::new();
-    if let Some(exp) = &expected {
-        for r in &rows {
-            let got: BTreeSet<String> = r.killed.iter().cloned().collect();
-            let Some(want) = exp.get(&r.fault) else {
-                differences.push(format!("{}: not in the expected matrix", r.fault));
-                continue;
-            };
-            let missing: Vec<&String> = want.difference(&got).collect();
-            let extra: Vec<&String> = got.difference(want).collect();
-            if !missing.is_empty() || !extra.is_empty() {
-                differences
-                    .push(format!("{}: expected but passed {missing:?}; failed unexpectedly {extra:?}", r.fault));
-            }
-        }
-        if all {
-            for name in exp.keys().filter(|n| !kills.contains_key(*n)) {
-                differences.push(format!("{name}: expected but not run"));
-            }
-        }
-    }
-    let code = if !errors.is_empty() {
-        EXIT_USAGE
-    } else if survivors.is_empty() && unkilled.is_empty() && differences.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_INVALID
-    };
-    let mut out = std::io::stdout().lock();
-    match format {
-        MatrixFormat::Lines => out.write_all(render_daemon_kill_matrix(&rows).as_bytes())?,
-        MatrixFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "faults": rows,
-                "mustClauses": clauses,
-                "survivors": survivors,
-                "unkilledClauses": unkilled,
-                "harnessErrors": errors,
-                "differences": differences,
-                "exitCode": code,
-            }))?
-        )?,
-        MatrixFormat::Human => {
-            writeln!(
-                out,
-                "daemon kill matrix: the daemon suite ({} cases) against the reference daemon, once per fault",
-                catalogue.len()
-            )?;
-            for r in &rows {
-                writeln!(out, "\n{} ({}; {:.1} s): {}", r.fault, r.clause, r.millis as f64 / 1000.0, r.description)?;
-                match r.killed.len() {
-                    0 => writeln!(out, "  SURVIVED: no case failed")?,
-                    n => writeln!(out, "  kills {n}: {}", r.killed.join(" "))?,
-                }
-                for e in &r.errors {
-                    writeln!(out, "  HARNESS ERROR {e}")?;
-                }
-            }
-            writeln!(out, "\nMUST clauses of the daemon catalogue and the faults that kill them:")?;
-            for c in &clauses {
-                let by = if c.killed_by.is_empty() { "NOT KILLED".to_string() } else { c.killed_by.join(" ") };
-                writeln!(out, "  {:<14} {by}", c.clause)?;
-            }
-            for d in &differences {
-                writeln!(out, "DIFFERS {d}")?;
-            }
-            let verdict = match code {
-                EXIT_OK => "every fault is caught and every MUST clause is killed".to_string(),
-                EXIT_USAGE => format!("INCONCLUSIVE: {} harness errors", errors.len()),
-                _ => format!(
-                    "NOT PROVEN: {} surviving faults, {} unkilled MUST clauses, {} differences from the expected matrix",
-                    survivors.len(),
-                    unkilled.len(),
-                    differences.len()
-                ),
-            };
-            writeln!(out, "\nverdict: {verdict}")?;
-        }
-    }
-    Ok(code)
-}
-
-fn kill_matrix(only: Vec<Fault>, format: MatrixFormat, expect: Option<PathBuf>, time_scale: f64) -> anyhow::Result<u8> {
-    use std::collections::{BTreeMap, BTreeSet};
-
-    use pi_conform::conform::selftest::{kill_row, must_clause_kills, parse_kill_matrix, render_kill_matrix};
-    if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 100.0) {
-        anyhow::bail!("--time-scale must be a number in (0, 100]");
-    }
-    let expected = match &expect {
-        Some(p) => Some(
-            parse_kill_matrix(
+            parse_kill_matrix::<F>(
                 &std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?,
             )
             .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
@@ -1270,110 +1142,29 @@ fn kill_matrix(only: Vec<Fault>, format: MatrixFormat, expect: Option<PathBuf>, 
         None => None,
     };
     let all = only.is_empty();
-    let faults: Vec<Fault> = Fault::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
-    let catalogue = adapter_catalogue();
+    let faults: Vec<F> = F::ALL.iter().copied().filter(|f| all || only.contains(f)).collect();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut rows = Vec::new();
     for (i, f) in faults.iter().enumerate() {
         if tty {
             eprint!("\r\x1b[2K[{}/{}] {f}", i + 1, faults.len());
         }
-        rows.push(kill_row(*f, &catalogue, time_scale));
+        rows.push(kill_row(*f, &catalogue, &mut run));
     }
     if tty {
         eprintln!();
     }
-    let kills: BTreeMap<String, BTreeSet<String>> =
-        rows.iter().map(|r| (r.fault.clone(), r.killed.iter().cloned().collect())).collect();
-    let clauses = must_clause_kills(&catalogue, &kills);
-    let survivors: Vec<&str> = rows.iter().filter(|r| r.killed.is_empty()).map(|r| r.fault.as_str()).collect();
-    let unkilled: Vec<&str> = if all {
-        clauses.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect()
-    } else {
-        vec![]
-    };
-    let errors: Vec<String> =
-        rows.iter().flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.fault))).collect();
-    let mut differences = Vec::new();
-    if let Some(exp) = &expected {
-        for r in &rows {
-            let got: BTreeSet<String> = r.killed.iter().cloned().collect();
-            let Some(want) = exp.get(&r.fault) else {
-                differences.push(format!("{}: not in the expected matrix", r.fault));
-                continue;
-            };
-            let missing: Vec<&String> = want.difference(&got).collect();
-            let extra: Vec<&String> = got.difference(want).collect();
-            if !missing.is_empty() || !extra.is_empty() {
-                differences
-                    .push(format!("{}: expected but passed {missing:?}; failed unexpectedly {extra:?}", r.fault));
-            }
-        }
-        if all {
-            for name in exp.keys().filter(|n| !kills.contains_key(*n)) {
-                differences.push(format!("{name}: expected but not run"));
-            }
-        }
-    }
-    let code = if !errors.is_empty() {
-        EXIT_USAGE
-    } else if survivors.is_empty() && unkilled.is_empty() && differences.is_empty() {
-        EXIT_OK
-    } else {
-        EXIT_INVALID
+    let matrix = Matrix::judge::<F>(rows, &catalogue, all, expected.as_ref());
+    let code = match matrix.verdict() {
+        Verdict::Proven => EXIT_OK,
+        Verdict::Inconclusive => EXIT_USAGE,
+        Verdict::NotProven => EXIT_INVALID,
     };
     let mut out = std::io::stdout().lock();
     match format {
-        MatrixFormat::Lines => out.write_all(render_kill_matrix(&rows).as_bytes())?,
-        MatrixFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "faults": rows,
-                "mustClauses": clauses,
-                "survivors": survivors,
-                "unkilledClauses": unkilled,
-                "harnessErrors": errors,
-                "differences": differences,
-                "exitCode": code,
-            }))?
-        )?,
-        MatrixFormat::Human => {
-            writeln!(
-                out,
-                "kill matrix: the adapter suite ({} cases) against the reference adapter, once per fault",
-                catalogue.len()
-            )?;
-            for r in &rows {
-                writeln!(out, "\n{} ({}; {:.1} s): {}", r.fault, r.clause, r.millis as f64 / 1000.0, r.description)?;
-                match r.killed.len() {
-                    0 => writeln!(out, "  SURVIVED: no case failed")?,
-                    n => writeln!(out, "  kills {n}: {}", r.killed.join(" "))?,
-                }
-                for e in &r.errors {
-                    writeln!(out, "  HARNESS ERROR {e}")?;
-                }
-            }
-            writeln!(out, "\nMUST clauses of the catalogue and the faults that kill them:")?;
-            for c in &clauses {
-                let by = if c.killed_by.is_empty() { "NOT KILLED".to_string() } else { c.killed_by.join(" ") };
-                writeln!(out, "  {:<14} {by}", c.clause)?;
-            }
-            for d in &differences {
-                writeln!(out, "DIFFERS {d}")?;
-            }
-            let verdict = match code {
-                EXIT_OK => "every fault is caught and every MUST clause is killed".to_string(),
-                EXIT_USAGE => format!("INCONCLUSIVE: {} harness errors", errors.len()),
-                _ => format!(
-                    "NOT PROVEN: {} surviving faults, {} unkilled MUST clauses, {} differences from the expected matrix",
-                    survivors.len(),
-                    unkilled.len(),
-                    differences.len()
-                ),
-            };
-            writeln!(out, "\nverdict: {verdict}")?;
-        }
+        MatrixFormat::Lines => out.write_all(render_kill_matrix::<F>(&matrix.rows).as_bytes())?,
+        MatrixFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&matrix.to_json(code))?)?,
+        MatrixFormat::Human => out.write_all(matrix.to_human::<F>().as_bytes())?,
     }
     Ok(code)
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::conform::adapter::catalogue_with_vectors;
 use pi_conform::conform::case::{CaseMeta, Level, Status};
-use pi_conform::conform::selftest::run_faulty;
+use pi_conform::conform::killmatrix::run_faulty;
 
 fn catalogue() -> Vec<CaseMeta> {
     let (cat, no_vectors) = catalogue_with_vectors(&pi_conform::vectors::default_dir());

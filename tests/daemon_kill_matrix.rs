@@ -8,7 +8,7 @@
 //! process of this test (`pi-conform serve-daemon --fault NAME`, socket and state in a
 //! private 0700 temporary directory) through a restart script — kill -9, then start again on
 //! the same state directory — which is the runner's `--restart-cmd`, exactly as
-//! `tests/daemon_runner.rs` runs the suite (see `pi_conform::daemon::faults::FaultyDaemon`).
+//! `tests/daemon_runner.rs` runs the suite (see `pi_conform::conform::killmatrix::FaultyDaemon`).
 //! So the restart cases run under every fault too.
 //!
 //! Time. One full daemon suite takes ~6–9 s, nearly all of it waiting on timeouts (bind
@@ -23,10 +23,9 @@ use std::sync::Mutex;
 
 use pi_conform::conform::case::{Level, Status};
 use pi_conform::conform::daemon::catalogue;
+use pi_conform::conform::killmatrix::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty_daemon};
 use pi_conform::conform::run::Report;
-use pi_conform::daemon::faults::{
-    daemon_must_clause_kills, killed_ids, parse_daemon_kill_matrix, run_faulty_daemon, DaemonFault, DaemonFaults,
-};
+use pi_conform::daemon::faults::{DaemonFault, DaemonFaults};
 
 const EXPECTED: &str = include_str!("../conformance/daemon-kill-matrix.txt");
 
@@ -37,7 +36,7 @@ const JOBS: usize = 3;
 type Run = (Option<DaemonFault>, Result<Report, String>, f64);
 
 fn expected() -> BTreeMap<String, BTreeSet<String>> {
-    parse_daemon_kill_matrix(EXPECTED).expect("conformance/daemon-kill-matrix.txt parses")
+    parse_kill_matrix::<DaemonFault>(EXPECTED).expect("conformance/daemon-kill-matrix.txt parses")
 }
 
 fn bin() -> &'static Path {
@@ -78,7 +77,7 @@ fn the_expected_matrix_names_every_fault_and_only_real_cases() {
 #[test]
 fn every_must_clause_of_the_daemon_catalogue_is_killed_by_some_fault() {
     let cat = catalogue();
-    let kills = daemon_must_clause_kills(&cat, &expected());
+    let kills = must_clause_kills::<DaemonFault>(&cat, &expected());
     let unkilled: Vec<&str> = kills.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect();
     assert!(unkilled.is_empty(), "MUST clauses no daemon fault kills: {unkilled:?}");
     let must: BTreeSet<&str> = cat.iter().filter(|m| m.level == Level::Must).map(|m| m.clause.as_str()).collect();
@@ -137,7 +136,7 @@ fn each_daemon_fault_kills_exactly_its_expected_cases() {
         {
             problems.push(format!("fault {name}: {} {}: {}", r.status.as_str(), r.id, r.reason));
         }
-        let got = killed_ids(report);
+        let got = killed_ids::<DaemonFault>(report);
         let Some(fault) = w else {
             for id in &got {
                 problems.push(format!("without faults every case must pass, but {id} failed"));

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::conform::adapter::catalogue_with_vectors;
 use pi_conform::conform::case::{CaseMeta, Level, Status};
-use pi_conform::conform::selftest::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty};
+use pi_conform::conform::killmatrix::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty};
 
 const EXPECTED: &str = include_str!("../conformance/kill-matrix.txt");
 
@@ -64,7 +64,7 @@ const SAMPLE: &[&str] = &[
 const TIMING_DEPENDENT: &[(&str, &str)] = &[("not-found-retryable", "adapter.confine.swap-race")];
 
 fn expected() -> BTreeMap<String, BTreeSet<String>> {
-    parse_kill_matrix(EXPECTED).expect("conformance/kill-matrix.txt parses")
+    parse_kill_matrix::<Fault>(EXPECTED).expect("conformance/kill-matrix.txt parses")
 }
 
 #[test]
@@ -95,7 +95,7 @@ fn the_expected_matrix_names_every_fault_and_only_real_cases() {
 #[test]
 fn every_must_clause_is_killed_by_some_fault() {
     let cat = catalogue();
-    let kills = must_clause_kills(&cat, &expected());
+    let kills = must_clause_kills::<Fault>(&cat, &expected());
     let unkilled: Vec<&str> = kills.iter().filter(|c| c.killed_by.is_empty()).map(|c| c.clause.as_str()).collect();
     assert!(unkilled.is_empty(), "MUST clauses no fault kills: {unkilled:?}");
     // Every MUST clause of the catalogue is in the list.
@@ -138,7 +138,7 @@ fn each_fault_kills_exactly_its_expected_cases() {
         for r in report.results.iter().filter(|r| r.status == Status::Error) {
             problems.push(format!("fault {fault}: harness error in {}: {}", r.id, r.reason));
         }
-        let mut got = killed_ids(&report);
+        let mut got = killed_ids::<Fault>(&report);
         got.retain(|id| !TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
         let missing: Vec<&String> = want.difference(&got).collect();
         if !missing.is_empty() {

@@ -218,6 +218,10 @@ faults! {
         "fs.write of an existing file truncates it and writes it in place in slow chunks (not atomic)";
 }
 
+/// Why `--fault` is refused by a build without the `faults` feature.
+pub const NOT_BUILT: &str =
+    "this build has no fault switches (they are a test aid): rebuild with `cargo build --features faults`";
+
 const _: () = assert!(Fault::ALL.len() <= 64, "Faults is a u64 bitset");
 
 impl fmt::Display for Fault {
@@ -230,6 +234,9 @@ impl FromStr for Fault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if !cfg!(feature = "faults") {
+            return Err(NOT_BUILT.into());
+        }
         Fault::ALL
             .iter()
             .copied()
@@ -246,9 +253,11 @@ impl Faults {
     /// No fault: the conforming reference adapter.
     pub const NONE: Faults = Faults(0);
 
-    /// Whether `f` is switched on.
+    /// Whether `f` is switched on: always `false` without the `faults` feature, so that every
+    /// fault branch is compiled out of a production build.
+    #[inline(always)]
     pub fn has(self, f: Fault) -> bool {
-        self.0 & (1 << f as u32) != 0
+        cfg!(feature = "faults") && self.0 & (1 << f as u32) != 0
     }
 
     /// This set plus `f`.

@@ -3,6 +3,7 @@
 pub mod adapter;
 pub mod case;
 pub mod daemon;
+pub mod killmatrix;
 pub mod report;
 pub mod run;
 pub mod selftest;

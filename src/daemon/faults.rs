@@ -12,22 +12,14 @@
 //!
 //! The matrix runs the faulty daemon as a real child process (`serve-daemon --fault NAME`)
 //! with a restart script, exactly as an operator runs the daemon suite with `--restart-cmd`:
-//! see [`FaultyDaemon`] and [`run_faulty_daemon`].
+//! see `conform::killmatrix::FaultyDaemon`. This module never imports the runner.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command as Process;
+use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::conform::case::{CaseMeta, Level, Status};
-use crate::conform::daemon::DaemonTarget;
-use crate::conform::run::{run_daemon, Filter, Report};
 use crate::contract::command::route_version;
 use crate::contract::{parse_command, Command, CommandError, HostContext};
 
@@ -138,6 +130,8 @@ faults! {
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";
 }
 
+pub use crate::adapter::faults::NOT_BUILT;
+
 const _: () = assert!(DaemonFault::ALL.len() <= 64, "DaemonFaults is a u64 bitset");
 
 impl fmt::Display for DaemonFault {
@@ -150,6 +144,9 @@ impl FromStr for DaemonFault {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if !cfg!(feature = "faults") {
+            return Err(NOT_BUILT.into());
+        }
         DaemonFault::ALL
             .iter()
             .copied()
@@ -166,9 +163,11 @@ impl DaemonFaults {
     /// No fault: the conforming reference daemon.
     pub const NONE: DaemonFaults = DaemonFaults(0);
 
-    /// Whether `f` is switched on.
+    /// Whether `f` is switched on: always `false` without the `faults` feature, so that every
+    /// fault branch is compiled out of a production build.
+    #[inline(always)]
     pub fn has(self, f: DaemonFault) -> bool {
-        self.0 & (1 << f as u32) != 0
+        cfg!(feature = "faults") && self.0 & (1 << f as u32) != 0
     }
 
     /// This set plus `f`.
@@ -323,96 +322,6 @@ pub(crate) fn echo_version(version: &str, faults: DaemonFaults) -> String {
     }
 }
 
-// ------------------------------------------------------------------ the daemon kill matrix
-
-/// The reference daemon with `faults`, running as a child process of `bin`
-/// (`serve-daemon --fault NAME`...) on a socket in a private 0700 temporary directory, with a
-/// restart script (kill -9, start again on the same state directory) for the restart cases.
-pub struct FaultyDaemon {
-    dir: tempfile::TempDir,
-    /// The daemon's socket.
-    pub socket: PathBuf,
-    /// The restart script (`sh <script>` restarts the daemon).
-    pub script: PathBuf,
-}
-
-impl FaultyDaemon {
-    /// Start it; returns once the socket answers a handshake.
-    pub fn start(bin: &Path, faults: DaemonFaults) -> Result<FaultyDaemon, String> {
-        let dir = tempfile::Builder::new().prefix("pc-dfault").tempdir().map_err(|e| e.to_string())?;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
-        let d = dir.path();
-        let socket = d.join("d.sock");
-        let script = d.join("restart.sh");
-        let flags: String = faults.iter().map(|f| format!(" --fault {}", f.name())).collect();
-        let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\nkill -9 $(cat {pid} 2>/dev/null) 2>/dev/null\nsleep 0.1\n{bin} serve-daemon --socket {sock} --state-dir {state}{flags} >> {log} 2>&1 &\necho $! > {pid}\n",
-                pid = q(&d.join("pid")),
-                bin = q(bin),
-                sock = q(&socket),
-                state = q(&d.join("state")),
-                log = q(&d.join("log")),
-            ),
-        )
-        .map_err(|e| e.to_string())?;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
-        let daemon = FaultyDaemon { dir, socket, script };
-        let st = Process::new("sh").arg(&daemon.script).status().map_err(|e| e.to_string())?;
-        if !st.success() {
-            return Err("the start script failed".into());
-        }
-        let t = Instant::now();
-        while crate::conform::daemon::read_host(&daemon.socket, Duration::from_secs(2)).is_err() {
-            if t.elapsed() > Duration::from_secs(20) {
-                return Err("the faulty daemon did not start".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(daemon)
-    }
-
-    /// The runner's target: `cwd` inside the private directory, the restart script.
-    pub fn target(&self, time_scale: f64) -> DaemonTarget {
-        DaemonTarget {
-            socket: self.socket.clone(),
-            cwd: self.dir.path().join("cwd"),
-            wake_template: "TOOL {tool} {args}".into(),
-            restart_cmd: Some(format!("sh '{}'", self.script.display().to_string().replace('\'', "'\\''"))),
-            model: None,
-            step: Duration::from_secs_f64((2.0 * time_scale).max(0.05)),
-            vectors: crate::vectors::default_dir(),
-        }
-    }
-}
-
-impl Drop for FaultyDaemon {
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("pid")) {
-            let pid = pid.trim();
-            if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
-                let _ = Process::new("kill").arg("-9").arg(pid).status();
-            }
-        }
-    }
-}
-
-/// Run `cases` (daemon catalogue entries, in order) against a fresh reference daemon started
-/// from `bin` with `faults`.
-pub fn run_faulty_daemon(
-    bin: &Path,
-    faults: DaemonFaults,
-    cases: &[CaseMeta],
-    time_scale: f64,
-) -> Result<Report, String> {
-    let daemon = FaultyDaemon::start(bin, faults)?;
-    let target = daemon.target(time_scale);
-    run_daemon(&target, cases, &Filter::default(), None, |_, _, _| {}).map_err(|e| e.to_string())
-}
-
-/// The ids a report counts as killed: every case that did not pass, sorted.
 /// Whether `path` is one of the non-canonical forms Pi Daemon 0.3.3 passes on (`./`, or one
 /// trailing `/` after a canonical path), which [`DaemonFault::PassNonCanonicalPaths`] lets by.
 pub fn is_0_3_3_passed_path(path: &str) -> bool {
@@ -421,121 +330,4 @@ pub fn is_0_3_3_passed_path(path: &str) -> bool {
             !p.is_empty()
                 && crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "path").is_ok()
         })
-}
-
-/// A daemon case is killed when it does not pass: a failure, a warning, or `error` — the
-/// runner's inconclusive verdict, which a fault earns when it breaks what a case relies on
-/// (without an abort on the wire, no result can follow an `aborted`).
-pub fn killed_ids(report: &Report) -> BTreeSet<String> {
-    report
-        .results
-        .iter()
-        .filter(|r| matches!(r.status, Status::Fail | Status::Warn | Status::Error))
-        .map(|r| r.id.clone())
-        .collect()
-}
-
-/// One fault's row of the daemon kill matrix.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DaemonKillRow {
-    /// The fault's name.
-    pub fault: String,
-    /// The clause whose rule it breaks.
-    pub clause: String,
-    /// The rule it breaks, as the broken daemon behaves.
-    pub description: String,
-    /// Cases it killed (did not pass), sorted.
-    pub killed: Vec<String>,
-    /// Why the run could not happen, if it could not.
-    pub errors: Vec<String>,
-    /// Cases run.
-    pub cases: usize,
-    /// Wall time of the run, ms.
-    pub millis: u64,
-}
-
-/// Run `cases` with `fault` switched on and summarize.
-pub fn daemon_kill_row(bin: &Path, fault: DaemonFault, cases: &[CaseMeta], time_scale: f64) -> DaemonKillRow {
-    let started = Instant::now();
-    let (killed, errors) = match run_faulty_daemon(bin, fault.into(), cases, time_scale) {
-        // An inconclusive case (`error`) under a fault counts as killed (see `killed_ids`).
-        Ok(rep) => (killed_ids(&rep).into_iter().collect(), Vec::new()),
-        Err(e) => (Vec::new(), vec![e]),
-    };
-    DaemonKillRow {
-        fault: fault.name().into(),
-        clause: fault.clause().into(),
-        description: fault.description().into(),
-        killed,
-        errors,
-        cases: cases.len(),
-        millis: started.elapsed().as_millis() as u64,
-    }
-}
-
-/// For every clause with a MUST case in `catalogue` (in catalogue order): the daemon faults of
-/// `kills` (fault name → killed case ids) that kill one of its MUST cases.
-pub fn daemon_must_clause_kills(
-    catalogue: &[CaseMeta],
-    kills: &BTreeMap<String, BTreeSet<String>>,
-) -> Vec<crate::conform::selftest::ClauseKill> {
-    use crate::conform::selftest::ClauseKill;
-    let mut out: Vec<ClauseKill> = Vec::new();
-    for m in catalogue.iter().filter(|m| m.level == Level::Must) {
-        if !out.iter().any(|c| c.clause == m.clause) {
-            out.push(ClauseKill { clause: m.clause.clone(), killed_by: Vec::new() });
-        }
-    }
-    for c in &mut out {
-        for f in DaemonFault::ALL {
-            let kills_clause = kills.get(f.name()).is_some_and(|ids| {
-                catalogue.iter().any(|m| m.level == Level::Must && m.clause == c.clause && ids.contains(&m.id))
-            });
-            if kills_clause {
-                c.killed_by.push(f.name().into());
-            }
-        }
-    }
-    out
-}
-
-/// Parse a daemon kill-matrix file: one line per fault, `<fault> <killed case id>...`, `#`
-/// starts a comment. Unknown or repeated fault names are errors.
-pub fn parse_daemon_kill_matrix(text: &str) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
-    let mut out = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        let mut words = line.split_whitespace();
-        let Some(name) = words.next() else { continue };
-        let fault: DaemonFault = name.parse().map_err(|e| format!("line {}: {e}", n + 1))?;
-        if out.insert(fault.name().to_string(), words.map(str::to_string).collect()).is_some() {
-            return Err(format!("line {}: fault {name} appears twice", n + 1));
-        }
-    }
-    Ok(out)
-}
-
-/// The comment heading `conformance/daemon-kill-matrix.txt`.
-pub const DAEMON_KILL_MATRIX_HEADER: &str = "\
-# The expected daemon kill matrix: one line per fault switch of the reference daemon
-# (src/daemon/faults.rs), then the sorted ids of the daemon cases that fail when only that
-# fault is on. Checked by tests/daemon_kill_matrix.rs and by
-#   pi-conform daemon-kill-matrix --expect conformance/daemon-kill-matrix.txt
-# Regenerate it, after checking that every difference is intended, with
-#   pi-conform daemon-kill-matrix --format lines > conformance/daemon-kill-matrix.txt
-";
-
-/// Render rows in the daemon kill-matrix file format (header included).
-pub fn render_daemon_kill_matrix(rows: &[DaemonKillRow]) -> String {
-    let mut out = DAEMON_KILL_MATRIX_HEADER.to_string();
-    for r in rows {
-        out.push_str(&r.fault);
-        for id in &r.killed {
-            out.push(' ');
-            out.push_str(id);
-        }
-        out.push('\n');
-    }
-    out
 }
