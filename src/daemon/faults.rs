@@ -21,7 +21,7 @@ use std::str::FromStr;
 use serde_json::{json, Value};
 
 use crate::contract::command::route_version;
-use crate::contract::{parse_command, Command, CommandError, HostContext};
+use crate::contract::{parse_command, Code, Command, CommandError, HostContext};
 
 macro_rules! faults {
     ($( $(#[$doc:meta])* $variant:ident = $name:literal, $clause:literal, $rule:literal; )*) => {
@@ -214,17 +214,17 @@ impl fmt::Debug for DaemonFaults {
 // ------------------------------------------------------------------ broken command parsing
 
 /// The descriptor codes of SPEC §3.2 (checks 1–11).
-const ADMISSION_CODES: [&str; 10] = [
-    "invalid_tool_adapter_descriptor",
-    "invalid_tool_adapter_field",
-    "unsupported_tool_adapter_version",
-    "invalid_tool_adapter_identity",
-    "invalid_tool_adapter_endpoint",
-    "invalid_tool_adapter_binding",
-    "invalid_tool_adapter_capability",
-    "tool_adapter_binding_mismatch",
-    "unsupported_tool_operation",
-    "invalid_tool_adapter_limit",
+const ADMISSION_CODES: [Code; 10] = [
+    Code::InvalidToolAdapterDescriptor,
+    Code::InvalidToolAdapterField,
+    Code::UnsupportedToolAdapterVersion,
+    Code::InvalidToolAdapterIdentity,
+    Code::InvalidToolAdapterEndpoint,
+    Code::InvalidToolAdapterBinding,
+    Code::InvalidToolAdapterCapability,
+    Code::ToolAdapterBindingMismatch,
+    Code::UnsupportedToolOperation,
+    Code::InvalidToolAdapterLimit,
 ];
 
 /// The command line as a faulty daemon reads it before judging it
@@ -251,10 +251,10 @@ pub(crate) fn lenient_command(
     host_id: &str,
     faults: DaemonFaults,
 ) -> Option<Command> {
-    let code = err.error.code.as_str();
+    let code = err.error.code;
     let field = err.error.field().to_string();
     if faults.has(DaemonFault::V1ToolsObjectAccepted)
-        && code == "invalid_field"
+        && code == Code::InvalidField
         && value.get("operation").and_then(Value::as_str) == Some("open")
         && value["payload"]["resources"]["tools"].is_object()
     {
@@ -266,7 +266,7 @@ pub(crate) fn lenient_command(
         return Some(cmd);
     }
     if faults.has(DaemonFault::RelativeEndpointAccepted)
-        && code == "invalid_tool_adapter_endpoint"
+        && code == Code::InvalidToolAdapterEndpoint
         && field == "descriptor.endpoint.path"
     {
         let mut v = value.clone();
@@ -276,7 +276,7 @@ pub(crate) fn lenient_command(
         d["endpoint"]["path"] = json!(cwd.join(rel).to_string_lossy());
         return parse_command(&v, &HostContext { host_instance_id: host_id }).ok();
     }
-    if faults.has(DaemonFault::SkipBindingCheck) && code == "tool_adapter_binding_mismatch" {
+    if faults.has(DaemonFault::SkipBindingCheck) && code == Code::ToolAdapterBindingMismatch {
         let mut v = value.clone();
         let (sid, generation) = (value.get("sessionId").cloned()?, value.get("generation").cloned()?);
         let d = descriptor_mut(&mut v)?;
@@ -285,7 +285,7 @@ pub(crate) fn lenient_command(
         d["binding"]["generation"] = generation;
         return parse_command(&v, &HostContext { host_instance_id: &claimed }).ok();
     }
-    if faults.has(DaemonFault::SkipFitCheck) && code == "invalid_tool_adapter_limit" {
+    if faults.has(DaemonFault::SkipFitCheck) && code == Code::InvalidToolAdapterLimit {
         // Only the fit check refused it when roomy byte limits make it pass; the descriptor
         // then keeps its own (too small) limits.
         let mut v = value.clone();
@@ -306,7 +306,7 @@ pub(crate) fn lenient_command(
 /// Under [`DaemonFault::ConnectBeforeAdmission`]: the endpoint a refused descriptor names,
 /// which the faulty daemon connects to before answering the refusal.
 pub(crate) fn premature_endpoint(value: &Value, err: &CommandError, faults: DaemonFaults) -> Option<PathBuf> {
-    if !faults.has(DaemonFault::ConnectBeforeAdmission) || !ADMISSION_CODES.contains(&err.error.code.as_str()) {
+    if !faults.has(DaemonFault::ConnectBeforeAdmission) || !ADMISSION_CODES.contains(&err.error.code) {
         return None;
     }
     let p = value["payload"]["resources"]["tools"]["descriptor"]["endpoint"]["path"].as_str()?;
