@@ -15,6 +15,23 @@
 //! the median of the per-repetition ratios, so background load hits both sides alike.
 //! `PI_BENCH_REPS` (default 7) and `PI_BENCH_MS` (time per side per repetition, default 300)
 //! tune it; `PI_BENCH_ONLY` keeps the kinds whose name contains it (for profiling).
+//!
+//! Besides the validator as the crate runs it (the fast path: the hand-written rules are the
+//! verdict; the JSON Schema is not evaluated on a document they accept), every kind is timed
+//! on the full path too (`with_schema_confirmation`: the rules, then the schema), the
+//! validator as it was before the fast path; tests/fast_path.rs proves both give the same
+//! verdicts.
+//!
+//! **Pi Daemon 0.3.3 side by side.** With `PI_DAEMON_DIST` (0.3.3's built `dist/`) and
+//! `PI_DAEMON_NODE` (a node binary) set, the same lines of the five document kinds 0.3.3 judges
+//! (descriptor, `fs.stat` and 4 KiB `fs.read` invokes and results) are timed under node by
+//! `scripts/bench/pi-daemon-validators.mjs`, calling 0.3.3's exported validator functions after
+//! `JSON.parse`, in the same run, and printed on the same line as pi-conform's rate.
+//!
+//! **`validate` throughput.** A 50 MB NDJSON file of distinct `fs.stat`/`fs.read` invokes is
+//! written to the temp directory and judged the way `pi-conform validate --kind frame` streams
+//! it (`judge::LineReader`, `judge_line`, one verdict written per line); MB/s is reported
+//! (`PI_BENCH_VALIDATE_MB` changes the size).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -22,6 +39,7 @@ use std::time::{Duration, Instant};
 use pi_conform::contract::command::{parse_command, HostContext};
 use pi_conform::contract::descriptor::{admit_descriptor, ExpectedBinding};
 use pi_conform::contract::frame::{judge_adapter_frame, Binding, Direction};
+use pi_conform::contract::schema::with_schema_confirmation;
 use serde_json::{json, Value};
 
 const DESCRIPTOR: &str = include_str!("../vectors/bases/descriptor.json");
@@ -85,6 +103,7 @@ fn main() {
     println!("validator vs plain serde_json::from_slice::<Value> (lines/s; ratio = validator/serde_json)");
     println!("{} repetitions of {} ms per side", reps, ms);
     let mut table = Vec::new();
+    let mut rates: Vec<(String, f64, f64)> = Vec::new();
     let only = std::env::var("PI_BENCH_ONLY").unwrap_or_default();
     for (name, line, judge) in cases.iter().filter(|(n, _, _)| n.contains(only.as_str())) {
         assert!(judge(line), "{name}: the validator must accept the bench line");
@@ -102,7 +121,11 @@ fn main() {
             v_rates.push(v);
             f_rates.push(f);
         }
+        let full = median(
+            (0..reps.min(3)).map(|_| rate(&|l: &[u8]| with_schema_confirmation(|| judge(l)), line, per_side)).collect(),
+        );
         let ratio = median(ratios.clone());
+        rates.push((name.to_string(), median(v_rates.clone()), full));
         println!(
             "{name:<36} {:>5} B  validator {:>9.0}/s  serde_json {:>9.0}/s  ratio {:.3}  (per rep: {})",
             line.len(),
@@ -164,8 +187,174 @@ fn main() {
         us(typed),
         us(whole)
     );
+    println!();
+    println!("fast path (rules; the crate's validator) vs full path (rules + JSON Schema, as before):");
+    for (name, fast, full) in &rates {
+        println!("{name:<36} fast {fast:>9.0}/s  full {full:>9.0}/s  speed-up {:.2}x", fast / full);
+    }
+    pi_daemon_side_by_side(
+        &cases_for_peer(&cases.iter().map(|(n, l, _)| (*n, l.as_slice())).collect::<Vec<_>>(), &descriptor),
+        &rates,
+        reps,
+        ms,
+    );
+    validate_throughput(&binding, &descriptor);
     let worst = table.iter().map(|(_, r)| *r).fold(f64::INFINITY, f64::min);
     println!("lowest ratio {worst:.3} (target >= 0.3: {})", if worst >= 0.3 { "met" } else { "NOT met" });
+}
+
+/// The five kinds Pi Daemon 0.3.3 judges: (our case name, node kind, line, context).
+fn cases_for_peer(cases: &[(&str, &[u8])], descriptor: &Value) -> Vec<(String, Value)> {
+    cases
+        .iter()
+        .filter_map(|(name, line)| {
+            let line = String::from_utf8(line.to_vec()).expect("bench lines are UTF-8");
+            let case = if name.starts_with("descriptor") {
+                json!({"name": name, "kind": "descriptor", "line": line,
+                       "context": {"hostInstanceId": "host-019f", "sessionId": "agent-a", "generation": 2}})
+            } else if name.contains("invoke") || name.contains("result") {
+                let direction = if name.contains("invoke") { "to-adapter" } else { "to-daemon" };
+                json!({"name": name, "kind": "frame", "line": line,
+                       "context": {"descriptor": descriptor, "direction": direction}})
+            } else {
+                return None;
+            };
+            Some((name.to_string(), case))
+        })
+        .collect()
+}
+
+/// Times 0.3.3's validator functions on the same lines under node (when configured) and prints
+/// each next to pi-conform's rate.
+fn pi_daemon_side_by_side(peer_cases: &[(String, Value)], rates: &[(String, f64, f64)], reps: usize, ms: u64) {
+    println!();
+    let (Some(dist), Some(node)) = (std::env::var_os("PI_DAEMON_DIST"), std::env::var_os("PI_DAEMON_NODE")) else {
+        println!("Pi Daemon 0.3.3: not measured (set PI_DAEMON_DIST and PI_DAEMON_NODE for the side-by-side figures)");
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench/pi-daemon-validators.mjs");
+    let cases: Vec<&Value> =
+        peer_cases.iter().filter(|(n, _)| rates.iter().any(|(r, _, _)| r == n)).map(|(_, c)| c).collect();
+    let plan = json!({"ms": ms, "reps": reps, "cases": cases});
+    let mut child = match std::process::Command::new(&node)
+        .arg(script)
+        .arg(&dist)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            println!("Pi Daemon 0.3.3: node did not start: {e}");
+            return;
+        }
+    };
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        stdin.write_all(plan.to_string().as_bytes()).expect("plan written to node");
+    }
+    let out = child.wait_with_output().expect("node ran");
+    if !out.status.success() {
+        println!("Pi Daemon 0.3.3: the node side failed ({})", out.status);
+        return;
+    }
+    println!(
+        "pi-conform vs Pi Daemon 0.3.3's own validators (node {}; lines/s, same lines, same run):",
+        node_version(&node)
+    );
+    let mut worst = f64::INFINITY;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(line).expect("node prints JSON lines");
+        let name = v["name"].as_str().unwrap_or_default();
+        let peer = median(v["rates"].as_array().into_iter().flatten().filter_map(Value::as_f64).collect());
+        let Some((_, ours, full)) = rates.iter().find(|(n, _, _)| n == name) else { continue };
+        worst = worst.min(ours / peer);
+        println!(
+            "{name:<36} pi-conform {ours:>9.0}/s  0.3.3 {peer:>9.0}/s  ratio {:.2}x  (full path {:.2}x)",
+            ours / peer,
+            full / peer
+        );
+    }
+    println!("lowest ratio vs 0.3.3 {worst:.2}x (target >= 5: {})", if worst >= 5.0 { "met" } else { "NOT met" });
+}
+
+fn node_version(node: &std::ffi::OsStr) -> String {
+    std::process::Command::new(node)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `validate` on a 50 MB NDJSON file of invokes, streamed as the CLI streams it.
+fn validate_throughput(_binding: &Binding, descriptor: &Value) {
+    use pi_conform::judge::{judge_line, Context, Kind, Line, LineReader, Verdict};
+    use std::io::Write;
+    let mb: usize = std::env::var("PI_BENCH_VALIDATE_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(50).max(1);
+    let path = std::env::temp_dir().join(format!("pi-conform-bench-invokes-{mb}mb.ndjson"));
+    let base: Value = serde_json::from_str(INVOKE).expect("invoke base");
+    if std::fs::metadata(&path).map(|m| m.len() as usize).map_or(true, |n| n < mb * 1_000_000) {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).expect("bench file"));
+        let mut written = 0usize;
+        let mut i = 0u64;
+        while written < mb * 1_000_000 {
+            let mut v = base.clone();
+            v["requestId"] = json!(format!("req-{i:012}"));
+            v["idempotencyKey"] = json!(format!("idem-{i:012}"));
+            if i % 2 == 0 {
+                v["operation"] = json!("fs.stat");
+                v["payload"] = json!({"path": format!("src/module-{}/file-{i}.ts", i % 97)});
+            } else {
+                v["payload"]["path"] = json!(format!("docs/part-{}/notes-{i}.md", i % 89));
+            }
+            let mut line = serde_json::to_vec(&v).expect("serializes");
+            line.push(b'\n');
+            w.write_all(&line).expect("bench file written");
+            written += line.len();
+            i += 1;
+        }
+        w.flush().expect("bench file flushed");
+    }
+    let admitted = admit_descriptor(descriptor, None).expect("descriptor");
+    let ctx =
+        Context { binding: Some(Binding::from(&admitted)), direction: Direction::ToAdapter, ..Context::default() };
+    let size = std::fs::metadata(&path).expect("bench file").len() as f64;
+    let run = |full: bool| -> (f64, usize) {
+        let start = Instant::now();
+        let file = std::fs::File::open(&path).expect("bench file");
+        let mut reader = LineReader::new(file, 4 * 1024 * 1024);
+        let mut sink = std::io::BufWriter::new(std::io::sink());
+        let (mut valid, mut lines) = (0usize, 0usize);
+        while let Some(item) = reader.next_line().expect("reads") {
+            let Line::Text { number, bytes } = item else { panic!("binary bench file") };
+            let verdict = if full {
+                with_schema_confirmation(|| judge_line(bytes, Some(Kind::Frame), &ctx).1)
+            } else {
+                judge_line(bytes, Some(Kind::Frame), &ctx).1
+            };
+            valid += usize::from(verdict == Verdict::Valid);
+            lines += 1;
+            writeln!(sink, "line {number}: valid frame").expect("sink");
+        }
+        let rate = size / 1e6 / start.elapsed().as_secs_f64();
+        assert_eq!(valid, lines, "every bench invoke is valid");
+        (rate, valid)
+    };
+    println!();
+    let (fast, valid) = run(false);
+    let (fast2, _) = run(false);
+    let (full, full_valid) = run(true);
+    assert_eq!(valid, full_valid, "both paths accept the same lines");
+    println!(
+        "validate --kind frame, {:.1} MB NDJSON of {valid} invokes (streamed): fast path {:.0} MB/s (2 runs: {:.0}, {:.0}), full path {:.0} MB/s (target >= 200: {})",
+        size / 1e6,
+        fast.max(fast2),
+        fast,
+        fast2,
+        full,
+        if fast.max(fast2) >= 200.0 { "met" } else { "NOT met" }
+    );
 }
 
 /// Calls per second of `f` on `line`, over about `span`.

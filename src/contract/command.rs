@@ -159,7 +159,7 @@ fn check_command(value: &Value, host: &HostContext<'_>) -> Result<Command, Contr
     let payload = obj["payload"].as_object().cloned().unwrap_or_default();
     check_payload(&operation, &payload, version.major, descriptor.is_some())?;
     // The schema must agree with the rules above.
-    if let Some(v) = schema::first_violation(Entry::Command, value) {
+    if let Some(v) = schema::confirm_accepted(Entry::Command, value) {
         return Err(err(Code::InvalidField, &v.dotted(""), "command violates the schema"));
     }
     Ok(Command {

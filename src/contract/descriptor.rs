@@ -432,7 +432,7 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
         err(InvalidToolAdapterLimit, field, "limits must be exactly the seven keys, each an integer in range")
     })?;
     // The schema must agree with checks 1-10.
-    if let Some(v) = schema::first_violation(Entry::Descriptor, value) {
+    if let Some(v) = schema::confirm_accepted(Entry::Descriptor, value) {
         return Err(err(InvalidToolAdapterDescriptor, v.dotted("descriptor"), "descriptor violates the schema"));
     }
     let identity = Identity {

@@ -308,7 +308,7 @@ fn judge_value(value: &Value, binding: &Binding, dir: Direction) -> Result<Frame
 
 /// The schema must agree with the rules above.
 fn check_schema(value: &Value) -> Result<(), FrameError> {
-    match schema::first_violation(Entry::Frame, value) {
+    match schema::confirm_accepted(Entry::Frame, value) {
         Some(v) => Err(FrameError::close(Code::AdapterProtocolInvalid, v.dotted(""), "frame violates the schema")),
         None => Ok(()),
     }

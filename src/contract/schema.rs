@@ -229,6 +229,43 @@ pub fn first_violation(entry: Entry, instance: &Value) -> Option<Violation> {
     violations(entry, instance).into_iter().next()
 }
 
+thread_local! {
+    static CONFIRM_ACCEPTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The schema's word on a document that the hand-written rules of `entry` (frames,
+/// descriptors, commands) have **already accepted**: `None` on the fast path, where the rules
+/// are the verdict and the schema is not evaluated; [`first_violation`] inside
+/// [`with_schema_confirmation`], the full path that also runs the schema after the rules.
+///
+/// Skipping it cannot change a verdict as long as the rules accept nothing the schema refuses:
+/// every refusal of the rules is reported by the rules themselves (the schema only ever spoke
+/// after them), so the two paths can differ only on a document the rules accept. That the
+/// rules are at least as strict as the schema is proven by `tests/fast_path.rs` (every vector
+/// and every small perturbation of it gives the identical verdict on both paths) and by
+/// `tests/agreement.rs` (every accepted vector is schema-valid). Responses and events have no
+/// hand-written rules beyond their envelope and always use [`first_violation`].
+pub fn confirm_accepted(entry: Entry, instance: &Value) -> Option<Violation> {
+    if CONFIRM_ACCEPTED.with(std::cell::Cell::get) {
+        first_violation(entry, instance)
+    } else {
+        None
+    }
+}
+
+/// Run `f` on the full path: [`confirm_accepted`] evaluates the schema (on this thread, for
+/// the duration of `f`). For the proofs that the fast path gives the same verdicts.
+pub fn with_schema_confirmation<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CONFIRM_ACCEPTED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CONFIRM_ACCEPTED.with(|c| c.replace(true)));
+    f()
+}
+
 /// Validate `instance` against one entry point; every violation, in the validator's order.
 pub fn violations(entry: Entry, instance: &Value) -> Vec<Violation> {
     compiled()[entry.index()]
@@ -260,5 +297,16 @@ mod tests {
         for e in Entry::ALL {
             let _ = violations(*e, &Value::Null);
         }
+    }
+
+    #[test]
+    fn confirmation_runs_the_schema_only_on_the_full_path() {
+        // A frame no schema branch accepts: the full path reports it, the fast path leaves
+        // the verdict to the rules.
+        let v = serde_json::json!({"kind": "invoke"});
+        assert_eq!(confirm_accepted(Entry::Frame, &v), None);
+        let full = with_schema_confirmation(|| confirm_accepted(Entry::Frame, &v)).expect("refused");
+        assert_eq!(full, first_violation(Entry::Frame, &v).unwrap());
+        assert_eq!(confirm_accepted(Entry::Frame, &v), None, "the switch is restored");
     }
 }

@@ -1,0 +1,188 @@
+//! The fast path (hand-written rules only, the schema not evaluated on a document the rules
+//! accept) gives byte-for-byte the verdict of the full path (rules, then the JSON Schema) on
+//! every golden vector and on many small perturbations of each: every member removed, set to
+//! values of every JSON type and to boundary values, strings lengthened, shortened, emptied
+//! and given odd characters, numbers moved across their bounds, arrays grown, shrunk and
+//! duplicated, and an unknown key added to every object. Code, field, message and disposition
+//! are compared (the whole serialized verdict).
+
+use pi_conform::contract::schema::with_schema_confirmation;
+use pi_conform::judge::{judge_line, Context, Kind};
+use pi_conform::vectors::{default_dir, VectorSet};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+
+fn replacements(v: &Value) -> Vec<Value> {
+    let mut out = vec![
+        Value::Null,
+        json!(true),
+        json!(false),
+        json!(0),
+        json!(-1),
+        json!(1.5),
+        json!(9_007_199_254_740_993u64),
+        json!(""),
+        json!("x"),
+        json!([]),
+        json!({}),
+    ];
+    match v {
+        Value::String(s) => {
+            out.push(json!(format!("{s}x")));
+            out.push(json!(format!("{s}€")));
+            out.push(json!(format!("{s}😀")));
+            out.push(json!(format!("/{s}")));
+            out.push(json!(format!("../{s}")));
+            out.push(json!(format!("{s}\u{0}")));
+            out.push(json!(format!(" {s}")));
+            out.push(json!(s.to_uppercase()));
+            if !s.is_empty() {
+                let mut t = s.clone();
+                t.pop();
+                out.push(json!(t));
+            }
+            for n in [16usize, 17, 32, 33, 64, 65, 128, 129, 256, 257, 1025] {
+                out.push(json!("a".repeat(n)));
+            }
+        }
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                for d in [i - 1, i + 1, -i, i * 2, i.saturating_mul(1000), 1, 65536, 4_194_304, 4_194_305] {
+                    out.push(json!(d));
+                }
+                out.push(json!(i as f64 + 0.5));
+            }
+            out.push(json!(u64::MAX));
+        }
+        Value::Bool(b) => out.push(json!(!b)),
+        Value::Array(a) => {
+            if let Some(first) = a.first() {
+                let mut t = a.clone();
+                t.push(first.clone());
+                out.push(Value::Array(t));
+                out.push(Value::Array(a[1..].to_vec()));
+                out.push(Value::Array(vec![first.clone(); 7]));
+            }
+            let mut t = a.clone();
+            t.push(json!("fs.move"));
+            out.push(Value::Array(t));
+        }
+        Value::Object(_) | Value::Null => {}
+    }
+    out
+}
+
+/// Every single perturbation of `doc`.
+fn perturb(doc: &Value, out: &mut Vec<Value>) {
+    fn walk(root: &Value, path: &mut Vec<PathSeg>, node: &Value, out: &mut Vec<Value>) {
+        for r in replacements(node) {
+            out.push(set(root, path, Some(r)));
+        }
+        match node {
+            Value::Object(m) => {
+                let mut extra = node.clone();
+                extra.as_object_mut().unwrap().insert("zzExtra".into(), json!(1));
+                out.push(set(root, path, Some(extra)));
+                for (k, v) in m {
+                    path.push(PathSeg::Key(k.clone()));
+                    out.push(set(root, path, None));
+                    walk(root, path, v, out);
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                for (i, v) in a.iter().enumerate() {
+                    path.push(PathSeg::Index(i));
+                    walk(root, path, v, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(doc, &mut Vec::new(), doc, out);
+}
+
+#[derive(Clone)]
+enum PathSeg {
+    Key(String),
+    Index(usize),
+}
+
+/// `root` with the node at `path` replaced (`Some`) or removed (`None`; a removed array element
+/// never happens: arrays are only ever replaced whole).
+fn set(root: &Value, path: &[PathSeg], new: Option<Value>) -> Value {
+    let mut out = root.clone();
+    let Some((last, parents)) = path.split_last() else {
+        return new.unwrap_or(Value::Null);
+    };
+    let mut node = &mut out;
+    for seg in parents {
+        node = match seg {
+            PathSeg::Key(k) => node.get_mut(k.as_str()).unwrap(),
+            PathSeg::Index(i) => node.get_mut(*i).unwrap(),
+        };
+    }
+    match (last, new) {
+        (PathSeg::Key(k), Some(v)) => {
+            node.as_object_mut().unwrap().insert(k.clone(), v);
+        }
+        (PathSeg::Key(k), None) => {
+            node.as_object_mut().unwrap().shift_remove(k.as_str());
+        }
+        (PathSeg::Index(i), Some(v)) => node[*i] = v,
+        (PathSeg::Index(_), None) => unreachable!("arrays are replaced whole"),
+    }
+    out
+}
+
+#[test]
+fn fast_and_full_paths_give_identical_verdicts_on_every_vector_and_perturbation() {
+    let set = VectorSet::load(&default_dir()).expect("vectors load");
+    let mut seen: HashSet<(Vec<u8>, String)> = HashSet::new();
+    let (mut judged, mut valid, mut differences) = (0usize, 0usize, Vec::new());
+    let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
+    for v in &set.vectors {
+        if !matches!(v.kind, Kind::Frame | Kind::Descriptor | Kind::Command) {
+            continue;
+        }
+        let ctx: Context = set.context(v).expect("vector context");
+        let mut lines = vec![set.line(v).expect("vector line")];
+        if let Ok(doc) = set.document(v) {
+            let mut docs = Vec::new();
+            perturb(&doc, &mut docs);
+            lines.extend(docs.iter().map(|d| serde_json::to_vec(d).unwrap()));
+        }
+        let ctx_key =
+            format!("{:?}|{:?}|{}|{}|{}", v.kind, ctx.direction, ctx.host_instance_id, ctx.session_id, ctx.generation)
+                + &v.context.get("descriptor").map(Value::to_string).unwrap_or_default();
+        for line in lines {
+            if !seen.insert((line.clone(), ctx_key.clone())) {
+                continue;
+            }
+            let fast = judge_line(&line, Some(v.kind), &ctx);
+            let full = with_schema_confirmation(|| judge_line(&line, Some(v.kind), &ctx));
+            judged += 1;
+            *by_kind.entry(format!("{:?}", v.kind)).or_default() += 1;
+            if fast.1.is_valid() {
+                valid += 1;
+            }
+            let (a, b) = (serde_json::to_string(&fast.1).unwrap(), serde_json::to_string(&full.1).unwrap());
+            if a != b || fast.0 != full.0 {
+                differences.push(format!("{} ({}): fast {a} full {b}", v.id, String::from_utf8_lossy(&line)));
+            }
+        }
+    }
+    eprintln!("judged {judged} distinct documents ({by_kind:?}), {valid} valid");
+    assert!(judged > 20_000, "only {judged} documents judged");
+    assert!(
+        valid > 500,
+        "only {valid} perturbed documents are valid: the perturbations test too little of the accept path"
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences between the fast and the full path:\n{}",
+        differences.len(),
+        differences.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
