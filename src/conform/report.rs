@@ -159,6 +159,10 @@ pub fn human(r: &Report, detail: Detail, color: bool) -> String {
     }
     let s = r.summary();
     let not_run = if r.not_run.is_empty() { String::new() } else { format!(", {} not run", r.not_run.len()) };
+    // How many of the cases were replayed golden vectors (`vector:<id>`).
+    let replayed = r.results.iter().filter(|c| c.id.starts_with("vector:")).count();
+    let not_run =
+        if replayed == 0 { not_run } else { format!("{not_run} ({replayed} of the cases replayed golden vectors)") };
     let _ = writeln!(
         out,
         "{} suite against {}: {} passed, {} failed, {} known failures (baseline), {} warnings, {} skipped, {} harness errors, {} stale baseline entries{not_run}; {:.1} s",
