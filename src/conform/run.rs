@@ -214,7 +214,7 @@ pub fn run_adapter<R: Into<Flow>>(
     mut progress: impl FnMut(usize, usize, &CaseResult) -> R,
 ) -> Result<Report, RunError> {
     let (started_at, clock) = (SystemTime::now(), Instant::now());
-    std::os::unix::net::UnixStream::connect(&target.socket)
+    super::adapter::conn::connect_within(&target.socket, target.step)
         .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
     let reg = registry();
     let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();

@@ -1,11 +1,11 @@
 //! A recording NDJSON client connection to the adapter under test.
 
 use std::cell::RefCell;
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -63,11 +63,30 @@ fn shorten(text: &str, len: usize) -> String {
     format!("{}… ({len} bytes)", &text[..cut])
 }
 
+/// The longest line the runner buffers from a peer, LF excluded: four times the largest line
+/// any limit of the protocol allows (`maxResponseBytes` at most 4 MiB; a daemon's response
+/// lines are bounded by what the runner asks for). A longer line is cut here, judged as the
+/// over-limit line it is, and the connection is read no further: a peer that floods bytes
+/// without an LF cannot grow the runner's memory.
+pub const MAX_READ_LINE: usize = 16 * 1024 * 1024;
+
+/// Bytes of a case's `received` record kept for the end-of-case secret scan. Frames are
+/// scanned one by one by the contract as they arrive; this record is the second net, for
+/// lines that are not frames. Beyond it a note says the rest was not kept.
+pub const MAX_RECEIVED_KEPT: usize = 64 * 1024 * 1024;
+
+/// How long [`Conn::recv_for`] keeps reading frames meant for other requests, in steps: a
+/// peer streaming unrelated frames cannot keep a case waiting forever.
+const RECV_FOR_STEPS: u32 = 20;
+
 /// A connection that records a transcript with the handle redacted and keeps every byte
-/// received (for the secret scan).
+/// received (for the secret scan), up to [`MAX_RECEIVED_KEPT`].
 pub struct Conn {
     stream: UnixStream,
-    reader: BufReader<UnixStream>,
+    /// Bytes read and not yet returned as a line.
+    pending: Vec<u8>,
+    /// How much of `pending` is known to hold no LF.
+    scanned: usize,
     handle: String,
     transcript: Rc<RefCell<Vec<WireLine>>>,
     received: Rc<RefCell<Vec<u8>>>,
@@ -86,11 +105,11 @@ impl Conn {
         transcript: Rc<RefCell<Vec<WireLine>>>,
         received: Rc<RefCell<Vec<u8>>>,
     ) -> std::io::Result<Conn> {
-        let stream = UnixStream::connect(socket)?;
-        let reader = BufReader::new(stream.try_clone()?);
+        let stream = connect_within(socket, step)?;
         let c = Conn {
             stream,
-            reader,
+            pending: Vec::new(),
+            scanned: 0,
             handle: handle.to_string(),
             transcript,
             received,
@@ -145,49 +164,120 @@ impl Conn {
         }
     }
 
-    /// Read the next line within `step × factor`.
+    /// Keep `bytes` in the case's `received` record, up to [`MAX_RECEIVED_KEPT`].
+    fn keep(&self, bytes: &[u8]) {
+        let mut r = self.received.borrow_mut();
+        let room = MAX_RECEIVED_KEPT.saturating_sub(r.len());
+        if bytes.len() > room {
+            r.extend_from_slice(&bytes[..room]);
+            drop(r);
+            if room > 0 {
+                self.note(&format!("received bytes beyond {MAX_RECEIVED_KEPT} not kept for the end-of-case scan"));
+            }
+        } else {
+            r.extend_from_slice(bytes);
+        }
+    }
+
+    /// One complete line out of `pending` (LF included), or the over-long head of one.
+    fn take_line(&mut self) -> Option<Result<Vec<u8>, Vec<u8>>> {
+        match memchr::memchr(b'\n', &self.pending[self.scanned..]) {
+            Some(pos) => {
+                let end = self.scanned + pos + 1;
+                self.scanned = 0;
+                if end - 1 > MAX_READ_LINE {
+                    return Some(Err(self.pending[..MAX_READ_LINE + 1].to_vec()));
+                }
+                Some(Ok(self.pending.drain(..end).collect()))
+            }
+            None => {
+                self.scanned = self.pending.len();
+                (self.pending.len() > MAX_READ_LINE).then(|| Err(self.pending[..MAX_READ_LINE + 1].to_vec()))
+            }
+        }
+    }
+
+    /// Read the next line within `wait`: the whole line, not each read, is bounded by it, so a
+    /// peer trickling bytes without an LF cannot stall the runner.
     pub fn recv_within(&mut self, wait: Duration) -> Recv {
         if self.closed {
             return Recv::Closed;
         }
-        let _ = self.stream.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
-        let mut line = Vec::new();
-        let r = match self.reader.read_until(b'\n', &mut line) {
-            Ok(0) => {
-                self.closed = true;
-                self.note("closed by the adapter");
-                Recv::Closed
-            }
-            Ok(_) => {
-                self.received.borrow_mut().extend_from_slice(&line);
-                let body = line.strip_suffix(b"\n").unwrap_or(&line).to_vec();
-                let shown = String::from_utf8_lossy(&body);
-                let shown = shorten(&shown, body.len());
-                let text = self.redact(&shown);
-                self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
-                let value = match &mut self.judge {
-                    Some(j) => j.received(&body),
-                    None => crate::wire::decode_strict(&body).ok(),
-                };
-                match value {
-                    Some(v) => Recv::Frame(v, body),
-                    None => Recv::Garbage(body),
+        let deadline = Instant::now() + wait.max(Duration::from_millis(1));
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            match self.take_line() {
+                Some(Ok(line)) => return self.got_line(line),
+                Some(Err(head)) => {
+                    self.keep(&head);
+                    self.closed = true;
+                    self.pending = Vec::new();
+                    self.scanned = 0;
+                    self.note(&format!(
+                        "a line over {MAX_READ_LINE} bytes: the runner reads this connection no further"
+                    ));
+                    let shown = String::from_utf8_lossy(&head[..600.min(head.len())]).into_owned();
+                    let text = self.redact(&shorten(&shown, head.len()));
+                    self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
+                    let value = match &mut self.judge {
+                        Some(j) => j.received(&head),
+                        None => None,
+                    };
+                    return match value {
+                        Some(v) => Recv::Frame(v, head),
+                        None => Recv::Garbage(head),
+                    };
                 }
+                None => {}
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                if !line.is_empty() {
-                    self.received.borrow_mut().extend_from_slice(&line);
-                }
+            let now = Instant::now();
+            if now >= deadline {
                 self.note(&format!("no line within {} ms", wait.as_millis()));
-                Recv::Timeout
+                return Recv::Timeout;
             }
-            Err(e) => {
-                self.closed = true;
-                self.note(&format!("read failed: {}", e.kind()));
-                Recv::Closed
+            let _ = self.stream.set_read_timeout(Some(deadline - now));
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    self.closed = true;
+                    if !self.pending.is_empty() {
+                        let rest = std::mem::take(&mut self.pending);
+                        self.keep(&rest);
+                        let shown = String::from_utf8_lossy(&rest).into_owned();
+                        let text = self.redact(&shorten(&shown, rest.len()));
+                        self.note(&format!("closed by the adapter after a partial line without LF: {text}"));
+                    } else {
+                        self.note("closed by the adapter");
+                    }
+                    return Recv::Closed;
+                }
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => {
+                    self.closed = true;
+                    self.note(&format!("read failed: {}", e.kind()));
+                    return Recv::Closed;
+                }
             }
+        }
+    }
+
+    /// A complete line (LF included) received: record, judge and decode it.
+    fn got_line(&mut self, line: Vec<u8>) -> Recv {
+        self.keep(&line);
+        let body = line.strip_suffix(b"\n").unwrap_or(&line).to_vec();
+        let shown = String::from_utf8_lossy(&body);
+        let shown = shorten(&shown, body.len());
+        let text = self.redact(&shown);
+        self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
+        let value = match &mut self.judge {
+            Some(j) => j.received(&body),
+            None => crate::wire::decode_strict(&body).ok(),
         };
-        r
+        match value {
+            Some(v) => Recv::Frame(v, body),
+            None => Recv::Garbage(body),
+        }
     }
 
     /// Read the next line within one step.
@@ -201,11 +291,25 @@ impl Conn {
         if let Some(i) = self.stash.iter().position(|r| matches!(r, Recv::Frame(v, _) if v["requestId"] == id)) {
             return self.stash.remove(i);
         }
+        let deadline = Instant::now() + self.step * RECV_FOR_STEPS;
         loop {
-            let r = self.recv();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.note(&format!("no frame for {id} within {RECV_FOR_STEPS} steps of frames for other requests"));
+                return Recv::Timeout;
+            }
+            let r = self.recv_within(self.step.min(left));
             match &r {
                 Recv::Frame(v, _) if v["requestId"] == id => return r,
-                Recv::Frame(..) => self.stash.push(r),
+                Recv::Frame(_, raw) => {
+                    let held: usize =
+                        self.stash.iter().map(|r| if let Recv::Frame(_, b) = r { b.len() } else { 0 }).sum();
+                    if held + raw.len() > MAX_RECEIVED_KEPT {
+                        self.note("frames for other requests beyond the runner's buffer were dropped");
+                    } else {
+                        self.stash.push(r);
+                    }
+                }
                 Recv::Garbage(_) => continue,
                 _ => return r,
             }
@@ -221,5 +325,125 @@ impl Conn {
     pub fn shutdown_write(&mut self) {
         self.note("runner closes its writing half (EOF)");
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Connect to the Unix socket at `path`, giving up after `wait`. A blocking `connect` to a
+/// peer that listens but never accepts hangs once its backlog is full; this one retries a
+/// non-blocking `connect` while the kernel answers `EAGAIN` and then fails with `TimedOut`.
+/// The stream it returns is blocking.
+pub fn connect_within(path: &Path, wait: Duration) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let deadline = Instant::now() + wait;
+    let addr = SocketAddrUnix::new(path)?;
+    loop {
+        let sock = rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+        rustix::fs::fcntl_setfl(&sock, rustix::fs::OFlags::NONBLOCK)?;
+        match rustix::net::connect(&sock, &addr) {
+            Ok(()) => {
+                rustix::fs::fcntl_setfl(&sock, rustix::fs::OFlags::empty())?;
+                return Ok(UnixStream::from(sock));
+            }
+            Err(rustix::io::Errno::AGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(rustix::io::Errno::AGAIN) => {
+                return Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!("the listen backlog stayed full for {} ms (the peer is not accepting)", wait.as_millis()),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Lines (LF excluded) read from a blocking stream, each at most [`MAX_READ_LINE`] bytes: what
+/// `BufRead::split` does, without letting a peer that never sends an LF grow the buffer. An
+/// over-long line yields `Err` with its first `MAX_READ_LINE + 1` bytes and ends the
+/// iteration; a partial line at EOF is yielded as a line, as `split` does.
+pub struct BoundedLines<R> {
+    inner: R,
+    pending: Vec<u8>,
+    scanned: usize,
+    done: bool,
+}
+
+impl<R: Read> BoundedLines<R> {
+    /// Lines of `inner`.
+    pub fn new(inner: R) -> Self {
+        BoundedLines { inner, pending: Vec::new(), scanned: 0, done: false }
+    }
+}
+
+impl<R: Read> Iterator for BoundedLines<R> {
+    type Item = Result<Vec<u8>, Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(pos) = memchr::memchr(b'\n', &self.pending[self.scanned..]) {
+                let end = self.scanned + pos;
+                self.scanned = 0;
+                if end > MAX_READ_LINE {
+                    self.done = true;
+                    return Some(Err(self.pending[..MAX_READ_LINE + 1].to_vec()));
+                }
+                let line: Vec<u8> = self.pending.drain(..=end).take(end).collect();
+                return Some(Ok(line));
+            }
+            self.scanned = self.pending.len();
+            if self.pending.len() > MAX_READ_LINE {
+                self.done = true;
+                return Some(Err(self.pending[..MAX_READ_LINE + 1].to_vec()));
+            }
+            match self.inner.read(&mut chunk) {
+                Ok(0) | Err(_) if self.pending.is_empty() => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(0) => {
+                    self.done = true;
+                    return Some(Ok(std::mem::take(&mut self.pending)));
+                }
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.done = true;
+                    return Some(Ok(std::mem::take(&mut self.pending)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_lines_split_like_bufread_split() {
+        let input: &[u8] = b"{\"a\":1}\n\nx\r\npartial";
+        let lines: Vec<_> = BoundedLines::new(input).collect();
+        assert_eq!(
+            lines,
+            vec![Ok(b"{\"a\":1}".to_vec()), Ok(Vec::new()), Ok(b"x\r".to_vec()), Ok(b"partial".to_vec())]
+        );
+    }
+
+    #[test]
+    fn bounded_lines_stop_at_an_over_long_line_without_buffering_it_all() {
+        // An endless stream of `x` without LF: the iterator stops after MAX_READ_LINE + 1 bytes
+        // (plus at most one read) instead of reading forever.
+        let endless = std::io::repeat(b'x');
+        let mut lines = BoundedLines::new(endless);
+        match lines.next() {
+            Some(Err(head)) => assert_eq!(head.len(), MAX_READ_LINE + 1),
+            other => panic!("expected the over-long head, got {:?}", other.map(|r| r.map(|l| l.len()))),
+        }
+        assert!(lines.next().is_none(), "nothing after an over-long line");
     }
 }

@@ -152,7 +152,7 @@ impl Launched {
     fn wait_for_socket(&mut self, startup: Duration) -> Result<(), LaunchError> {
         let t = Instant::now();
         loop {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            if super::conn::connect_within(&self.socket, Duration::from_millis(100)).is_ok() {
                 return Ok(());
             }
             // The signal guard may be stopping everything; it then exits the process.

@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use serde_json::json;
 
-use super::conn::{Conn, Recv};
+use super::conn::{Conn, Recv, MAX_READ_LINE};
 use super::fixture::{lay, MARKER};
 use super::Target;
 
@@ -35,7 +35,7 @@ pub enum PreflightError {
 pub fn preflight(target: &Target) -> Result<(), PreflightError> {
     let socket = target.socket.display();
     let unreachable = |e: std::io::Error| PreflightError::Target(format!("target unreachable: {socket}: {e}"));
-    drop(std::os::unix::net::UnixStream::connect(&target.socket).map_err(unreachable)?);
+    drop(super::conn::connect_within(&target.socket, target.step).map_err(unreachable)?);
     lay(&target.root, &target.sentinel)
         .map_err(|e| PreflightError::Harness(format!("cannot lay the fixture under --root: {e}")))?;
     let step = target.step;
@@ -56,6 +56,12 @@ pub fn preflight(target: &Target) -> Result<(), PreflightError> {
                 "the adapter on {socket} closed the connection without `bound` for the descriptor's bind: its grant \
                  does not match the descriptor (handle, hostInstanceId, sessionId, generation, adapterId, \
                  adapterVersion, operations or limits), so the suite was not run"
+            )))
+        }
+        Recv::Garbage(head) if head.len() > MAX_READ_LINE => {
+            return Err(PreflightError::Target(format!(
+                "the adapter on {socket} answered the descriptor's bind with a line over {MAX_READ_LINE} bytes (no LF \
+                 in sight; the runner stopped reading it), so the suite was not run"
             )))
         }
         other => {

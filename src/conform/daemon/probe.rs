@@ -1,7 +1,7 @@
 //! The probe adapter: an owner-private socket the daemon suite creates, which records every
 //! frame the daemon sends and answers — correctly, or wrongly on purpose, per case.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::adapter::fs::{Cancel, Root};
 use crate::adapter::session::Job;
+use crate::conform::adapter::conn::BoundedLines;
 use crate::contract::Binding;
 
 /// How the probe answers `bind`.
@@ -238,14 +239,23 @@ fn serve(
     root: PathBuf,
 ) {
     let Ok(mut w) = s.try_clone() else { return };
-    let reader = BufReader::new(s);
+    let reader = BoundedLines::new(s);
     let mut identity: Option<Value> = None;
     let mut handle = String::new();
     let mut held: Vec<Value> = Vec::new();
     let root = Root::open(&root).ok();
     let mut binding: Option<Binding> = None;
-    for line in reader.split(b'\n') {
-        let Ok(line) = line else { break };
+    for line in reader {
+        let line = match line {
+            Ok(line) => line,
+            Err(head) => {
+                if let Ok(mut l) = log.lock() {
+                    let why = judge(&head, &mut binding).err().unwrap_or_else(|| "an over-long line".into());
+                    l.violations.push((n, why));
+                }
+                break;
+            }
+        };
         let verdict = judge(&line, &mut binding);
         let Ok(f) = serde_json::from_slice::<Value>(&line) else {
             if let Ok(mut l) = log.lock() {
