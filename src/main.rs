@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use pi_conform::conform::case::visible;
 use serde_json::json;
 
 use pi_conform::adapter::faults::{Fault, Faults};
@@ -638,7 +639,7 @@ fn main() -> ExitCode {
         // ripgrep does.
         Err(e) if broken_pipe(&e) => ExitCode::from(EXIT_OK),
         Err(e) => {
-            eprintln!("pi-conform: {e:#}");
+            eprintln!("pi-conform: {}", visible(&format!("{e:#}")));
             ExitCode::from(EXIT_USAGE)
         }
     }
@@ -974,11 +975,11 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
     match pi_conform::conform::adapter::preflight::preflight(target) {
         Ok(()) => {}
         Err(pi_conform::conform::adapter::preflight::PreflightError::Target(m)) => {
-            eprintln!("pi-conform: preflight failed: {m}");
+            eprintln!("pi-conform: preflight failed: {}", visible(&m));
             return Ok(engine::EXIT_UNREACHABLE);
         }
         Err(e) => {
-            eprintln!("pi-conform: {e}");
+            eprintln!("pi-conform: {}", visible(&e.to_string()));
             return Ok(engine::EXIT_HARNESS);
         }
     }
@@ -986,11 +987,11 @@ fn run_and_report(target: &pi_conform::conform::adapter::Target, run: &RunnerOpt
     let rep = match engine::run_adapter(target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
         Err(engine::RunError::Unreachable(m)) => {
-            eprintln!("pi-conform: target unreachable: {m}");
+            eprintln!("pi-conform: target unreachable: {}", visible(&m));
             return Ok(engine::EXIT_UNREACHABLE);
         }
         Err(e) => {
-            eprintln!("pi-conform: {e}");
+            eprintln!("pi-conform: {}", visible(&e.to_string()));
             return Ok(engine::EXIT_HARNESS);
         }
     };
@@ -1303,11 +1304,11 @@ fn daemon_runner(
     let rep = match engine::run_daemon(&target, &catalogue, &filter, baseline.as_ref(), progress) {
         Ok(r) => r,
         Err(engine::RunError::Unreachable(m)) => {
-            eprintln!("pi-conform: target unreachable: {m}");
+            eprintln!("pi-conform: target unreachable: {}", visible(&m));
             return Ok(engine::EXIT_UNREACHABLE);
         }
         Err(e) => {
-            eprintln!("pi-conform: {e}");
+            eprintln!("pi-conform: {}", visible(&e.to_string()));
             return Ok(engine::EXIT_HARNESS);
         }
     };

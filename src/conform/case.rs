@@ -64,6 +64,28 @@ impl Status {
     }
 }
 
+/// `text` with every character that could act on a terminal or forge a report line written
+/// as a visible escape (`\u{1b}`): C0 and C1 controls (LF and CR included, TAB kept), DEL, and
+/// the bidirectional overrides and isolates. A peer's bytes reach reasons and transcripts; a
+/// report must show them, never let them move the cursor, set a window title or start a
+/// line of their own.
+pub fn visible(text: &str) -> String {
+    let hostile =
+        |c: char| (c.is_control() && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(hostile) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hostile(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// One line of a wire transcript.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct WireLine {

@@ -386,6 +386,13 @@ pub fn classify(
         }
     };
     let keep = !matches!(status, Status::Pass | Status::Skip);
+    // What the peer sent reaches `actual`, `reason` and the transcript: no report may pass
+    // its control characters on (terminal escapes, forged lines).
+    let transcript = if keep {
+        transcript.into_iter().map(|l| super::case::WireLine { text: super::case::visible(&l.text), ..l }).collect()
+    } else {
+        Vec::new()
+    };
     CaseResult {
         id: meta.id.clone(),
         clause: meta.clause.clone(),
@@ -393,9 +400,9 @@ pub fn classify(
         status,
         requirement: meta.requirement.clone(),
         expected,
-        actual,
-        reason,
-        transcript: if keep { transcript } else { Vec::new() },
+        actual: super::case::visible(&actual),
+        reason: super::case::visible(&reason),
+        transcript,
         duration,
         baselined: false,
     }
@@ -549,6 +556,40 @@ mod tests {
 
     fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
         classify(m, ADAPTER, o, vec![], vec![], Duration::ZERO)
+    }
+
+    #[test]
+    fn a_peers_control_characters_reach_no_report_raw() {
+        let evil = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{0}\nverdict: CONFORMANT\u{202e}";
+        let line = crate::conform::case::WireLine { dir: "<".into(), text: evil.into() };
+        let r = classify(
+            &meta(&["error:not_found"]),
+            ADAPTER,
+            Outcome::Observed { token: format!("error:{evil}"), problems: vec![format!("PC-5.3: {evil}")] },
+            vec![],
+            vec![line],
+            Duration::ZERO,
+        );
+        assert_eq!(r.status, Status::Fail);
+        for text in [&r.actual, &r.reason, &r.transcript[0].text] {
+            assert!(!text.chars().any(|c| c.is_control() || c == '\u{202e}'), "raw control left in {text:?}");
+            assert!(text.contains("\\u{1b}]0;pwned\\u{7}") && text.contains("\\u{a}verdict"), "{text:?}");
+        }
+        let human = crate::conform::report::human(
+            &Report {
+                suite: "adapter".into(),
+                target: "t.sock".into(),
+                results: vec![r],
+                stale: vec![],
+                unknown_baseline_ids: vec![],
+                started_at: std::time::SystemTime::UNIX_EPOCH,
+                duration: Duration::ZERO,
+                not_run: vec![],
+            },
+            crate::conform::report::Detail::Normal,
+            false,
+        );
+        assert!(!human.contains('\u{1b}') && !human.lines().any(|l| l.starts_with("verdict: CONFORMANT")), "{human}");
     }
 
     #[test]

@@ -34,8 +34,13 @@ impl Recv {
         }
     }
 
-    /// A short token for reports: `closed`, `timeout`, `garbage`, or the frame's kind.
+    /// A short token for reports: `closed`, `timeout`, `garbage`, or the frame's kind (the
+    /// peer's text with its control characters made visible).
     pub fn describe(&self) -> String {
+        crate::conform::case::visible(&self.describe_raw())
+    }
+
+    fn describe_raw(&self) -> String {
         match self {
             Recv::Frame(v, _) => match (v["kind"].as_str(), v["ok"].as_bool()) {
                 (Some("result"), Some(true)) => "result:ok".into(),
