@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use pi_conform::adapter::grants::{self, GrantRequest};
 use pi_conform::adapter::server::default_identity;
+use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
 use pi_conform::contract::Limits;
 

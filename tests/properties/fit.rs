@@ -10,6 +10,7 @@
 //! travel in [`FakeHandle`], whose `Debug` is redacted, and no assertion prints a frame.
 
 use pi_conform::contract::descriptor::{bind_frame, bound_frame, fit_check, Identity, Limits};
+use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::{CapabilityHandle, Code};
 use pi_conform::wire::{decode_strict, encode_line};
 use proptest::prelude::*;
@@ -18,7 +19,7 @@ use serde_json::{json, Map, Value};
 use crate::common::config;
 
 const MAX_SAFE: u64 = 9_007_199_254_740_991;
-const SIX: [&str; 6] = ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"];
+const SIX: [&str; 6] = OPERATIONS;
 /// The limits table of SPEC §3.2: name, min, max.
 const LIMIT_TABLE: [(&str, u64, u64); 7] = [
     ("maxRequestBytes", 2048, 4_194_304),
