@@ -782,3 +782,27 @@ fn openai_python_client() {
     assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+/// A client that stops reading cannot hold a connection slot: the blocked response write
+/// times out, the connection closes and the slot serves the next client.
+#[test]
+fn a_stalled_reader_releases_its_slot() {
+    let cfg = Config { max_connections: 1, write_timeout: Duration::from_millis(300), ..Config::default() };
+    let s = FakeModelServer::start_with("127.0.0.1:0", cfg).unwrap();
+    let mut stalled = Conn::open(s.addr());
+    // A small fixed receive buffer (no autotuning), so a 6 MiB answer cannot fit in the socket
+    // buffers of both ends.
+    rustix::net::sockopt::set_socket_recv_buffer_size(&stalled.w, 64 << 10).unwrap();
+    let args = format!("{{\"pad\":\"{}\"}}", "a".repeat(6 << 20));
+    stalled.post("/v1/chat/completions", &json!({"messages": [user(&format!("TOOL fs_write {args}"))]}).to_string());
+    // The answer is being written and blocks; this client never reads it.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut next = Conn::open(s.addr());
+    next.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Served once the stalled write has timed out (300 ms) and the close drained (≤ 1 s more).
+    assert_eq!(next.response().status, 200, "the slot must come free");
+    // The stalled client got a truncated answer and then the end of the connection.
+    let mut got = Vec::new();
+    let _ = stalled.r.read_to_end(&mut got);
+    assert!(got.len() < args.len(), "the answer was cut off, not completed: {} bytes", got.len());
+}
