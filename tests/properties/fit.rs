@@ -12,6 +12,7 @@
 use pi_conform::contract::descriptor::{bind_frame, bound_frame, fit_check, Identity, Limits};
 use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::{CapabilityHandle, Code};
+use pi_conform::util::prng::SplitMix64;
 use pi_conform::wire::{decode_strict, encode_line};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -149,15 +150,8 @@ const HEAVY: &str = "\u{1}\u{2}\u{1f}😀€\"";
 /// of character strategies, and shrinking still shortens the string.
 fn seeded(alphabet: &str, len: usize, seed: u64) -> String {
     let chars: Vec<char> = alphabet.chars().collect();
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            chars[(x % chars.len() as u64) as usize]
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..len).map(|_| chars[rng.index(chars.len())]).collect()
 }
 
 /// 1..=max identity characters, from the plain ASCII id alphabet or from all of [`ID_CHARS`].
