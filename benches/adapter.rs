@@ -45,6 +45,7 @@ use pi_conform::adapter::server::{default_identity, serve, ServeConfig};
 use pi_conform::adapter::session::{handle_bind, Action, Session};
 use pi_conform::contract::descriptor::OPERATIONS;
 use pi_conform::contract::Limits;
+use pi_conform::util::prng::SplitMix64;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -876,26 +877,9 @@ struct Tree {
     generated: bool,
 }
 
-/// SplitMix64: deterministic and good enough for text.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Text lines (no literal) of exactly `len` bytes (ASCII words only, LF-terminated).
 fn text_of_len(len: usize, seed: u64) -> String {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut s = String::with_capacity(len + 16);
     while s.len() < len {
         let w = VOCABULARY[rng.below(31) as usize];
@@ -909,7 +893,7 @@ fn text_of_len(len: usize, seed: u64) -> String {
 
 /// One file's content; counts the occurrences and hit lines it holds.
 fn file_content(index: u64, buf: &mut Vec<u8>, counts: &mut (u64, u64)) -> bool {
-    let mut rng = Rng(0x5EED_0000 + index * 0x1_0001);
+    let mut rng = SplitMix64::new(0x5EED_0000 + index * 0x1_0001);
     buf.clear();
     let target = 8192 + rng.below(4096) as usize;
     let hit_file = rng.below(HIT_FILE_ODDS) == 0;

@@ -9,19 +9,36 @@
 //! every tool call's arguments into at least three fragments so that clients really reassemble
 //! them.
 //!
-//! The HTTP/1.1 server is deliberately small and bounded: keep-alive, `Content-Length` and
-//! chunked request bodies, `Expect: 100-continue`, 64 KiB of request head, 8 MiB of body, a
-//! connection cap, and a deadline on every read and write.
+//! HTTP/1.1 is hyper's (no HTTP/2: the clients of a model endpoint speak HTTP/1.1 on
+//! loopback): keep-alive and pipelining, `Content-Length` and chunked request bodies,
+//! `Expect: 100-continue`. This module adds the bounds: 64 KiB of request head, 8 MiB of body,
+//! a connection cap, a deadline for the next request head, for the body and for every write,
+//! and a graceful close. Framing hyper refuses itself (a malformed request line or header,
+//! conflicting `Content-Length`s, a transfer coding that does not end in `chunked`, an
+//! oversize head) gets hyper's bare status (400 or 431, empty body) and a close; everything
+//! this module refuses gets an OpenAI-shaped JSON error.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode, Version};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -31,8 +48,6 @@ pub const MODEL_ID: &str = "pi-conform-fake";
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 /// Largest request head (request line and headers), and largest chunked trailer section.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
-/// Largest chunk-size line of a chunked body.
-const MAX_CHUNK_LINE: usize = 1024;
 /// Tool-call arguments are streamed in at least this many fragments (when they have as many
 /// characters).
 pub const MIN_ARGUMENT_FRAGMENTS: usize = 3;
@@ -91,11 +106,13 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, FakeModelError> {
 pub struct Config {
     /// Connections served at once; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// How long an open connection may sit idle between requests.
+    /// How long a connection may wait for a complete request head: from its accept, or from the
+    /// end of the previous response. Past it the connection closes without a word.
     pub idle_timeout: Duration,
-    /// How long one request (head and body) may take to arrive once it has begun.
+    /// How long a request body may take to arrive once its head has; past it the answer is 408
+    /// and the connection closes.
     pub request_timeout: Duration,
-    /// How long one response write may block.
+    /// How long one response write may block without progress.
     pub write_timeout: Duration,
 }
 
@@ -135,11 +152,7 @@ pub async fn serve(listener: TcpListener, cfg: Config, mut shutdown: watch::Rece
                 }
             },
         };
-        let cfg = cfg.clone();
-        tasks.spawn(async move {
-            let _slot = permit;
-            connection(stream, &cfg).await;
-        });
+        tasks.spawn(connection(stream, permit, cfg.clone()));
         while tasks.try_join_next().is_some() {}
     }
     tasks.shutdown().await;
@@ -579,16 +592,7 @@ pub fn models() -> Value {
 }
 
 // ---------------------------------------------------------------------------------------------
-// HTTP/1.1.
-
-/// A parsed request.
-struct Request {
-    method: String,
-    path: String,
-    http10: bool,
-    keep_alive: bool,
-    body: Vec<u8>,
-}
+// HTTP/1.1, on hyper.
 
 /// What to send back.
 enum Reply {
@@ -606,23 +610,22 @@ fn err(status: u16, message: impl Into<String>, code: &'static str) -> Reply {
     Reply::error(ApiError::new(status, message, Some(code)))
 }
 
-fn route(req: &Request) -> Reply {
+fn route(method: &Method, path: &str, body: &[u8]) -> Reply {
     const CHAT: [&str; 2] = ["/v1/chat/completions", "/chat/completions"];
     const MODELS: [&str; 2] = ["/v1/models", "/models"];
-    let path = req.path.as_str();
-    match req.method.as_str() {
-        "POST" if CHAT.contains(&path) => chat(&req.body),
-        "GET" if MODELS.contains(&path) => Reply::Json { status: 200, body: models(), allow: None },
+    match *method {
+        Method::POST if CHAT.contains(&path) => chat(body),
+        Method::GET if MODELS.contains(&path) => Reply::Json { status: 200, body: models(), allow: None },
         _ if CHAT.contains(&path) || MODELS.contains(&path) => Reply::Json {
             status: 405,
-            body: ApiError::new(405, format!("{} is not allowed on {path}", req.method), Some("method_not_allowed"))
-                .body(),
+            body: ApiError::new(405, format!("{method} is not allowed on {path}"), Some("method_not_allowed")).body(),
             allow: Some(if CHAT.contains(&path) { "POST" } else { "GET" }),
         },
-        m => err(
+        _ => err(
             404,
             format!(
-                "Unknown request URL: {m} {path}. This fake model serves POST /v1/chat/completions and GET /v1/models."
+                "Unknown request URL: {method} {path}. This fake model serves POST /v1/chat/completions and GET \
+                 /v1/models."
             ),
             "unknown_url",
         ),
@@ -654,446 +657,271 @@ fn chat(body: &[u8]) -> Reply {
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        417 => "Expectation Failed",
-        431 => "Request Header Fields Too Large",
-        501 => "Not Implemented",
-        505 => "HTTP Version Not Supported",
-        _ => "Error",
-    }
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(400, message, Some("bad_request"))
 }
 
-/// IMF-fixdate (RFC 9110 §5.6.7) of a Unix time.
-fn http_date(secs: u64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
-        DAYS.get((days % 7) as usize).unwrap_or(&"Thu"),
-        MONTHS.get(month.saturating_sub(1) as usize).unwrap_or(&"Jan"),
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// How a connection ended or failed before a request was complete.
-enum Fail {
-    /// Answer this, then close.
-    Reply(ApiError),
-    /// Close without a word (EOF, reset, idle timeout).
-    Silent,
-}
-
-struct Conn<'a> {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    cfg: &'a Config,
-}
-
-async fn connection(stream: TcpStream, cfg: &Config) {
-    let _ = stream.set_nodelay(true);
-    let mut c = Conn { stream, buf: Vec::new(), cfg };
-    loop {
-        let req = match c.read_request().await {
-            Ok(r) => r,
-            Err(Fail::Reply(e)) => {
-                let _ = c.send(Reply::error(e), false, false).await;
-                c.linger().await;
-                return;
-            }
-            Err(Fail::Silent) => return,
-        };
-        tracing::debug!(method = %req.method, path = %req.path, bytes = req.body.len(), "fake-model request");
-        let reply = route(&req);
-        if !c.send(reply, req.http10, req.keep_alive).await {
-            return;
-        }
-        if !req.keep_alive {
-            c.linger().await;
-            return;
-        }
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-fn bad(message: impl Into<String>) -> Fail {
-    Fail::Reply(ApiError::new(400, message, Some("bad_request")))
-}
-
-fn too_large() -> Fail {
-    Fail::Reply(ApiError::new(
+fn too_large() -> ApiError {
+    ApiError::new(
         413,
         format!("the request body exceeds the fake model's limit of {MAX_BODY_BYTES} bytes"),
         Some("request_too_large"),
-    ))
+    )
 }
 
-/// The framing-relevant fields of a request head.
-struct Head {
-    method: String,
-    path: String,
-    http10: bool,
-    keep_alive: bool,
-    content_length: Option<usize>,
-    chunked: bool,
-    expect_continue: bool,
+/// A response body held in memory: one frame per JSON document or SSE event, so a stream
+/// goes out as one chunk per event.
+pub struct ReplyBody {
+    frames: VecDeque<Bytes>,
+    /// `Some` for a JSON body (sent with `Content-Length`); `None` for an event stream
+    /// (chunked, or ended by closing the connection for HTTP/1.0).
+    len: Option<u64>,
 }
 
-fn parse_head(head: &[u8]) -> Result<Head, Fail> {
-    let head = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let parts: Vec<&str> = request_line.split(' ').collect();
-    let [method, target, version] = parts.as_slice() else {
-        return Err(bad("malformed request line"));
-    };
-    let http10 = match *version {
-        "HTTP/1.1" => false,
-        "HTTP/1.0" => true,
-        v if v.starts_with("HTTP/") => {
-            return Err(Fail::Reply(ApiError::new(505, format!("{v} is not supported"), Some("bad_request"))));
-        }
-        _ => return Err(bad("malformed request line")),
-    };
-    if !is_token(method) {
-        return Err(bad("malformed method"));
+impl Body for ReplyBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.frames.pop_front().map(|b| Ok(Frame::data(b))))
     }
-    // origin-form, or absolute-form (RFC 9112 §3.2.2) reduced to its path.
-    let target = match target.strip_prefix("http://").or_else(|| target.strip_prefix("https://")) {
-        Some(rest) => rest.find('/').and_then(|i| rest.get(i..)).unwrap_or("/"),
-        None => target,
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.len.is_some()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.len.map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}
+
+/// The response for `reply`; `close` asks hyper to close the connection after it.
+fn respond(reply: Reply, close: bool) -> Response<ReplyBody> {
+    let (status, content_type, body, allow) = match reply {
+        Reply::Json { status, body, allow } => {
+            let bytes = Bytes::from(body.to_string());
+            let len = bytes.len() as u64;
+            (status, "application/json", ReplyBody { frames: VecDeque::from([bytes]), len: Some(len) }, allow)
+        }
+        Reply::Stream(chunks) => {
+            let frames = chunks
+                .iter()
+                .map(|c| Bytes::from(format!("data: {c}\n\n")))
+                .chain(std::iter::once(Bytes::from_static(b"data: [DONE]\n\n")))
+                .collect();
+            (200, "text/event-stream; charset=utf-8", ReplyBody { frames, len: None }, None)
+        }
     };
-    if !target.starts_with('/') || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(bad("malformed request target"));
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(header::SERVER, HeaderValue::from_static("pi-conform-fake-model"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if content_type.starts_with("text/event-stream") {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     }
-    let path = target.split(['?', '#']).next().unwrap_or(target).to_string();
-    let mut content_length: Option<usize> = None;
-    let mut te: Vec<String> = Vec::new();
-    let mut connection: Vec<String> = Vec::new();
-    let mut expect: Option<String> = None;
-    let mut host = 0usize;
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            return Err(bad("obsolete header line folding is not accepted"));
-        }
-        let (name, value) = line.split_once(':').ok_or_else(|| bad("malformed header line"))?;
-        if !is_token(name) {
-            return Err(bad(format!("malformed header name {name:?}")));
-        }
-        let value = value.trim_matches([' ', '\t']);
-        match name.to_ascii_lowercase().as_str() {
-            "content-length" => {
-                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(bad("invalid Content-Length"));
-                }
-                let n = value.parse::<u64>().map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
-                if content_length.is_some_and(|m| m != n) {
-                    return Err(bad("conflicting Content-Length headers"));
-                }
-                content_length = Some(n);
-            }
-            "transfer-encoding" => {
-                te.extend(value.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()))
-            }
-            "connection" => connection.extend(value.split(',').map(|t| t.trim().to_ascii_lowercase())),
-            "expect" => expect = Some(value.to_ascii_lowercase()),
-            "host" => host += 1,
-            _ => {}
-        }
+    if let Some(a) = allow {
+        h.insert(header::ALLOW, HeaderValue::from_static(a));
     }
-    if !http10 && host != 1 {
+    if close {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+/// The framing rules hyper leaves to the application (hyper itself refuses malformed request
+/// lines and headers, conflicting `Content-Length`s, transfer codings that do not end in
+/// `chunked`, and heads over [`MAX_HEAD_BYTES`]), then the body, bounded in size and time.
+async fn read_request(req: Request<Incoming>, cfg: &Config) -> Result<(Method, String, Vec<u8>), ApiError> {
+    let (parts, body) = req.into_parts();
+    let headers = &parts.headers;
+    if parts.version == Version::HTTP_11 && headers.get_all(header::HOST).iter().count() != 1 {
         return Err(bad("an HTTP/1.1 request needs exactly one Host header"));
     }
-    let chunked = match te.as_slice() {
+    let mut codings = Vec::new();
+    for v in headers.get_all(header::TRANSFER_ENCODING) {
+        let v = v.to_str().map_err(|_| bad("malformed Transfer-Encoding"))?;
+        codings.extend(v.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()));
+    }
+    let chunked = match codings.as_slice() {
         [] => false,
         [only] if only == "chunked" => true,
-        [.., last] if last == "chunked" => {
-            return Err(Fail::Reply(ApiError::new(
-                501,
-                "only the chunked transfer coding is implemented",
-                Some("not_implemented"),
-            )));
+        _ => {
+            return Err(ApiError::new(501, "only the chunked transfer coding is implemented", Some("not_implemented")));
         }
-        _ => return Err(bad("a request's transfer codings must end with chunked")),
     };
-    if chunked && content_length.is_some() {
-        return Err(bad("both Transfer-Encoding and Content-Length"));
-    }
-    if content_length.is_some_and(|n| n > MAX_BODY_BYTES) {
+    // hyper has checked that every Content-Length is one and the same number.
+    let content_length = headers
+        .get(header::CONTENT_LENGTH)
+        .map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(u64::MAX));
+    if content_length.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_large());
     }
-    let expect_continue = match expect.as_deref() {
-        None => false,
-        Some("100-continue") => !http10,
-        Some(_) => {
-            return Err(Fail::Reply(ApiError::new(417, "unsupported Expect", Some("expectation_failed"))));
+    if let Some(e) = headers.get(header::EXPECT) {
+        if !e.as_bytes().eq_ignore_ascii_case(b"100-continue") {
+            return Err(ApiError::new(417, "unsupported Expect", Some("expectation_failed")));
         }
+    }
+    if parts.method == Method::POST && content_length.is_none() && !chunked {
+        return Err(ApiError::new(
+            411,
+            "a POST needs Content-Length or chunked Transfer-Encoding",
+            Some("length_required"),
+        ));
+    }
+    let deadline = Instant::now() + cfg.request_timeout;
+    let body = read_body(body, deadline).await?;
+    Ok((parts.method, parts.uri.path().to_string(), body))
+}
+
+/// Collect a request body (hyper sends `100 Continue` on the first read when it was asked for).
+async fn read_body(mut body: Incoming, deadline: Instant) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::new();
+    loop {
+        let frame = match timeout_at(deadline, std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx))).await {
+            Err(_) => return Err(ApiError::new(408, "the request did not arrive in time", Some("timeout"))),
+            Ok(None) => return Ok(out),
+            Ok(Some(Err(e))) => return Err(bad(format!("the request body could not be read: {e}"))),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len().saturating_add(data.len()) > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+}
+
+async fn handle(req: Request<Incoming>, cfg: &Config) -> Response<ReplyBody> {
+    match read_request(req, cfg).await {
+        Ok((method, path, body)) => {
+            tracing::debug!(%method, %path, bytes = body.len(), "fake-model request");
+            respond(route(&method, &path, &body), false)
+        }
+        // The framing may be out of step with the peer: answer, then close.
+        Err(e) => respond(Reply::error(e), true),
+    }
+}
+
+async fn connection(stream: TcpStream, slot: OwnedSemaphorePermit, cfg: Arc<Config>) {
+    let _ = stream.set_nodelay(true);
+    let io =
+        TokioIo::new(Guarded { stream: Some(stream), slot: Some(slot), write_timeout: cfg.write_timeout, stall: None });
+    let service = {
+        let cfg = cfg.clone();
+        service_fn(move |req| {
+            let cfg = cfg.clone();
+            async move { Ok::<_, Infallible>(handle(req, &cfg).await) }
+        })
     };
-    let keep_alive =
-        if http10 { connection.iter().any(|t| t == "keep-alive") } else { !connection.iter().any(|t| t == "close") };
-    Ok(Head { method: method.to_string(), path, http10, keep_alive, content_length, chunked, expect_continue })
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(cfg.idle_timeout)
+        .max_header_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    if let Err(e) = http.serve_connection(io, service).await {
+        tracing::debug!(error = %e, "fake-model: connection ended");
+    }
 }
 
-/// Incremental chunked-body decoder (RFC 9112 §7.1); trailers are read and ignored.
-enum Chunk {
-    Size,
-    Data(usize),
-    DataEnd,
-    Trailer(usize),
-    Done,
+/// The connection's socket, with a deadline on every write that makes no progress, and a
+/// graceful close: when hyper drops it, a task sends FIN and drains what the peer still sends
+/// (briefly, bounded) so that a reset does not destroy a response in flight. It holds the
+/// connection's slot until then.
+struct Guarded {
+    stream: Option<TcpStream>,
+    slot: Option<OwnedSemaphorePermit>,
+    write_timeout: Duration,
+    /// Started when a write first blocks; cleared by progress.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl Conn<'_> {
-    /// Read more bytes into the buffer before `deadline`.
-    async fn fill(&mut self, deadline: Instant) -> Result<(), Fail> {
-        self.buf.reserve(16 << 10);
-        match timeout_at(deadline, self.stream.read_buf(&mut self.buf)).await {
-            Err(_) => Err(Fail::Reply(ApiError::new(408, "the request did not arrive in time", Some("timeout")))),
-            Ok(Ok(0)) | Ok(Err(_)) => Err(Fail::Silent),
-            Ok(Ok(_)) => Ok(()),
+impl Guarded {
+    fn stream(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        self.stream.as_mut().map(Pin::new).ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+    }
+
+    /// After the socket was not ready to write: fail once the write has been blocked too long.
+    fn blocked<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let timeout = self.write_timeout;
+        let stall = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stall.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "fake-model: a response write timed out")))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 
-    async fn read_request(&mut self) -> Result<Request, Fail> {
-        // Idle: wait for the first byte of a request.
-        let idle = Instant::now() + self.cfg.idle_timeout;
-        loop {
-            // RFC 9112 §2.2: ignore empty lines before a request line.
-            let skip = self.buf.iter().take_while(|b| **b == b'\r' || **b == b'\n').count();
-            self.buf.drain(..skip);
-            if !self.buf.is_empty() {
-                break;
+    fn written<T>(&mut self, p: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match p {
+            Poll::Ready(r) => {
+                self.stall = None;
+                Poll::Ready(r)
             }
-            self.fill(idle).await.map_err(|_| Fail::Silent)?;
-        }
-        let deadline = Instant::now() + self.cfg.request_timeout;
-        let mut scanned = 0usize;
-        let head_end = loop {
-            // Only the new bytes (and 3 before them) are searched: no quadratic rescans.
-            let from = scanned.saturating_sub(3);
-            let window = self.buf.get(from..(MAX_HEAD_BYTES + 4).min(self.buf.len())).unwrap_or_default();
-            if let Some(i) = find(window, b"\r\n\r\n") {
-                break from + i;
-            }
-            scanned = self.buf.len();
-            if self.buf.len() > MAX_HEAD_BYTES {
-                return Err(Fail::Reply(ApiError::new(
-                    431,
-                    format!("the request head exceeds {MAX_HEAD_BYTES} bytes"),
-                    Some("request_header_fields_too_large"),
-                )));
-            }
-            self.fill(deadline).await?;
-        };
-        let head = parse_head(self.buf.get(..head_end).unwrap_or_default())?;
-        self.buf.drain(..head_end + 4);
-        if head.method == "POST" && head.content_length.is_none() && !head.chunked {
-            return Err(Fail::Reply(ApiError::new(
-                411,
-                "a POST needs Content-Length or chunked Transfer-Encoding",
-                Some("length_required"),
-            )));
-        }
-        let needs_body = head.chunked || head.content_length.unwrap_or(0) > self.buf.len();
-        if head.expect_continue && needs_body {
-            self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await.then_some(()).ok_or(Fail::Silent)?;
-        }
-        let body = if head.chunked {
-            self.read_chunked(deadline).await?
-        } else {
-            let n = head.content_length.unwrap_or(0);
-            while self.buf.len() < n {
-                self.fill(deadline).await?;
-            }
-            self.buf.drain(..n).collect()
-        };
-        Ok(Request { method: head.method, path: head.path, http10: head.http10, keep_alive: head.keep_alive, body })
-    }
-
-    async fn read_chunked(&mut self, deadline: Instant) -> Result<Vec<u8>, Fail> {
-        let mut body = Vec::new();
-        let mut state = Chunk::Size;
-        // How much of the buffer is known to hold no CRLF (no quadratic rescans).
-        let mut scanned = 0usize;
-        let crlf = |buf: &[u8], scanned: &mut usize| {
-            let from = scanned.saturating_sub(1);
-            let hit = buf.get(from..).and_then(|w| find(w, b"\r\n")).map(|i| from + i);
-            *scanned = if hit.is_some() { 0 } else { buf.len() };
-            hit
-        };
-        loop {
-            let mut progressed = true;
-            while progressed {
-                progressed = false;
-                match state {
-                    Chunk::Size => {
-                        if let Some(i) = crlf(&self.buf, &mut scanned) {
-                            let line = std::str::from_utf8(self.buf.get(..i).unwrap_or_default())
-                                .map_err(|_| bad("malformed chunk size"))?;
-                            let size = line.split(';').next().unwrap_or_default().trim_matches([' ', '\t']);
-                            if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
-                                return Err(bad("malformed chunk size"));
-                            }
-                            let size = usize::from_str_radix(size, 16).map_err(|_| bad("malformed chunk size"))?;
-                            if body.len().saturating_add(size) > MAX_BODY_BYTES {
-                                return Err(too_large());
-                            }
-                            self.buf.drain(..i + 2);
-                            state = if size == 0 { Chunk::Trailer(0) } else { Chunk::Data(size) };
-                            progressed = true;
-                        } else if self.buf.len() > MAX_CHUNK_LINE {
-                            return Err(bad("chunk size line too long"));
-                        }
-                    }
-                    Chunk::Data(left) => {
-                        let take = left.min(self.buf.len());
-                        if take > 0 {
-                            body.extend(self.buf.drain(..take));
-                            state = if take == left { Chunk::DataEnd } else { Chunk::Data(left - take) };
-                            progressed = true;
-                        }
-                    }
-                    Chunk::DataEnd => {
-                        if self.buf.len() >= 2 {
-                            if !self.buf.starts_with(b"\r\n") {
-                                return Err(bad("chunk data not followed by CRLF"));
-                            }
-                            self.buf.drain(..2);
-                            state = Chunk::Size;
-                            progressed = true;
-                        }
-                    }
-                    Chunk::Trailer(seen) => {
-                        if let Some(i) = crlf(&self.buf, &mut scanned) {
-                            self.buf.drain(..i + 2);
-                            state = if i == 0 { Chunk::Done } else { Chunk::Trailer(seen + i + 2) };
-                            progressed = true;
-                        }
-                        let pending = if progressed { 0 } else { self.buf.len() };
-                        if matches!(state, Chunk::Trailer(seen) if seen + pending > MAX_HEAD_BYTES) {
-                            return Err(Fail::Reply(ApiError::new(
-                                431,
-                                "the chunked trailer section is too large",
-                                Some("request_header_fields_too_large"),
-                            )));
-                        }
-                    }
-                    Chunk::Done => return Ok(body),
-                }
-            }
-            if let Chunk::Done = state {
-                return Ok(body);
-            }
-            self.fill(deadline).await?;
+            Poll::Pending => self.blocked(cx),
         }
     }
+}
 
-    /// Write all of `bytes` within the write timeout.
-    async fn write(&mut self, bytes: &[u8]) -> bool {
-        matches!(timeout(self.cfg.write_timeout, self.stream.write_all(bytes)).await, Ok(Ok(())))
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.stream()?.poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let p = self.stream()?.poll_write(cx, buf);
+        self.written(p, cx)
     }
 
-    fn head(status: u16, content_type: &str, http10: bool, keep_alive: bool) -> String {
-        let mut h = format!(
-            "HTTP/1.1 {status} {}\r\ndate: {}\r\nserver: pi-conform-fake-model\r\ncontent-type: {content_type}\r\n",
-            reason(status),
-            http_date(now())
-        );
-        if !keep_alive {
-            h.push_str("connection: close\r\n");
-        } else if http10 {
-            h.push_str("connection: keep-alive\r\n");
-        }
-        h
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let p = self.stream()?.poll_write_vectored(cx, bufs);
+        self.written(p, cx)
     }
 
-    /// Send a reply; false when the connection is gone.
-    async fn send(&mut self, reply: Reply, http10: bool, keep_alive: bool) -> bool {
-        match reply {
-            Reply::Json { status, body, allow } => {
-                let body = body.to_string();
-                let mut h = Self::head(status, "application/json", http10, keep_alive);
-                if let Some(a) = allow {
-                    h.push_str(&format!("allow: {a}\r\n"));
-                }
-                h.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
-                h.push_str(&body);
-                self.write(h.as_bytes()).await
-            }
-            Reply::Stream(chunks) => {
-                // HTTP/1.0 has no chunked coding: the body ends when the connection closes.
-                let chunked = !http10;
-                let keep_alive = keep_alive && chunked;
-                let mut h = Self::head(200, "text/event-stream; charset=utf-8", http10, keep_alive);
-                h.push_str("cache-control: no-cache\r\n");
-                if chunked {
-                    h.push_str("transfer-encoding: chunked\r\n");
-                }
-                h.push_str("\r\n");
-                if !self.write(h.as_bytes()).await {
-                    return false;
-                }
-                let events =
-                    chunks.iter().map(|c| format!("data: {c}\n\n")).chain(std::iter::once("data: [DONE]\n\n".into()));
-                for ev in events {
-                    let frame = if chunked { format!("{:x}\r\n{ev}\r\n", ev.len()) } else { ev };
-                    if !self.write(frame.as_bytes()).await || self.stream.flush().await.is_err() {
-                        return false;
-                    }
-                }
-                if chunked && !self.write(b"0\r\n\r\n").await {
-                    return false;
-                }
-                if !keep_alive {
-                    self.linger().await;
-                    return false;
-                }
-                true
-            }
+    fn is_write_vectored(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let p = self.stream()?.poll_flush(cx);
+        self.written(p, cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let p = self.stream()?.poll_shutdown(cx);
+        self.written(p, cx)
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let (Some(stream), slot) = (self.stream.take(), self.slot.take()) else { return };
+        // Outside a runtime (it is shutting down) the socket simply closes.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(linger(stream, slot));
         }
     }
+}
 
-    /// Close gracefully: FIN, then drain what the peer still sends (briefly, bounded) so that a
-    /// reset does not destroy the response in flight.
-    async fn linger(&mut self) {
-        let _ = timeout(Duration::from_secs(1), self.stream.shutdown()).await;
-        let until = Instant::now() + Duration::from_secs(1);
-        let mut sink = [0u8; 8192];
-        let mut drained = 0usize;
-        while drained < 2 * MAX_BODY_BYTES {
-            match timeout_at(until, self.stream.read(&mut sink)).await {
-                Ok(Ok(n)) if n > 0 => drained += n,
-                _ => break,
-            }
+/// Close gracefully: FIN, then drain what the peer still sends (at most a second, and at most
+/// twice the body limit) before the socket closes.
+async fn linger(mut stream: TcpStream, _slot: Option<OwnedSemaphorePermit>) {
+    let _ = timeout(Duration::from_secs(1), stream.shutdown()).await;
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut sink = [0u8; 8192];
+    let mut drained = 0usize;
+    while drained < 2 * MAX_BODY_BYTES {
+        match timeout_at(until, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
         }
     }
 }
@@ -1101,13 +929,6 @@ impl Conn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn http_dates() {
-        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
-        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
-        assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
-    }
 
     #[test]
     fn fragments_cut_on_char_boundaries() {

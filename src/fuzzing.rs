@@ -19,6 +19,7 @@ use crate::contract::schema::{self, Entry};
 use crate::contract::text::is_major_minor;
 use crate::contract::{parse_command, validate_relative_path, CapabilityHandle, Code, ContractError};
 use crate::contract::{HostContext, PathSide, ToolPath};
+use crate::util::prng::SplitMix64;
 use crate::vectors::Vector;
 use crate::wire::{decode_line, decode_strict, encode_line, encoded_len, LineDecoder, LineError};
 
@@ -50,24 +51,6 @@ const GENERATION: i64 = 2;
 
 fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// xorshift64*: a tiny PRNG seeded from the input, so the same input always splits the same way.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -148,9 +131,10 @@ pub fn ndjson(data: &[u8]) {
     let model = expected_lines(stream, limit);
     let whole = decode_in_chunks(stream, limit, &mut || usize::MAX);
     assert!(whole == model, "LineDecoder (one push) differs from the framing model");
-    let mut rng = Rng::new(h);
-    let max_chunk = if stream.len() > 8192 { 8192 } else { 1 + rng.below(64) };
-    let chunked = decode_in_chunks(stream, limit, &mut || 1 + rng.below(max_chunk));
+    // Seeded from the input, so the same input always splits the same way.
+    let mut rng = SplitMix64::new(h);
+    let max_chunk = if stream.len() > 8192 { 8192 } else { 1 + rng.index(64) };
+    let chunked = decode_in_chunks(stream, limit, &mut || 1 + rng.index(max_chunk));
     assert!(chunked == model, "LineDecoder (random chunks) differs from the framing model");
     if stream.len() <= 4096 {
         let bytewise = decode_in_chunks(stream, limit, &mut || 1);

@@ -3,7 +3,8 @@
 //! - [`wire`]: bounded NDJSON framing and strict JSON;
 //! - [`contract`]: the schemas, the generated types and every protocol rule;
 //! - [`judge`]: one verdict for one document (what `pi-conform validate` prints);
-//! - [`vectors`]: the golden vectors.
+//! - [`vectors`]: the golden vectors;
+//! - [`util`]: UTC timestamps and the test PRNG, written once.
 #![forbid(unsafe_code)]
 // Refusals carry the protocol's full error body (code, message, details, attribution); they
 // are the cold path of a validator, so their size is not worth a Box at every call site.
@@ -17,5 +18,6 @@ pub mod fakemodel;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod judge;
+pub mod util;
 pub mod vectors;
 pub mod wire;

@@ -13,6 +13,7 @@ use pi_conform::adapter::fs::{Cancel, ResolveMode, Root};
 use pi_conform::contract::frame::check_result_data;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
 use pi_conform::contract::{validate_relative_path, AdapterCode, AdapterError, PathSide, ToolPath};
+use pi_conform::util::prng::SplitMix64;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
@@ -537,21 +538,6 @@ fn search_long_line_window(mode: ResolveMode) {
     assert_eq!(matches_of(&v), [m("exact.txt", 1, 4096, &exact)]);
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Every match of `query` in `content`, computed naively line by line.
 fn naive(path: &str, content: &str, query: &str) -> Vec<(String, u64, u64, String)> {
     let mut out = Vec::new();
@@ -570,14 +556,14 @@ fn search_streaming_matches_naive(mode: ResolveMode) {
     let pieces = ["a", "b", "ab", "é", "€", "😀", " ", "\n", "\r\n", "needle", "nee", "dle", "é€", "\r"];
     let long_query = "ab€".repeat(100);
     for (seed, query) in [(1u64, "needle"), (2, "é€"), (3, "aa"), (4, long_query.as_str()), (5, "😀 ")] {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = SplitMix64::new(seed);
         let mut content = String::new();
         while content.len() < 700_000 {
-            match rng.below(400) {
+            match rng.index(400) {
                 // Now and then a long line (window rule) or the long query itself.
-                0 => content.extend(std::iter::repeat_n('é', 3000 + rng.below(6000))),
+                0 => content.extend(std::iter::repeat_n('é', 3000 + rng.index(6000))),
                 1 => content.push_str(&long_query),
-                _ => content.push_str(pieces[rng.below(pieces.len())]),
+                _ => content.push_str(pieces[rng.index(pieces.len())]),
             }
         }
         let name = format!("gen{seed}.txt");

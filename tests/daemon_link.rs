@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use pi_conform::conform::selftest::ReferenceAdapter;
+use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
 use pi_conform::contract::{admit_descriptor, Descriptor};
 use pi_conform::daemon::endpoint::check_endpoint;
@@ -35,7 +36,7 @@ fn descriptor_json(socket: &str, limits: [u64; 7]) -> Value {
             "generation": 7,
             "capabilityHandle": HANDLE,
         },
-        "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
+        "operations": OPERATIONS,
         "limits": {
             "maxRequestBytes": limits[0],
             "maxResponseBytes": limits[1],

@@ -14,6 +14,8 @@ fn server() -> FakeModelServer {
 }
 
 struct Resp {
+    /// `HTTP/1.1`, or `HTTP/1.0` in answer to an HTTP/1.0 request.
+    version: String,
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
@@ -82,7 +84,8 @@ impl Conn {
         loop {
             let status_line = self.line();
             let mut parts = status_line.splitn(3, ' ');
-            assert_eq!(parts.next(), Some("HTTP/1.1"), "{status_line}");
+            let version = parts.next().unwrap_or_default().to_string();
+            assert!(version == "HTTP/1.1" || version == "HTTP/1.0", "{status_line}");
             let status: u16 = parts.next().unwrap().parse().unwrap();
             let mut headers = Vec::new();
             loop {
@@ -96,7 +99,7 @@ impl Conn {
             if (100..200).contains(&status) {
                 continue;
             }
-            let mut resp = Resp { status, headers, body: Vec::new() };
+            let mut resp = Resp { version, status, headers, body: Vec::new() };
             if resp.header("transfer-encoding") == Some("chunked") {
                 loop {
                     let size = usize::from_str_radix(&self.line(), 16).expect("chunk size");
@@ -513,8 +516,23 @@ fn keep_alive_serves_two_requests_on_one_connection() {
     // HTTP/1.0 closes unless asked to keep alive; a streamed answer then ends at EOF.
     let mut c = Conn::open(s.addr());
     c.send(format!("POST /v1/chat/completions HTTP/1.0\r\nContent-Length: {}\r\n\r\n{one}", one.len()).as_bytes());
-    assert_eq!(c.response().status, 200);
+    let r = c.response();
+    assert_eq!((r.version.as_str(), r.status), ("HTTP/1.0", 200));
     assert!(c.closed());
+    // HTTP/1.0 with keep-alive: a sized answer keeps the connection open.
+    let mut c = Conn::open(s.addr());
+    for _ in 0..2 {
+        c.send(
+            format!(
+                "POST /v1/chat/completions HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{one}",
+                one.len()
+            )
+            .as_bytes(),
+        );
+        let r = c.response();
+        assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: first");
+        assert_eq!(r.header("connection"), Some("keep-alive"));
+    }
     let stream = json!({"stream": true, "messages": [user("x")]}).to_string();
     let mut c = Conn::open(s.addr());
     c.send(
@@ -527,36 +545,127 @@ fn keep_alive_serves_two_requests_on_one_connection() {
     let r = c.response();
     assert!(r.header("transfer-encoding").is_none());
     assert_eq!(r.sse().last().map(String::as_str), Some("[DONE]"));
+    assert!(c.closed(), "an unsized HTTP/1.0 answer ends by closing");
 }
 
+/// What the server answers to a malformed request: hyper refuses a malformed request line or
+/// header, conflicting `Content-Length`s and an oversize head itself (a bare status, empty
+/// body); the rules hyper leaves to the application get an OpenAI-shaped JSON error. Either
+/// way the connection closes, since the framing may be out of step.
 #[test]
 fn malformed_framing_is_refused() {
     let s = server();
-    let cases: [(&[u8], u16); 7] = [
-        (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400), // no Host
-        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2x\r\n\r\n", 400),
-        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", 400),
+    // (request, status, the JSON error code when the fake model itself refuses it)
+    let cases: [(&[u8], u16, Option<&str>); 10] = [
+        (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 400, Some("bad_request")), // no Host
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, Some("bad_request")),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, Some("length_required")),
+        (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, Some("expectation_failed")),
         (
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
             400,
+            Some("bad_request"),
         ),
-        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411),
-        (b"GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n", 505),
-        (b"GET /v1/models  HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2x\r\n\r\n", 400, None),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", 400, None),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 400, None),
+        (b"GET /v1/models HTTP/2.0\r\nHost: x\r\n\r\n", 400, None),
+        (b"GET /v1/models  HTTP/1.1\r\nHost: x\r\n\r\n", 400, None),
     ];
-    for (req, status) in cases {
+    for (req, status, code) in cases {
+        let what = String::from_utf8_lossy(req);
         let mut c = Conn::open(s.addr());
         c.send(req);
         let r = c.response();
-        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(req));
-        assert!(r.json()["error"]["message"].is_string());
-        assert!(c.closed(), "a framing error closes the connection");
+        assert_eq!(r.status, status, "{what}");
+        match code {
+            Some(code) => {
+                let e = r.json();
+                assert_eq!(e["error"]["code"], code, "{what}");
+                assert!(!e["error"]["message"].as_str().unwrap().is_empty(), "{what}");
+                assert_eq!(r.header("connection"), Some("close"), "{what}");
+            }
+            None => assert!(r.body.is_empty(), "{what}: {}", r.text()),
+        }
+        assert!(c.closed(), "a framing error closes the connection: {what}");
     }
+    // A malformed chunk says why.
+    let mut c = Conn::open(s.addr());
+    c.send(cases[4].0);
+    let m = c.response().json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(m.starts_with("the request body could not be read"), "{m}");
     // A head over 64 KiB.
     let mut c = Conn::open(s.addr());
     c.send(format!("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(70 * 1024)).as_bytes());
     assert_eq!(c.response().status, 431);
     assert!(c.closed());
+}
+
+/// Both `Content-Length` and chunked: the body is read as chunked (RFC 9112 §6.1), answered,
+/// and the connection closes (a request smuggled behind it is never read as a request).
+#[test]
+fn content_length_beside_chunked_reads_chunked_and_closes() {
+    let s = server();
+    let body = json!({"messages": [user("TOOL fs_stat {}")]}).to_string();
+    let smuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut c = Conn::open(s.addr());
+    c.send(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {:x}\r\n{body}\r\n0\r\n\r\n{smuggled}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let r = c.response();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "fs_stat");
+    assert!(c.closed(), "no second response: the connection closed after the first");
+}
+
+/// Several requests on one keep-alive connection, with chunked and Content-Length bodies
+/// mixed, streamed and plain answers, and a refused request in between.
+#[test]
+fn one_connection_many_requests() {
+    let s = server();
+    let mut c = Conn::open(s.addr());
+    for i in 0..12 {
+        let body = json!({"stream": i % 3 == 0, "messages": [user(&format!("turn {i}"))]}).to_string();
+        if i % 2 == 0 {
+            c.post("/v1/chat/completions", &body);
+        } else {
+            let (a, b) = body.as_bytes().split_at(body.len() / 2);
+            c.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+            c.send(format!("{:x}\r\n", a.len()).as_bytes());
+            c.send(a);
+            c.send(format!("\r\n{:x}\r\n", b.len()).as_bytes());
+            c.send(b);
+            c.send(b"\r\n0\r\n\r\n");
+        }
+        let r = c.response();
+        assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        let text = if i % 3 == 0 {
+            let events = r.sse();
+            assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+            events[..events.len() - 1]
+                .iter()
+                .filter_map(|e| {
+                    serde_json::from_str::<Value>(e).unwrap()["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect::<String>()
+        } else {
+            r.json()["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+        };
+        assert_eq!(text, format!("echo: turn {i}"));
+        if i == 5 {
+            c.post("/v1/chat/completions", "{\"messages\": 3}");
+            let r = c.response();
+            assert_eq!(r.status, 400);
+            assert_eq!(r.json()["error"]["param"], "messages");
+        }
+    }
 }
 
 #[test]
@@ -672,4 +781,28 @@ fn openai_python_client() {
     eprintln!("{stderr}");
     assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+/// A client that stops reading cannot hold a connection slot: the blocked response write
+/// times out, the connection closes and the slot serves the next client.
+#[test]
+fn a_stalled_reader_releases_its_slot() {
+    let cfg = Config { max_connections: 1, write_timeout: Duration::from_millis(300), ..Config::default() };
+    let s = FakeModelServer::start_with("127.0.0.1:0", cfg).unwrap();
+    let mut stalled = Conn::open(s.addr());
+    // A small fixed receive buffer (no autotuning), so a 6 MiB answer cannot fit in the socket
+    // buffers of both ends.
+    rustix::net::sockopt::set_socket_recv_buffer_size(&stalled.w, 64 << 10).unwrap();
+    let args = format!("{{\"pad\":\"{}\"}}", "a".repeat(6 << 20));
+    stalled.post("/v1/chat/completions", &json!({"messages": [user(&format!("TOOL fs_write {args}"))]}).to_string());
+    // The answer is being written and blocks; this client never reads it.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut next = Conn::open(s.addr());
+    next.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Served once the stalled write has timed out (300 ms) and the close drained (≤ 1 s more).
+    assert_eq!(next.response().status, 200, "the slot must come free");
+    // The stalled client got a truncated answer and then the end of the connection.
+    let mut got = Vec::new();
+    let _ = stalled.r.read_to_end(&mut got);
+    assert!(got.len() < args.len(), "the answer was cut off, not completed: {} bytes", got.len());
 }

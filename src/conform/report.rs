@@ -7,6 +7,7 @@ use quick_junit::{NonSuccessKind, Report as JReport, TestCase, TestCaseStatus, T
 
 use super::case::{CaseResult, Status};
 use super::run::{is_failure, Report};
+use crate::util::utc::rfc3339_millis;
 
 /// The tag a case is shown with: `PASS`, `FAIL`, `WARN`, `SKIP`, `ERROR`, or `KNOWN` for a
 /// failure the baseline lists.
@@ -192,30 +193,6 @@ pub fn human(r: &Report, detail: Detail, color: bool) -> String {
 /// incompatible change.
 pub const REPORT_SCHEMA_VERSION: u64 = 1;
 
-/// `t` as an RFC 3339 UTC timestamp with milliseconds (`2026-12-03T14:06:37.125Z`).
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60,
-        d.subsec_millis()
-    )
-}
-
 /// The verdict word of a report.
 pub fn verdict(r: &Report) -> &'static str {
     match r.exit_code() {
@@ -254,7 +231,7 @@ pub fn json(r: &Report) -> serde_json::Value {
         "tool": {"name": "pi-conform", "version": env!("CARGO_PKG_VERSION")},
         "suite": r.suite,
         "target": r.target,
-        "startedAt": rfc3339(r.started_at),
+        "startedAt": rfc3339_millis(r.started_at),
         "durationMs": r.duration.as_millis() as u64,
         "summary": {
             "total": r.results.len() + r.not_run.len(),
@@ -418,7 +395,7 @@ pub fn html(r: &Report) -> String {
         v = esc(verdict),
         target = esc(&r.target),
         version = env!("CARGO_PKG_VERSION"),
-        started = rfc3339(r.started_at),
+        started = rfc3339_millis(r.started_at),
         secs = r.duration.as_secs_f64(),
         code = r.exit_code(),
     );
@@ -496,19 +473,6 @@ pub fn html(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_agrees_with_chrono_across_centuries_and_leap_days() {
-        let mut t = 0u64;
-        while t < 8_000_000_000 {
-            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(t * 1000 + t % 1000);
-            let want = chrono::DateTime::<chrono::Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            assert_eq!(rfc3339(at), want);
-            t += 86_399 * 7 + 12_345;
-        }
-        let leap = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
-    }
 
     #[test]
     fn html_text_is_escaped() {

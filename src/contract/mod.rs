@@ -15,6 +15,8 @@ pub mod path;
 pub mod schema;
 pub use path::{validate_relative_path, PathSide, ToolPath};
 pub mod descriptor;
+pub mod fingerprint;
+pub mod operation;
 pub use descriptor::{admit_descriptor, fit_check, Descriptor, ExpectedBinding, Identity, Limits};
 pub mod command;
 pub use command::{parse_command, resources_with_tools, Command, CommandError, HostContext};

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use pi_conform::adapter::grants::{self, GrantRequest};
 use pi_conform::adapter::server::default_identity;
+use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
 use pi_conform::contract::Limits;
 
@@ -188,10 +189,7 @@ impl AdapterProc {
             host_instance_id: host.to_string(),
             session_id: session.to_string(),
             generation: 1,
-            operations: ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"]
-                .iter()
-                .map(|o| o.parse::<ToolOperation>().unwrap())
-                .collect(),
+            operations: OPERATIONS.iter().map(|o| o.parse::<ToolOperation>().unwrap()).collect(),
             limits: Limits::from_values(limits),
             adapter_id: default_identity().adapter_id,
             adapter_version: default_identity().adapter_version,
@@ -418,34 +416,5 @@ pub fn outcome(tc: &Value) -> String {
     }
 }
 
-/// SplitMix64: small, seeded, reproducible.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+/// The crate's seeded PRNG (`pi_conform::util::prng`).
+pub use pi_conform::util::prng::SplitMix64 as Rng;

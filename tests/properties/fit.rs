@@ -10,7 +10,9 @@
 //! travel in [`FakeHandle`], whose `Debug` is redacted, and no assertion prints a frame.
 
 use pi_conform::contract::descriptor::{bind_frame, bound_frame, fit_check, Identity, Limits};
+use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::{CapabilityHandle, Code};
+use pi_conform::util::prng::SplitMix64;
 use pi_conform::wire::{decode_strict, encode_line};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
@@ -18,7 +20,7 @@ use serde_json::{json, Map, Value};
 use crate::common::config;
 
 const MAX_SAFE: u64 = 9_007_199_254_740_991;
-const SIX: [&str; 6] = ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"];
+const SIX: [&str; 6] = OPERATIONS;
 /// The limits table of SPEC §3.2: name, min, max.
 const LIMIT_TABLE: [(&str, u64, u64); 7] = [
     ("maxRequestBytes", 2048, 4_194_304),
@@ -148,15 +150,8 @@ const HEAVY: &str = "\u{1}\u{2}\u{1f}😀€\"";
 /// of character strategies, and shrinking still shortens the string.
 fn seeded(alphabet: &str, len: usize, seed: u64) -> String {
     let chars: Vec<char> = alphabet.chars().collect();
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            chars[(x % chars.len() as u64) as usize]
-        })
-        .collect()
+    let mut rng = SplitMix64::new(seed);
+    (0..len).map(|_| chars[rng.index(chars.len())]).collect()
 }
 
 /// 1..=max identity characters, from the plain ASCII id alphabet or from all of [`ID_CHARS`].

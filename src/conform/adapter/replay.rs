@@ -380,7 +380,7 @@ fn materialize(c: &Ctx<'_>, set: &VectorSet, v: &Vector) -> Result<Live, String>
     let accepted = accepted_for_frame(&live, kind.as_deref(), extra);
     let mut allowed = Vec::new();
     if let (Verdict::Valid, Some(d)) = (&live, &live_doc) {
-        let mutating = matches!(d["operation"].as_str(), Some("fs.write" | "fs.edit"));
+        let mutating = d["operation"].as_str().is_some_and(crate::contract::operation::is_mutating_name);
         if let (true, Some(p)) = (mutating, d["payload"]["path"].as_str()) {
             let p = p.trim_start_matches("./").trim_end_matches('/');
             let parts: Vec<&str> = p.split('/').collect();
