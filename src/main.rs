@@ -12,7 +12,7 @@ use serde_json::json;
 use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::conform::killmatrix::FaultSwitch;
 use pi_conform::contract::frame::{Binding, Direction};
-use pi_conform::contract::{admit_descriptor, PathSide};
+use pi_conform::contract::{admit_descriptor, Code, PathSide};
 use pi_conform::daemon::faults::DaemonFault;
 use pi_conform::judge::{judge_line, Context, Kind, Verdict};
 use pi_conform::vectors::{default_dir, meets, VectorSet};
@@ -792,7 +792,7 @@ fn write_verdict(
 ) -> anyhow::Result<()> {
     let kname = kind_name(k);
     let place = match verdict {
-        Verdict::Invalid { code, .. } if code == "invalid_json" || code == "invalid_utf8" => {
+        Verdict::Invalid { code, .. } if code == Code::InvalidJson.as_str() || code == Code::InvalidUtf8.as_str() => {
             pi_conform::wire::decode_strict_located(text).err()
         }
         _ => None,

@@ -11,6 +11,7 @@ use super::conn::Recv;
 use super::fixture::BIG_SIZE;
 use super::{data, token, Ctx};
 use crate::conform::case::Outcome;
+use crate::contract::adapter_error::AdapterCode;
 use crate::contract::frame::MAX_CONTENT_BYTES as MAX_CONTENT;
 
 /// A case implementation.
@@ -919,7 +920,7 @@ fn burst(c: &mut Ctx<'_>, concurrent: u64, queued: u64, n: usize) -> Result<Vec<
 fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
     let rs = tryo!(burst(c, 1, 0, 8));
     // `busy` must be retryable: the judge checks every code's flag (PC-5.3.errors).
-    let busy = rs.iter().filter_map(|r| r.frame()).any(|v| v["error"]["code"] == "busy");
+    let busy = rs.iter().filter_map(|r| r.frame()).any(|v| v["error"]["code"] == AdapterCode::Busy.as_str());
     if rs.iter().any(|r| r.frame().is_none()) {
         return Outcome::token(rs.iter().map(token).find(|t| t == "closed" || t == "timeout").unwrap_or_default());
     }
@@ -966,7 +967,9 @@ fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
         // SPEC 4.5 asks for aborted:false; an adapter that no longer remembers the finished
         // request may add unknown_request, which the protocol does not forbid.
         Some(v) if v["kind"] == "aborted" => Outcome::token(
-            if v["aborted"] == false && (v.get("error").is_none() || v["error"]["code"] == "unknown_request") {
+            if v["aborted"] == false
+                && (v.get("error").is_none() || v["error"]["code"] == AdapterCode::UnknownRequest.as_str())
+            {
                 "aborted:false"
             } else {
                 "aborted-wrong"

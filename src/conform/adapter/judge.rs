@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::contract::adapter_error::check_adapter_error_code;
+use crate::contract::adapter_error::{check_adapter_error_code, AdapterCode};
 use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction, FrameKind};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{Code, ContractError};
@@ -150,7 +150,7 @@ impl FrameJudge {
         let mut b = binding.clone();
         b.operations.push(op);
         let j = judge_adapter_frame(line, &b, Direction::ToDaemon).ok()?;
-        if v["ok"] != false || v["error"]["code"] != "operation_not_granted" {
+        if v["ok"] != false || v["error"]["code"] != AdapterCode::OperationNotGranted.as_str() {
             self.violation(format!(
                 "PC-4.5: a result for {op}, which the bind did not grant, must be ok:false operation_not_granted"
             ));

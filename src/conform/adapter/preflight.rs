@@ -19,6 +19,7 @@ use serde_json::json;
 use super::conn::{Conn, Recv, MAX_READ_LINE};
 use super::fixture::{lay, MARKER};
 use super::Target;
+use crate::contract::adapter_error::AdapterCode;
 
 /// Why the suite was not run.
 #[derive(Debug, thiserror::Error)]
@@ -86,11 +87,13 @@ pub fn preflight(target: &Target) -> Result<(), PreflightError> {
     let root = target.root.display();
     let r = conn.recv_for("preflight-1");
     match (r.frame(), &r) {
-        (Some(v), _) if v["ok"] == false && v["error"]["code"] == "not_found" => Err(PreflightError::Target(format!(
-            "the fixture marker {MARKER} that the runner laid in --root {root} is not visible through the adapter \
+        (Some(v), _) if v["ok"] == false && v["error"]["code"] == AdapterCode::NotFound.as_str() => {
+            Err(PreflightError::Target(format!(
+                "the fixture marker {MARKER} that the runner laid in --root {root} is not visible through the adapter \
              (fs.stat answered not_found): --root must be the directory the adapter's grant is confined to, so \
              the suite was not run"
-        ))),
+            )))
+        }
         (None, Recv::Timeout) => Err(PreflightError::Target(format!(
             "the adapter on {socket} answered bind but not fs.stat of the fixture marker within {step:?}: it is \
              mute after bind, so the suite was not run"
