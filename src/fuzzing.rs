@@ -15,6 +15,7 @@ use crate::contract::descriptor::{admit_descriptor, safe_integer, Descriptor, Ex
 use crate::contract::frame::{
     check_adapter_frame, parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError,
 };
+use crate::contract::onepass;
 use crate::contract::schema::{self, Entry};
 use crate::contract::text::is_major_minor;
 use crate::contract::{parse_command, validate_relative_path, CapabilityHandle, Code, ContractError};
@@ -282,6 +283,15 @@ fn same_result(a: &Result<Descriptor, ContractError>, b: &Result<Descriptor, Con
 /// byte counts are those of its encoded `bind`/`bound` lines, and those frames are valid on
 /// the binding it defines.
 pub fn descriptor(data: &[u8]) {
+    // The one-pass accept path never admits what the full path refuses, and admits the same.
+    for exp in [None, Some(ExpectedBinding { host_instance_id: HOST, session_id: SESSION, generation: GENERATION })] {
+        if let Some(d) = onepass::accept_descriptor(data, exp.as_ref()) {
+            let value = decode_strict(data).expect("a descriptor accepted in one pass is strict JSON");
+            let full = admit_descriptor(&value, exp.as_ref()).expect("the full path admits it too");
+            assert_eq!(format!("{d:?}"), format!("{full:?}"), "one-pass and full admission differ");
+            assert!(d.handle == full.handle, "one-pass and full admission differ in the handle");
+        }
+    }
     let Ok(value) = decode_strict(data) else { return };
     let handle = handle_at(&value, "/binding/capabilityHandle");
     let free = admit_descriptor(&value, None);
@@ -397,6 +407,11 @@ fn frame(data: &[u8], dir: Direction) {
     let value = decode_strict(data).ok();
     for binding in bindings() {
         let r = parse_adapter_frame(data, binding, dir);
+        if let Some(kind) = onepass::accept_frame(data, binding, dir) {
+            assert!(r.is_ok(), "the one-pass path accepts a frame the full path refuses");
+            let full = crate::contract::frame::judge_adapter_frame(data, binding, dir).map(|j| j.kind);
+            assert_eq!(full.ok(), Some(kind), "one-pass and full path see another frame kind");
+        }
         match &r {
             Ok(_) => {
                 let v = value.as_ref().expect("an accepted frame is strict JSON");

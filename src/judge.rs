@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition};
+use crate::contract::onepass;
 use crate::contract::{admit_descriptor, parse_command, validate_event, validate_relative_path, validate_response};
 use crate::contract::{Code, ContractError, ExpectedBinding, HostContext, PathSide};
 use crate::wire::{decode_strict, LineError};
@@ -25,6 +26,20 @@ pub enum Kind {
     Frame,
     /// A tool path (SPEC §5.1); the document is a JSON string.
     Path,
+}
+
+impl Kind {
+    /// The kind's name, as it serializes (`frame`, `descriptor`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Command => "command",
+            Kind::Response => "response",
+            Kind::Event => "event",
+            Kind::Descriptor => "descriptor",
+            Kind::Frame => "frame",
+            Kind::Path => "path",
+        }
+    }
 }
 
 /// Everything a verdict may depend on besides the document.
@@ -140,6 +155,10 @@ pub fn judge_line(line: &[u8], kind: Option<Kind>, ctx: &Context) -> (Kind, Verd
     if kind == Some(Kind::Frame) {
         return (Kind::Frame, judge_frame_bytes(line, ctx));
     }
+    // The accept path of a descriptor: one pass, no `Value` (see `contract::onepass`).
+    if kind == Some(Kind::Descriptor) && onepass::accept_descriptor(line, Some(&expected_binding(ctx))).is_some() {
+        return (Kind::Descriptor, Verdict::Valid);
+    }
     let value = match decode_strict(line) {
         Ok(v) => v,
         Err(e) => return (kind_hint, line_error(e)),
@@ -160,6 +179,11 @@ fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
         );
         return Verdict::from_error(&e, None);
     };
+    // The accept path: one pass, no `Value`; anything it does not accept gets the full path,
+    // which alone reports refusals.
+    if onepass::accept_frame(line, binding, ctx.direction).is_some() {
+        return Verdict::Valid;
+    }
     match parse_adapter_frame(line, binding, ctx.direction) {
         Ok(_) => Verdict::Valid,
         Err(e) => Verdict::from_error(&e.error, Some(e.disposition)),
@@ -175,11 +199,7 @@ pub fn judge_value(value: &Value, kind: Kind, ctx: &Context) -> Verdict {
             Err(e) => Verdict::from_error(&e.error, None),
         },
         Kind::Descriptor => {
-            let exp = ExpectedBinding {
-                host_instance_id: &ctx.host_instance_id,
-                session_id: &ctx.session_id,
-                generation: ctx.generation,
-            };
+            let exp = expected_binding(ctx);
             match admit_descriptor(value, Some(&exp)) {
                 Ok(_) => Verdict::Valid,
                 Err(e) => Verdict::from_error(&e, None),
@@ -196,6 +216,10 @@ pub fn judge_value(value: &Value, kind: Kind, ctx: &Context) -> Verdict {
         },
         Kind::Frame => judge_frame_bytes(&serde_json::to_vec(value).unwrap_or_default(), ctx),
     }
+}
+
+fn expected_binding(ctx: &Context) -> ExpectedBinding<'_> {
+    ExpectedBinding { host_instance_id: &ctx.host_instance_id, session_id: &ctx.session_id, generation: ctx.generation }
 }
 
 fn verdict(r: Result<(), ContractError>) -> Verdict {
@@ -235,31 +259,54 @@ pub struct LineReader<R> {
     number: usize,
     offset: u64,
     done: bool,
+    /// Bytes of `inner`'s buffer that the line last returned (borrowed from it) took: consumed
+    /// at the next call.
+    pending: usize,
 }
 
 impl<R: std::io::Read> LineReader<R> {
-    /// A reader over `inner` keeping at most `cap + 1` bytes of a line (64 KiB reads).
+    /// A reader over `inner` keeping at most `cap + 1` bytes of a line (256 KiB reads).
     pub fn new(inner: R, cap: usize) -> Self {
-        Self::with_chunk(inner, cap, 64 * 1024)
+        Self::with_chunk(inner, cap, 256 * 1024)
     }
 
     /// As [`LineReader::new`], reading `chunk` bytes at a time.
     pub fn with_chunk(inner: R, cap: usize, chunk: usize) -> Self {
         let inner = std::io::BufReader::with_capacity(chunk, inner);
-        LineReader { inner, cap, buf: Vec::new(), number: 0, offset: 0, done: false }
+        LineReader { inner, cap, buf: Vec::new(), number: 0, offset: 0, done: false, pending: 0 }
     }
 
     /// Whether the next line would need a read (nothing buffered): a caller writing verdicts
     /// flushes them then, so a slow or interactive producer sees each verdict without delay.
     pub fn drained(&self) -> bool {
-        self.inner.buffer().is_empty()
+        self.inner.buffer().len() == self.pending
     }
 
     /// The next non-empty line, a [`Line::Binary`] stop, or `None` at the end.
     pub fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        std::io::BufRead::consume(&mut self.inner, std::mem::take(&mut self.pending));
         loop {
             if self.done {
                 return Ok(None);
+            }
+            // The common case: the whole line is already buffered, not over the cap and
+            // without a NUL byte. It is lent straight from the read buffer (no copy) and
+            // consumed at the next call; every other case takes the general loop below.
+            let avail = self.inner.buffer();
+            if let Some(lf) = memchr::memchr(b'\n', avail) {
+                let part = &avail[..lf];
+                if part.len() <= self.cap + 1 && memchr::memchr(0, part).is_none() {
+                    let cr = part.last() == Some(&b'\r') && part.len() <= self.cap;
+                    let len = part.len() - usize::from(cr);
+                    self.number += 1;
+                    self.offset += lf as u64 + 1;
+                    if len == 0 {
+                        std::io::BufRead::consume(&mut self.inner, lf + 1);
+                        continue;
+                    }
+                    self.pending = lf + 1;
+                    return Ok(Some(Line::Text { number: self.number, bytes: &self.inner.buffer()[..len] }));
+                }
             }
             self.buf.clear();
             self.number += 1;
@@ -298,6 +345,18 @@ impl<R: std::io::Read> LineReader<R> {
 }
 
 #[cfg(test)]
+mod kind_tests {
+    use super::Kind;
+
+    #[test]
+    fn names_are_the_serialized_names() {
+        for k in [Kind::Command, Kind::Response, Kind::Event, Kind::Descriptor, Kind::Frame, Kind::Path] {
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(k.as_str()));
+        }
+    }
+}
+
+#[cfg(test)]
 mod line_reader_tests {
     use super::{Line, LineReader};
 
@@ -321,6 +380,32 @@ mod line_reader_tests {
     #[test]
     fn an_over_long_line_is_cut_just_over_the_cap_and_the_next_line_survives() {
         assert_eq!(all(b"0123456789\nok\n", 4), ["1:01234", "2:ok"]);
+    }
+
+    #[test]
+    fn every_chunk_size_gives_the_same_lines() {
+        let input = b"ab\r\n\n c\n0123456789\r\nok\r\r\n\r\nlast\r";
+        let want = all(input, 4);
+        assert_eq!(want, ["1:ab", "3: c", "4:01234", "5:ok\r", "7:last\r"]);
+        for chunk in 1..40 {
+            let mut r = LineReader::with_chunk(&input[..], 4, chunk);
+            let mut got = Vec::new();
+            while let Some(l) = r.next_line().unwrap() {
+                if let Line::Text { number, bytes } = l {
+                    got.push(format!("{number}:{}", String::from_utf8_lossy(bytes)));
+                }
+            }
+            assert_eq!(got, want, "chunk {chunk}");
+        }
+        let nul = b"{}\n{}\n{\"a\x00\":1}\n{}\n";
+        for chunk in 1..20 {
+            let mut r = LineReader::with_chunk(&nul[..], 100, chunk);
+            let mut last = None;
+            while let Some(l) = r.next_line().unwrap() {
+                last = Some(format!("{l:?}"));
+            }
+            assert_eq!(last.as_deref(), Some("Binary { number: 3, offset: 9 }"), "chunk {chunk}");
+        }
     }
 
     #[test]

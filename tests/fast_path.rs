@@ -5,7 +5,15 @@
 //! and given odd characters, numbers moved across their bounds, arrays grown, shrunk and
 //! duplicated, and an unknown key added to every object. Code, field, message and disposition
 //! are compared (the whole serialized verdict).
+//!
+//! The fast path includes the one-pass accept path of frames and descriptors
+//! (`contract::onepass`: decoded straight into borrowed typed views, no `Value`); inside
+//! `with_schema_confirmation` it declines, so the full path is the validator as it was. Every
+//! document the one-pass path accepts must be accepted by the full path, and the one-pass path
+//! must decide most of the valid frames and descriptors.
 
+use pi_conform::contract::descriptor::ExpectedBinding;
+use pi_conform::contract::onepass;
 use pi_conform::contract::schema::with_schema_confirmation;
 use pi_conform::judge::{judge_line, Context, Kind};
 use pi_conform::vectors::{default_dir, VectorSet};
@@ -141,6 +149,8 @@ fn fast_and_full_paths_give_identical_verdicts_on_every_vector_and_perturbation(
     let set = VectorSet::load(&default_dir()).expect("vectors load");
     let mut seen: HashSet<(Vec<u8>, String)> = HashSet::new();
     let (mut judged, mut valid, mut differences) = (0usize, 0usize, Vec::new());
+    // Valid frames and descriptors, and how many of them the one-pass accept path decided.
+    let (mut valid_one_pass_kinds, mut accepted_in_one_pass) = (0usize, 0usize);
     let mut by_kind = std::collections::BTreeMap::<String, usize>::new();
     // Every perturbation in a release build (~90 s); every 32nd in a debug build, where the same
     // loop is ten times slower (CI's `cargo test`), unless PI_CONFORM_FAST_PATH_FULL is set.
@@ -169,12 +179,38 @@ fn fast_and_full_paths_give_identical_verdicts_on_every_vector_and_perturbation(
             if !seen.insert((line.clone(), ctx_key.clone())) {
                 continue;
             }
+            let one_pass = match (v.kind, &ctx.binding) {
+                (Kind::Frame, Some(b)) => onepass::accept_frame(&line, b, ctx.direction).is_some(),
+                (Kind::Descriptor, _) => onepass::accept_descriptor(
+                    &line,
+                    Some(&ExpectedBinding {
+                        host_instance_id: &ctx.host_instance_id,
+                        session_id: &ctx.session_id,
+                        generation: ctx.generation,
+                    }),
+                )
+                .is_some(),
+                _ => false,
+            };
             let fast = judge_line(&line, Some(v.kind), &ctx);
             let full = with_schema_confirmation(|| judge_line(&line, Some(v.kind), &ctx));
             judged += 1;
             *by_kind.entry(format!("{:?}", v.kind)).or_default() += 1;
             if fast.1.is_valid() {
                 valid += 1;
+                if matches!(v.kind, Kind::Frame | Kind::Descriptor) {
+                    valid_one_pass_kinds += 1;
+                }
+            }
+            if one_pass {
+                accepted_in_one_pass += 1;
+                if !full.1.is_valid() {
+                    differences.push(format!(
+                        "{}: accepted in one pass, refused by the full path ({})",
+                        v.id,
+                        String::from_utf8_lossy(&line)
+                    ));
+                }
             }
             let (a, b) = (serde_json::to_string(&fast.1).unwrap(), serde_json::to_string(&full.1).unwrap());
             if a != b || fast.0 != full.0 {
@@ -182,7 +218,16 @@ fn fast_and_full_paths_give_identical_verdicts_on_every_vector_and_perturbation(
             }
         }
     }
-    eprintln!("judged {judged} distinct documents ({by_kind:?}), {valid} valid");
+    eprintln!(
+        "judged {judged} distinct documents ({by_kind:?}), {valid} valid; of the \
+         {valid_one_pass_kinds} valid frames and descriptors, {accepted_in_one_pass} accepted in one pass"
+    );
+    // The one-pass path must carry the accept path, not just exist: it declines only the forms
+    // it leaves to the full path (bind, bound, integral floats, `\u` escapes, the handle).
+    assert!(
+        accepted_in_one_pass * 10 >= valid_one_pass_kinds * 7,
+        "only {accepted_in_one_pass} of {valid_one_pass_kinds} valid frames and descriptors accepted in one pass"
+    );
     assert!(judged > 20_000 / stride, "only {judged} documents judged");
     assert!(
         valid > 500 / stride,

@@ -3,13 +3,16 @@
 // benches/validator.rs: the same lines, judged the way the daemon judges them, timed here in
 // node and printed as lines per second.
 //
-// Usage: node pi-daemon-validators.mjs DIST < plan.json
-//   plan: {"ms": <time per repetition>, "reps": <n>,
+// Usage: node pi-daemon-validators.mjs DIST < plan.json   (the plan on the first line)
+//   plan: {"ms": <time per repetition>, "reps": <n>, "interleaved": <bool>,
 //          "cases": [{"name", "kind": "descriptor"|"frame", "line": "<JSON text>",
 //                     "context": {...}}]}
 //   descriptor context: {hostInstanceId, sessionId, generation}
 //   frame context:      {descriptor: <descriptor object>, direction: "to-adapter"|"to-daemon"}
-// Output: one JSON line per case: {"name", "rates": [lines/s per repetition]}.
+// Output: one JSON line per case: {"name", "rates": [lines/s per repetition]}. With
+// "interleaved": true, it prints {"ready": true} once warm, then answers each input line
+// {"case": i} with one repetition of case i, {"rate": lines/s}, so that the caller can
+// alternate it with its own timing (both sides then see the same background load).
 //
 // Each call is JSON.parse of the line then the function the daemon calls on it:
 // validateHostToolAdapterDescriptor for a descriptor; for a frame travelling to the daemon the
@@ -20,7 +23,7 @@
 
 import { pathToFileURL } from "node:url";
 import { join, resolve } from "node:path";
-import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
 
 const dist = process.argv[2] ?? process.env.PI_DAEMON_DIST;
 if (!dist) {
@@ -28,7 +31,10 @@ if (!dist) {
   process.exit(2);
 }
 const adapter = await import(pathToFileURL(join(resolve(dist), "tool-adapter-protocol.js")).href);
-const plan = JSON.parse(readFileSync(0, "utf8"));
+// The plan is the first line of stdin.
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+const first = await lines.next();
+const plan = JSON.parse(first.value ?? "{}");
 
 function containsHandle(value, handle) {
   if (typeof value === "string") return value.includes(handle);
@@ -78,6 +84,23 @@ function rate(judge, line, ms) {
   }
   if (sink !== n) throw new Error("a line was refused during timing");
   return n / (Number(now - start) / 1e9);
+}
+
+if (plan.interleaved) {
+  // Interleaved with the Rust side: warm every case up, say ready, then time one repetition
+  // of case i for each request line {"case": i}, answering {"rate": lines/s}.
+  const judges = plan.cases.map((c) => {
+    const judge = judgeOf(c);
+    judge(c.line);
+    rate(judge, c.line, plan.ms);
+    return judge;
+  });
+  process.stdout.write(JSON.stringify({ ready: true }) + "\n");
+  for await (const line of lines) {
+    const i = JSON.parse(line).case;
+    process.stdout.write(JSON.stringify({ rate: rate(judges[i], plan.cases[i].line, plan.ms) }) + "\n");
+  }
+  process.exit(0);
 }
 
 for (const c of plan.cases) {

@@ -129,10 +129,11 @@ pub struct BindRequest {
     pub limits: Limits,
 }
 
-const IDENTITY_KEYS: [&str; 6] =
+pub(crate) const IDENTITY_KEYS: [&str; 6] =
     ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
 
-fn allowed_keys(kind: &str) -> &'static [&'static str] {
+/// The keys a frame of `kind` may carry besides `kind` and the identity.
+pub(crate) fn allowed_keys(kind: &str) -> &'static [&'static str] {
     match kind {
         "bind" => &["capabilityHandle", "operations", "limits"],
         "bound" => &["operations", "limits"],
@@ -511,20 +512,36 @@ fn check_invoke(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError>
     check_invoke_payload(op, obj.get("payload")).map_err(reply)
 }
 
-/// The payload rules of SPEC §5.2 for `op`, as an adapter judges them: `invalid_request`
-/// with the field, or `invalid_path` for the path.
-pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Result<(), ContractError> {
-    let mut c = Checker { code: Code::InvalidRequest };
-    let p = c.object(payload, "payload")?;
-    let keys: &[&str] = match op {
+/// The keys of the closed `payload` object of an invoke of `op`.
+pub(crate) fn payload_keys(op: ToolOperation) -> &'static [&'static str] {
+    match op {
         ToolOperation::FsList => &["path", "maxEntries"],
         ToolOperation::FsStat => &["path"],
         ToolOperation::FsRead => &["path", "offset", "maxBytes"],
         ToolOperation::FsSearch => &["path", "query", "maxResults"],
         ToolOperation::FsWrite => &["path", "content", "create", "overwrite", "expectedDigest"],
         ToolOperation::FsEdit => &["path", "edits", "expectedDigest"],
-    };
-    c.closed(p, keys, "payload")?;
+    }
+}
+
+/// The keys of the closed `data` object of a successful result of `op`.
+pub(crate) fn data_keys(op: ToolOperation) -> &'static [&'static str] {
+    match op {
+        ToolOperation::FsList => &["entries", "truncated"],
+        ToolOperation::FsStat => &["type", "size", "modifiedAt"],
+        ToolOperation::FsRead => &["content", "bytesRead", "eof"],
+        ToolOperation::FsSearch => &["matches", "truncated"],
+        ToolOperation::FsWrite => &["created", "bytesWritten", "digest"],
+        ToolOperation::FsEdit => &["replacements", "digest"],
+    }
+}
+
+/// The payload rules of SPEC §5.2 for `op`, as an adapter judges them: `invalid_request`
+/// with the field, or `invalid_path` for the path.
+pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Result<(), ContractError> {
+    let mut c = Checker { code: Code::InvalidRequest };
+    let p = c.object(payload, "payload")?;
+    c.closed(p, payload_keys(op), "payload")?;
     let path = p.get("path").and_then(Value::as_str).ok_or_else(|| c.fail("payload.path", "path must be a string"))?;
     validate_relative_path(path, PathSide::Adapter, "payload.path")?;
     match op {
@@ -643,7 +660,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
     let d = c.object(data, "data")?;
     match op {
         ToolOperation::FsList => {
-            c.closed(d, &["entries", "truncated"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             let entries = d
                 .get("entries")
                 .and_then(Value::as_array)
@@ -666,13 +683,13 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             c.req_bool(d, "truncated", "data")
         }
         ToolOperation::FsStat => {
-            c.closed(d, &["type", "size", "modifiedAt"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             c.entry_type(d, "data")?;
             c.req_int(d, "size", "data", 0, super::descriptor::MAX_SAFE_INTEGER)?;
             c.opt_timestamp(d, "modifiedAt", "data")
         }
         ToolOperation::FsRead => {
-            c.closed(d, &["content", "bytesRead", "eof"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             if d.get("content").and_then(Value::as_str).is_none_or(|s| s.len() > MAX_CONTENT_BYTES) {
                 return Err(c.fail("data.content", "content must be a string of at most 4 MiB"));
             }
@@ -680,7 +697,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             c.req_bool(d, "eof", "data")
         }
         ToolOperation::FsSearch => {
-            c.closed(d, &["matches", "truncated"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             let matches = d
                 .get("matches")
                 .and_then(Value::as_array)
@@ -702,13 +719,13 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             c.req_bool(d, "truncated", "data")
         }
         ToolOperation::FsWrite => {
-            c.closed(d, &["created", "bytesWritten", "digest"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             c.req_bool(d, "created", "data")?;
             c.req_int(d, "bytesWritten", "data", 0, MAX_CONTENT_BYTES as u64)?;
             c.req_digest(d, "digest", "data")
         }
         ToolOperation::FsEdit => {
-            c.closed(d, &["replacements", "digest"], "data")?;
+            c.closed(d, data_keys(op), "data")?;
             c.req_int(d, "replacements", "data", 0, 256)?;
             c.req_digest(d, "digest", "data")
         }

@@ -22,6 +22,7 @@ pub mod command;
 pub use command::{parse_command, resources_with_tools, Command, CommandError, HostContext};
 pub mod frame;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
+pub mod onepass;
 pub mod record;
 pub use record::{validate_event, validate_handshake_data, validate_response};
 pub mod adapter_error;

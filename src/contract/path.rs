@@ -65,47 +65,68 @@ fn check_path(path: &str, side: PathSide, component_limit: bool, field: &str) ->
         PathSide::Daemon => Code::InvalidToolAdapterPath,
         PathSide::Adapter => Code::InvalidPath,
     };
-    let refuse = |why: &str| Err(ContractError::new(code, field, format!("path {why}")));
+    let (body, trailing_slash) =
+        path_form(path, side, component_limit).map_err(|why| ContractError::new(code, field, format!("path {why}")))?;
+    let components = match body {
+        None => vec![],
+        Some(body) => body.split('/').map(str::to_string).collect(),
+    };
+    Ok(ToolPath { components, trailing_slash })
+}
+
+/// Whether `path` passes the rule of [`validate_relative_path`] (`result_path`: of
+/// [`validate_result_path`] instead), without building the components: for the one-pass
+/// validator, which only needs the verdict.
+pub(crate) fn is_valid_path(path: &str, side: PathSide, result_path: bool) -> bool {
+    if result_path {
+        path_form(path, PathSide::Adapter, false).is_ok()
+    } else {
+        path_form(path, side, side == PathSide::Adapter).is_ok()
+    }
+}
+
+/// The rule itself, written once: `Ok((body, trailing_slash))` where `body` is the
+/// `/`-separated components (`None` for the root), or why the path is refused.
+fn path_form(path: &str, side: PathSide, component_limit: bool) -> Result<(Option<&str>, bool), &'static str> {
     if path.is_empty() {
-        return refuse("is empty");
+        return Err("is empty");
     }
     if path.len() > MAX_PATH_BYTES {
-        return refuse("exceeds 4096 bytes");
+        return Err("exceeds 4096 bytes");
     }
     if path.starts_with('/') {
-        return refuse("is absolute");
+        return Err("is absolute");
     }
     if path.contains('\\') {
-        return refuse("contains a backslash");
+        return Err("contains a backslash");
     }
     if path.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
-        return refuse("contains a control character");
+        return Err("contains a control character");
     }
     if path == "." {
-        return Ok(ToolPath { components: vec![], trailing_slash: false });
+        return Ok((None, false));
     }
     let mut body = path;
     let mut trailing_slash = false;
     if side == PathSide::Adapter {
         if path == "./" {
-            return Ok(ToolPath { components: vec![], trailing_slash: true });
+            return Ok((None, true));
         }
         if let Some(stripped) = path.strip_suffix('/') {
             body = stripped;
             trailing_slash = true;
         }
     }
-    let mut components = Vec::new();
     for seg in body.split('/') {
         match seg {
-            "" => return refuse("is not canonical (empty segment)"),
-            "." => return refuse("is not canonical (`.` segment)"),
-            ".." => return refuse("contains a `..` segment"),
-            s if component_limit && s.len() > MAX_COMPONENT_BYTES => return refuse("has a component over 255 bytes"),
-            s => components.push(s.to_string()),
+            "" => return Err("is not canonical (empty segment)"),
+            "." => return Err("is not canonical (`.` segment)"),
+            ".." => return Err("contains a `..` segment"),
+            s if component_limit && s.len() > MAX_COMPONENT_BYTES => return Err("has a component over 255 bytes"),
+            _ => {}
         }
     }
-    Ok(ToolPath { components, trailing_slash })
+    Ok((Some(body), trailing_slash))
 }
 
 #[cfg(test)]

@@ -253,6 +253,13 @@ pub fn confirm_accepted(entry: Entry, instance: &Value) -> Option<Violation> {
     }
 }
 
+/// Whether this thread is inside [`with_schema_confirmation`] (the full path): the one-pass
+/// accept path (`contract::onepass`) then declines, so the full path is the whole validator
+/// as it was.
+pub fn confirming() -> bool {
+    CONFIRM_ACCEPTED.with(std::cell::Cell::get)
+}
+
 /// Run `f` on the full path: [`confirm_accepted`] evaluates the schema (on this thread, for
 /// the duration of `f`). For the proofs that the fast path gives the same verdicts.
 pub fn with_schema_confirmation<T>(f: impl FnOnce() -> T) -> T {
