@@ -1,8 +1,10 @@
 //! The reference daemon (SPEC §1.1, §2, §3, §4.3–§4.4, §6, §7).
 
+pub mod conn;
 pub mod endpoint;
 pub mod faults;
 pub mod host;
+pub mod ids;
 pub mod link;
 pub mod runtime;
 pub mod server;
