@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::endpoint::check_endpoint;
 use super::faults::{DaemonFault, DaemonFaults};
+use super::ids::OsRng;
 use super::runtime::{codes, AdapterRuntime, CallId, Event, OutLine, State};
 pub use super::runtime::{CallError, LinkError};
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -99,7 +100,7 @@ impl AdapterLink {
         }
         let (bound_tx, bound_rx) = oneshot::channel();
         let shared = Arc::new(Mutex::new(Shared {
-            rt: AdapterRuntime::new_with(descriptor, Instant::now(), faults),
+            rt: AdapterRuntime::new_with(descriptor, Instant::now(), Box::new(OsRng), faults),
             waiters: HashMap::new(),
             bound: Some(bound_tx),
         }));

@@ -5,7 +5,8 @@
 //! the time (`handle_*`, every one takes `now`; nothing here reads a clock), and takes from
 //! it the lines to write ([`AdapterRuntime::poll_transmit`]), what happened
 //! ([`AdapterRuntime::poll_event`]) and when to wake it next
-//! ([`AdapterRuntime::poll_timeout`]). Every frame rule comes from `contract`
+//! ([`AdapterRuntime::poll_timeout`]). The `requestId`s it sends come from the [`Rng`] the
+//! shell gives it (no OS randomness here). Every frame rule comes from `contract`
 //! ([`judge_adapter_frame`]); this module keeps the state: the handshake, admission, the
 //! queue, timeouts, tombstones of aborted requests and the content-free telemetry.
 
@@ -16,6 +17,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
+use super::ids::{uuid_v4, Rng};
 use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{Code, Descriptor};
@@ -305,6 +307,8 @@ pub struct Counters {
 /// One bound adapter connection of one session generation (see the module docs).
 pub struct AdapterRuntime {
     binding: Binding,
+    /// Where the `requestId`s of invokes and aborts come from.
+    rng: Box<dyn Rng>,
     state: State,
     decoder: LineDecoder,
     bind_deadline: Instant,
@@ -355,13 +359,14 @@ fn frame_code(e: &FrameError) -> &'static str {
 impl AdapterRuntime {
     /// A connection for an admitted descriptor, just connected at `now`: the `bind` line is
     /// queued and `bound` is due within `requestTimeoutMs`.
-    pub fn new(descriptor: &Descriptor, now: Instant) -> Self {
-        Self::new_with(descriptor, now, DaemonFaults::NONE)
+    /// Every `requestId` it sends is a UUID drawn from `rng`.
+    pub fn new(descriptor: &Descriptor, now: Instant, rng: Box<dyn Rng>) -> Self {
+        Self::new_with(descriptor, now, rng, DaemonFaults::NONE)
     }
 
     /// [`AdapterRuntime::new`] with fault switches: the runtime is broken on purpose (test
     /// aid for the daemon kill matrix; see [`crate::daemon::faults`]).
-    pub fn new_with(descriptor: &Descriptor, now: Instant, faults: DaemonFaults) -> Self {
+    pub fn new_with(descriptor: &Descriptor, now: Instant, rng: Box<dyn Rng>, faults: DaemonFaults) -> Self {
         let binding = Binding::from(descriptor);
         let limits = binding.limits;
         let mut transmit = VecDeque::new();
@@ -371,6 +376,7 @@ impl AdapterRuntime {
             decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(1)),
             bind_deadline: now + Duration::from_millis(limits.request_timeout_ms),
             binding,
+            rng,
             state: State::Binding,
             next_call: 0,
             calls: BTreeMap::new(),
@@ -490,7 +496,7 @@ impl AdapterRuntime {
                     .map_err(|e| CallError::local(e.code.as_str(), &e.message))?;
             }
         }
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = uuid_v4(self.rng.as_mut());
         let key = idempotency_key(op, tool_call_id);
         let frame = self.binding.identity.frame(
             "invoke",
@@ -714,7 +720,7 @@ impl AdapterRuntime {
         }
         let c = self.calls.remove(&id)?;
         self.release(&c);
-        let abort_id = uuid::Uuid::new_v4().to_string();
+        let abort_id = uuid_v4(self.rng.as_mut());
         let frame = self.binding.identity.frame(
             "abort",
             [("requestId", Value::String(abort_id.clone())), ("targetRequestId", Value::String(c.request_id.clone()))],
@@ -904,6 +910,11 @@ impl AdapterRuntime {
 mod tests {
     use super::*;
     use crate::contract::admit_descriptor;
+    use crate::daemon::ids::SplitMix64;
+
+    fn rng() -> Box<dyn Rng> {
+        Box::new(SplitMix64(42))
+    }
 
     const HANDLE: &str = "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB";
 
@@ -981,10 +992,32 @@ mod tests {
     }
 
     #[test]
+    fn request_ids_come_from_the_callers_rng() {
+        let d = descriptor(BASE);
+        let t0 = Instant::now();
+        let ids = |seed: u64| {
+            let mut rt = AdapterRuntime::new(&d, t0, Box::new(SplitMix64(seed)));
+            bound(&d, &mut rt, t0);
+            let call = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "c").unwrap();
+            let invoke = lines(&mut rt).remove(0)["requestId"].as_str().unwrap().to_string();
+            assert!(rt.cancel_call(t0, call));
+            let abort = lines(&mut rt).remove(0);
+            assert_eq!(abort["kind"], "abort");
+            assert_eq!(abort["targetRequestId"], invoke.as_str());
+            (invoke, abort["requestId"].as_str().unwrap().to_string())
+        };
+        let (a, b) = (ids(9), ids(9));
+        assert_eq!(a, b, "the same seed gives the same invoke and abort ids");
+        assert_ne!(a.0, a.1);
+        assert_ne!(ids(10).0, a.0);
+        assert_eq!(uuid::Uuid::parse_str(&a.0).unwrap().get_version_num(), 4);
+    }
+
+    #[test]
     fn bind_then_bound_then_a_call() {
         let d = descriptor(BASE);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         let sent = lines(&mut rt);
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0]["kind"], "bind");
@@ -1008,7 +1041,7 @@ mod tests {
     fn admission_refuses_at_active_max_and_queued_max() {
         let d = descriptor([1_048_576, 1_048_576, 1, 0, 10_000, 4, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "1").unwrap();
         assert_eq!(lines(&mut rt).len(), 1);
@@ -1025,7 +1058,7 @@ mod tests {
     fn the_no_queue_capacity_fault_writes_the_extra_invoke() {
         let d = descriptor([1_048_576, 1_048_576, 1, 0, 10_000, 4, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new_with(&d, t0, DaemonFault::NoQueueCapacity.into());
+        let mut rt = AdapterRuntime::new_with(&d, t0, rng(), DaemonFault::NoQueueCapacity.into());
         bound(&d, &mut rt, t0);
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "1").unwrap();
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "b"}), "2").unwrap();
@@ -1038,7 +1071,7 @@ mod tests {
     fn queue_drains_in_order_and_times_out_retryable() {
         let d = descriptor(BASE); // 2 concurrent + 1 queued, 1000 ms
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let a = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let _b = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "b"}), "b").unwrap();
@@ -1059,7 +1092,7 @@ mod tests {
         let _ = c;
         // Now coalesced expiry of an active and a queued call: the queued one is retryable.
         let d = descriptor([1_048_576, 1_048_576, 1, 1, 1000, 4, 60_000]);
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let a = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let b = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "b"}), "b").unwrap();
@@ -1091,7 +1124,7 @@ mod tests {
     fn mutating_calls_on_one_path_run_one_at_a_time() {
         let d = descriptor([1_048_576, 1_048_576, 4, 4, 10_000, 4, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let w = json!({"path": "f", "content": "x"});
         rt.begin_call(t0, ToolOperation::FsWrite, w.clone(), "1").unwrap();
@@ -1114,7 +1147,7 @@ mod tests {
         // maxIdempotencyKeys = 1: the second unacknowledged abort overflows.
         let d = descriptor([1_048_576, 1_048_576, 2, 0, 1000, 1, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let a = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let b =
@@ -1137,7 +1170,7 @@ mod tests {
     fn tombstones_expire_after_the_ttl() {
         let d = descriptor([1_048_576, 1_048_576, 2, 0, 1000, 1, 1000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let inv = lines(&mut rt).remove(0);
@@ -1157,7 +1190,7 @@ mod tests {
     fn late_result_is_dropped_once_before_aborted_and_fatal_after() {
         let d = descriptor(BASE);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let inv = lines(&mut rt).remove(0);
@@ -1186,7 +1219,7 @@ mod tests {
         let d = descriptor(BASE);
         let t0 = Instant::now();
         let fresh = || {
-            let mut rt = AdapterRuntime::new(&d, t0);
+            let mut rt = AdapterRuntime::new(&d, t0, rng());
             bound(&d, &mut rt, t0);
             let id = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
             let inv = lines(&mut rt).remove(0);
@@ -1253,7 +1286,7 @@ mod tests {
     fn line_limit_is_max_response_bytes_lf_included() {
         let d = descriptor([1_048_576, 2048, 2, 1, 1000, 4, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         rt.handle_input(t0, &encode_line(&d.identity.frame("revoked", [])));
         // A valid frame padded with whitespace to exactly 2048 bytes, LF included, passes.
@@ -1273,10 +1306,10 @@ mod tests {
     fn frames_before_bound_and_bind_timeout() {
         let d = descriptor(BASE);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         rt.handle_input(t0, &encode_line(&d.identity.frame("revoked", [])));
         assert_eq!(rt.failure(), Some(codes::PROTOCOL_INVALID));
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         assert_eq!(rt.poll_timeout(), Some(t0 + Duration::from_millis(1000)));
         rt.handle_timeout(t0 + Duration::from_millis(999));
         assert_eq!(rt.failure(), None);
@@ -1288,7 +1321,7 @@ mod tests {
     fn refusals_before_the_wire() {
         let d = descriptor([2048, 1_048_576, 2, 1, 1000, 4, 60_000]);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let big = json!({"path": "f", "content": "x".repeat(4000)});
         let e = rt.begin_call(t0, ToolOperation::FsWrite, big, "1").unwrap_err();
@@ -1309,7 +1342,7 @@ mod tests {
     fn revoke_fails_pending_and_refuses_new_calls() {
         let d = descriptor(BASE);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         let a = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "a").unwrap();
         let _ = lines(&mut rt);
@@ -1328,7 +1361,7 @@ mod tests {
     fn telemetry_is_content_free() {
         let d = descriptor(BASE);
         let t0 = Instant::now();
-        let mut rt = AdapterRuntime::new(&d, t0);
+        let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
         rt.begin_call(t0, ToolOperation::FsRead, json!({"path": "secret-name.txt"}), "call-xyz").unwrap();
         let inv = lines(&mut rt).remove(0);
