@@ -226,7 +226,8 @@ pub struct Host {
     conns: Mutex<HashMap<u64, ConnEntry>>,
     next_conn: AtomicU64,
     draining: AtomicBool,
-    active_turns: AtomicUsize,
+    /// Turns running; `drain` waits on it for zero (a notification, never a poll).
+    active_turns: watch::Sender<usize>,
     wakes_running: Mutex<HashMap<(String, u64, String), watch::Receiver<WakeOutcome>>>,
     indeterminate: AtomicUsize,
     failed_wakes: AtomicUsize,
@@ -372,7 +373,7 @@ impl Host {
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             draining: AtomicBool::new(false),
-            active_turns: AtomicUsize::new(0),
+            active_turns: watch::Sender::new(0),
             wakes_running: Mutex::new(HashMap::new()),
             indeterminate: AtomicUsize::new(indeterminate),
             failed_wakes: AtomicUsize::new(failed),
@@ -517,7 +518,7 @@ impl Host {
             "ready": indeterminate == 0,
             "durable": true,
             "draining": self.draining.load(Ordering::Relaxed),
-            "activeTurns": self.active_turns.load(Ordering::Relaxed),
+            "activeTurns": *self.active_turns.borrow(),
             "queuedTurns": 0,
             "startedAt": self.started_at,
             "uptimeMs": self.started.elapsed().as_millis() as u64,
@@ -885,9 +886,9 @@ impl Host {
         let prompt = payload["prompt"].as_str().unwrap_or("").to_string();
         let request_id = cmd.request_id.clone();
         let task = tokio::spawn(async move {
-            host.active_turns.fetch_add(1, Ordering::Relaxed);
+            host.active_turns.send_modify(|n| *n += 1);
             let outcome = host.run_turn(&sid, generation, &key, &prompt, &request_id, &abort).await;
-            host.active_turns.fetch_sub(1, Ordering::Relaxed);
+            host.active_turns.send_modify(|n| *n -= 1);
             match &outcome {
                 Ok(r) => {
                     rec.state = "completed".into();
@@ -1131,11 +1132,9 @@ impl Host {
     async fn drain(&self, cmd: &Command) -> Result<Value, DErr> {
         let timeout = cmd.payload.get("timeoutMs").and_then(Value::as_u64).unwrap_or(30_000);
         self.draining.store(true, Ordering::Relaxed);
-        let t = Instant::now();
-        while self.active_turns.load(Ordering::Relaxed) > 0 && t.elapsed() < Duration::from_millis(timeout) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let timed_out = self.active_turns.load(Ordering::Relaxed) > 0;
+        let mut turns = self.active_turns.subscribe();
+        let idle = tokio::time::timeout(Duration::from_millis(timeout), turns.wait_for(|n| *n == 0)).await;
+        let timed_out = !matches!(idle, Ok(Ok(_)));
         let mut aborted = 0;
         if timed_out {
             if let Ok(s) = self.sessions.lock() {
