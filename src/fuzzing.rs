@@ -268,7 +268,7 @@ fn same_descriptor(a: &Descriptor, b: &Descriptor) -> bool {
 // descriptor
 
 /// The descriptor codes: the command validation codes after the five envelope and payload ones.
-const DESCRIPTOR_CODES: &[Code] = crate::contract::command::VALIDATION_CODES.split_at(5).1;
+const DESCRIPTOR_CODES: &[Code] = crate::contract::command::ADMISSION_CODES;
 
 fn same_result(a: &Result<Descriptor, ContractError>, b: &Result<Descriptor, ContractError>) -> bool {
     match (a, b) {

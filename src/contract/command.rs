@@ -36,6 +36,10 @@ pub const VALIDATION_CODES: [Code; 15] = [
     Code::InvalidToolAdapterLimit,
 ];
 
+/// The ten descriptor admission codes of SPEC §3.2 (checks 1–11): the tail of
+/// [`VALIDATION_CODES`].
+pub const ADMISSION_CODES: &[Code] = VALIDATION_CODES.split_at(5).1;
+
 /// The six resource policies of an open, in the order they are checked (SPEC §3.1).
 pub const RESOURCES: [&str; 6] = ["extensions", "skills", "promptTemplates", "themes", "contextFiles", "tools"];
 
@@ -433,6 +437,17 @@ mod tests {
     use super::*;
 
     const HOST: HostContext<'static> = HostContext { host_instance_id: "host-019f" };
+
+    #[test]
+    fn admission_codes_are_the_ten_descriptor_codes() {
+        assert_eq!(ADMISSION_CODES.len(), 10);
+        assert_eq!(ADMISSION_CODES[0], Code::InvalidToolAdapterDescriptor);
+        assert_eq!(ADMISSION_CODES[9], Code::InvalidToolAdapterLimit);
+        assert!(ADMISSION_CODES
+            .iter()
+            .all(|c| c.as_str().contains("tool_adapter") || *c == Code::UnsupportedToolOperation));
+        assert!(!ADMISSION_CODES.contains(&Code::InvalidField));
+    }
 
     fn base(name: &str) -> Value {
         let path = format!("{}/vectors/bases/{name}.json", env!("CARGO_MANIFEST_DIR"));

@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use serde_json::{json, Value};
 
-use crate::contract::command::route_version;
+use crate::contract::command::{route_version, ADMISSION_CODES};
 use crate::contract::{parse_command, Code, Command, CommandError, HostContext};
 
 macro_rules! faults {
@@ -212,20 +212,6 @@ impl fmt::Debug for DaemonFaults {
 }
 
 // ------------------------------------------------------------------ broken command parsing
-
-/// The descriptor codes of SPEC §3.2 (checks 1–11).
-const ADMISSION_CODES: [Code; 10] = [
-    Code::InvalidToolAdapterDescriptor,
-    Code::InvalidToolAdapterField,
-    Code::UnsupportedToolAdapterVersion,
-    Code::InvalidToolAdapterIdentity,
-    Code::InvalidToolAdapterEndpoint,
-    Code::InvalidToolAdapterBinding,
-    Code::InvalidToolAdapterCapability,
-    Code::ToolAdapterBindingMismatch,
-    Code::UnsupportedToolOperation,
-    Code::InvalidToolAdapterLimit,
-];
 
 /// The command line as a faulty daemon reads it before judging it
 /// ([`DaemonFault::HandshakeWithoutPayloadOk`]: a missing handshake payload becomes `{}`).
