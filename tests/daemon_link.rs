@@ -14,9 +14,10 @@ use pi_conform::conform::selftest::ReferenceAdapter;
 use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
 use pi_conform::contract::{admit_descriptor, Descriptor};
+use pi_conform::contract::{Code, DaemonCode};
 use pi_conform::daemon::endpoint::check_endpoint;
 use pi_conform::daemon::link::{AdapterLink, CallError};
-use pi_conform::daemon::runtime::{codes, idempotency_key};
+use pi_conform::daemon::runtime::idempotency_key;
 
 const HANDLE: &str = "Zq9sT3vWx0yB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV";
 
@@ -245,7 +246,7 @@ async fn reference_adapter_binds_and_serves_every_operation() {
     }
     link.revoke().await;
     let e = link.call(FsStat, json!({"path": "a.txt"}), "t9").await.unwrap_err();
-    assert_eq!(e.code, codes::REVOKED);
+    assert_eq!(e.code, DaemonCode::AdapterRevoked.as_str());
     assert!(link.is_revoked());
 }
 
@@ -288,15 +289,18 @@ async fn queue_capacity_is_refused_before_any_write() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let e = link.call(ToolOperation::FsStat, json!({"path": "b"}), "second").await.unwrap_err();
-    assert_eq!(e.code, codes::QUEUE_CAPACITY);
+    assert_eq!(e.code, DaemonCode::AdapterQueueCapacity.as_str());
     assert!(e.retryable && !e.indeterminate);
     // max(25, min(1000, floor(10000 / 20)))
     assert_eq!(e.retry_after_ms, Some(500));
     let t = link.telemetry();
-    assert_eq!((t["lastRefusalReason"].as_str(), t["saturated"].as_bool()), (Some(codes::QUEUE_CAPACITY), Some(true)));
+    assert_eq!(
+        (t["lastRefusalReason"].as_str(), t["saturated"].as_bool()),
+        (Some(DaemonCode::AdapterQueueCapacity.as_str()), Some(true))
+    );
     link.revoke().await;
     let first = first.await.unwrap().unwrap_err();
-    assert_eq!((first.code.as_str(), first.indeterminate), (codes::REVOKED, true));
+    assert_eq!((first.code.as_str(), first.indeterminate), (DaemonCode::AdapterRevoked.as_str(), true));
     drop(link);
     let seen = f.finish().await;
     assert_eq!(kinds(&seen), ["bind", "invoke", "revoke"], "exactly one invoke reached the adapter");
@@ -329,7 +333,10 @@ async fn started_calls_run_concurrently_and_the_extra_one_is_refused_at_start() 
     let b = link.start(ToolOperation::FsRead, json!({"path": "b"}), "b").unwrap();
     let c = link.start(ToolOperation::FsRead, json!({"path": "c"}), "c").unwrap();
     let e = link.start(ToolOperation::FsRead, json!({"path": "d"}), "d").unwrap_err();
-    assert_eq!((e.code.as_str(), e.retryable, e.retry_after_ms), (codes::QUEUE_CAPACITY, true, Some(500)));
+    assert_eq!(
+        (e.code.as_str(), e.retryable, e.retry_after_ms),
+        (DaemonCode::AdapterQueueCapacity.as_str(), true, Some(500))
+    );
     assert_eq!(link.telemetry()["occupancy"], json!({"active": 2, "queued": 1, "tombstones": 0}));
     go.send(()).unwrap();
     assert_eq!(a.outcome().await.unwrap(), read_data("a"));
@@ -357,7 +364,7 @@ async fn timeout_while_active_sends_abort_and_is_indeterminate() {
     let t = Instant::now();
     let e = link.call(ToolOperation::FsRead, json!({"path": "a"}), "slow").await.unwrap_err();
     assert!(t.elapsed() >= Duration::from_millis(290), "{:?}", t.elapsed());
-    assert_eq!(e.code, codes::REQUEST_TIMEOUT);
+    assert_eq!(e.code, DaemonCode::AdapterRequestTimeout.as_str());
     assert!(e.indeterminate && !e.retryable);
     assert_clean(&e);
     assert_eq!(link.failed(), None, "a timeout does not fail the connection");
@@ -381,8 +388,14 @@ async fn timeout_while_queued_is_retryable_and_never_sent() {
         link.call(ToolOperation::FsRead, json!({"path": "b"}), "b"),
     );
     let (a, b) = (a.unwrap_err(), b.unwrap_err());
-    assert_eq!((a.code.as_str(), a.indeterminate, a.retryable), (codes::REQUEST_TIMEOUT, true, false));
-    assert_eq!((b.code.as_str(), b.indeterminate, b.retryable), (codes::REQUEST_TIMEOUT, false, true));
+    assert_eq!(
+        (a.code.as_str(), a.indeterminate, a.retryable),
+        (DaemonCode::AdapterRequestTimeout.as_str(), true, false)
+    );
+    assert_eq!(
+        (b.code.as_str(), b.indeterminate, b.retryable),
+        (DaemonCode::AdapterRequestTimeout.as_str(), false, true)
+    );
     assert_eq!(link.telemetry()["counters"]["timedOut"], 2);
     link.revoke().await;
     drop(link);
@@ -449,22 +462,30 @@ async fn bound_violations_fail_the_open() {
         (
             "wrong limits",
             Box::new(bound_with(|b| b["limits"]["maxQueuedRequests"] = 2.into())),
-            codes::PROTOCOL_INVALID,
+            Code::AdapterProtocolInvalid.as_str(),
         ),
         (
             "reordered operations",
             Box::new(bound_with(|b| {
                 b["operations"].as_array_mut().unwrap().reverse();
             })),
-            codes::PROTOCOL_INVALID,
+            Code::AdapterProtocolInvalid.as_str(),
         ),
-        ("wrong generation", Box::new(bound_with(|b| b["generation"] = 8.into())), codes::PROTOCOL_INVALID),
-        ("wrong session", Box::new(bound_with(|b| b["sessionId"] = "other".into())), codes::PROTOCOL_INVALID),
-        ("extra key", Box::new(bound_with(|b| b["extra"] = true.into())), codes::PROTOCOL_INVALID),
+        (
+            "wrong generation",
+            Box::new(bound_with(|b| b["generation"] = 8.into())),
+            Code::AdapterProtocolInvalid.as_str(),
+        ),
+        (
+            "wrong session",
+            Box::new(bound_with(|b| b["sessionId"] = "other".into())),
+            Code::AdapterProtocolInvalid.as_str(),
+        ),
+        ("extra key", Box::new(bound_with(|b| b["extra"] = true.into())), Code::AdapterProtocolInvalid.as_str()),
         (
             "handle echoed in bound",
             Box::new(bound_with(|b| b["capabilityHandle"] = HANDLE.into())),
-            codes::SECRET_REFLECTED,
+            Code::AdapterSecretReflected.as_str(),
         ),
         (
             "close before bound",
@@ -472,7 +493,7 @@ async fn bound_violations_fail_the_open() {
                 p.expect("bind");
                 p.close();
             }),
-            codes::CONNECTION_CLOSED,
+            DaemonCode::AdapterConnectionClosed.as_str(),
         ),
         (
             "garbage",
@@ -480,7 +501,7 @@ async fn bound_violations_fail_the_open() {
                 p.expect("bind");
                 p.raw(b"this is not json\n");
             }),
-            codes::PROTOCOL_INVALID,
+            Code::AdapterProtocolInvalid.as_str(),
         ),
         (
             "a result before bound",
@@ -490,7 +511,7 @@ async fn bound_violations_fail_the_open() {
                 let r = p.result(&inv, read_data("x"));
                 p.send(&r);
             }),
-            codes::PROTOCOL_INVALID,
+            Code::AdapterProtocolInvalid.as_str(),
         ),
         (
             "two bound frames at once",
@@ -517,9 +538,9 @@ async fn bound_violations_fail_the_open() {
                         assert!(t.elapsed() < Duration::from_secs(5), "{name}");
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
-                    assert_eq!(link.failed().as_deref(), Some(codes::PROTOCOL_INVALID), "{name}");
+                    assert_eq!(link.failed().as_deref(), Some(Code::AdapterProtocolInvalid.as_str()), "{name}");
                 }
-                Err(e) => assert_eq!(e.code, codes::PROTOCOL_INVALID, "{name}"),
+                Err(e) => assert_eq!(e.code, Code::AdapterProtocolInvalid.as_str(), "{name}"),
             }
             f.finish().await;
             continue;
@@ -536,7 +557,7 @@ async fn silence_after_bind_is_a_bind_timeout() {
         p.expect("bind");
     })
     .await;
-    assert_eq!(code, codes::BIND_TIMEOUT);
+    assert_eq!(code, DaemonCode::AdapterBindTimeout.as_str());
     assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(3), "{took:?}");
 }
 
@@ -589,7 +610,7 @@ async fn result_for_an_unknown_request_fails_the_connection() {
         p.send(&r);
     })
     .await;
-    assert_failed_closed(&o, codes::RESPONSE_MISMATCH);
+    assert_failed_closed(&o, Code::AdapterResponseMismatch.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,7 +621,7 @@ async fn result_with_a_mismatched_idempotency_key_fails_the_connection() {
         p.send(&r);
     })
     .await;
-    assert_failed_closed(&o, codes::RESPONSE_MISMATCH);
+    assert_failed_closed(&o, Code::AdapterResponseMismatch.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -612,7 +633,7 @@ async fn result_with_a_mismatched_operation_fails_the_connection() {
         p.send(&r);
     })
     .await;
-    assert_failed_closed(&o, codes::RESPONSE_MISMATCH);
+    assert_failed_closed(&o, Code::AdapterResponseMismatch.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,11 +644,11 @@ async fn a_duplicate_result_fails_the_connection() {
         p.send(&r);
     })
     .await;
-    assert_eq!(o.failed.as_deref(), Some(codes::RESPONSE_MISMATCH));
+    assert_eq!(o.failed.as_deref(), Some(Code::AdapterResponseMismatch.as_str()));
     assert_eq!(o.calls[0].as_ref().unwrap(), &read_data("x"));
     let b = o.calls[1].as_ref().unwrap_err();
-    assert_eq!((b.code.as_str(), b.indeterminate), (codes::RESPONSE_MISMATCH, true));
-    assert_eq!(o.calls[2].as_ref().unwrap_err().code, codes::RESPONSE_MISMATCH);
+    assert_eq!((b.code.as_str(), b.indeterminate), (Code::AdapterResponseMismatch.as_str(), true));
+    assert_eq!(o.calls[2].as_ref().unwrap_err().code, Code::AdapterResponseMismatch.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -637,7 +658,7 @@ async fn the_handle_reflected_in_a_result_fails_the_connection() {
         p.send(&r);
     })
     .await;
-    assert_failed_closed(&o, codes::SECRET_REFLECTED);
+    assert_failed_closed(&o, Code::AdapterSecretReflected.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -648,7 +669,7 @@ async fn an_aborted_without_abort_fails_the_connection() {
         p.send(&f);
     })
     .await;
-    assert_failed_closed(&o, codes::RESPONSE_MISMATCH);
+    assert_failed_closed(&o, Code::AdapterResponseMismatch.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -660,19 +681,19 @@ async fn an_oversize_line_fails_the_connection() {
         p.raw(&line);
     })
     .await;
-    assert_failed_closed(&o, codes::PROTOCOL_INVALID);
+    assert_failed_closed(&o, Code::AdapterProtocolInvalid.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adapter_sent_invoke_fails_the_connection() {
     let o = three_calls(|p, [a, _]| p.send(&a)).await;
-    assert_failed_closed(&o, codes::PROTOCOL_INVALID);
+    assert_failed_closed(&o, Code::AdapterProtocolInvalid.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eof_during_calls_fails_them() {
     let o = three_calls(|p, _| p.close()).await;
-    assert_failed_closed(&o, codes::CONNECTION_CLOSED);
+    assert_failed_closed(&o, DaemonCode::AdapterConnectionClosed.as_str());
 }
 
 /// A call that times out, then a second call; the fake acknowledges the abort and then
@@ -709,10 +730,10 @@ async fn late_result(late: bool) -> (CallError, Result<Value, CallError>, Option
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_after_aborted_fails_the_connection() {
     let (a, b, failed) = late_result(true).await;
-    assert!(a.indeterminate && a.code == codes::REQUEST_TIMEOUT);
+    assert!(a.indeterminate && a.code == DaemonCode::AdapterRequestTimeout.as_str());
     let b = b.unwrap_err();
-    assert_eq!((b.code.as_str(), b.indeterminate), (codes::RESPONSE_MISMATCH, true));
-    assert_eq!(failed.as_deref(), Some(codes::RESPONSE_MISMATCH));
+    assert_eq!((b.code.as_str(), b.indeterminate), (Code::AdapterResponseMismatch.as_str(), true));
+    assert_eq!(failed.as_deref(), Some(Code::AdapterResponseMismatch.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -727,7 +748,7 @@ async fn a_result_before_aborted_is_dropped() {
 
 async fn endpoint_refused(d: &Descriptor, listener: &UnixListener) {
     let e = AdapterLink::open(d).await.unwrap_err();
-    assert_eq!(e.code, codes::ENDPOINT_INSECURE);
+    assert_eq!(e.code, DaemonCode::AdapterEndpointInsecure.as_str());
     assert!(!e.to_string().contains(&d.endpoint_path), "the message stays generic");
     assert!(no_connection_attempted(listener), "no connection is attempted");
 }
@@ -771,12 +792,16 @@ async fn endpoint_relative_or_trailing_slash_is_refused() {
     // Admission refuses a relative path; the link checks again on its own.
     let mut d = descriptor(&socket, LIMITS);
     d.endpoint_path = "a.sock".into();
-    assert_eq!(AdapterLink::open(&d).await.unwrap_err().code, codes::ENDPOINT_INSECURE);
+    assert_eq!(AdapterLink::open(&d).await.unwrap_err().code, DaemonCode::AdapterEndpointInsecure.as_str());
     for bad in ["a.sock", "./a.sock"] {
-        assert_eq!(check_endpoint(Path::new(bad)).unwrap_err().code, codes::ENDPOINT_INSECURE);
+        assert_eq!(check_endpoint(Path::new(bad)).unwrap_err().code, DaemonCode::AdapterEndpointInsecure.as_str());
     }
     for bad in [format!("{}/./a.sock", dir.path().display()), format!("{}//a.sock", dir.path().display())] {
-        assert_eq!(check_endpoint(Path::new(&bad)).unwrap_err().code, codes::ENDPOINT_INSECURE, "{bad}");
+        assert_eq!(
+            check_endpoint(Path::new(&bad)).unwrap_err().code,
+            DaemonCode::AdapterEndpointInsecure.as_str(),
+            "{bad}"
+        );
     }
     assert!(no_connection_attempted(&listener));
     // The same socket, named canonically, passes.

@@ -5,7 +5,9 @@
 //!   has no cycle;
 //! - no wire error code (`contract::Code`, `contract::AdapterCode`) is spelled as a string
 //!   literal outside `src/contract/`, except in the files of [`CODE_LITERAL_ALLOWLIST`], a
-//!   ratchet that may only shrink.
+//!   ratchet that may only shrink;
+//! - `src/daemon/` spells no wire code at all, `contract::DaemonCode` included;
+//! - the sans-I/O cores ([`CORE_FILES`]) do no I/O, read no clock and draw no OS randomness.
 //!
 //! The checks are functions over `(path, source)` pairs, so each one is also shown to fail on
 //! a small synthetic input (the `*_catches_*` tests). Unit-test modules (`#[cfg(test)]` to
@@ -14,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use pi_conform::contract::{AdapterCode, Code};
+use pi_conform::contract::{AdapterCode, Code, DaemonCode};
 
 /// Files outside `src/contract/` that still spell wire codes as string literals, with how
 /// many they spell (issue 14 item 2 removes them). The number may only go down: a file with
@@ -25,8 +27,33 @@ const CODE_LITERAL_ALLOWLIST: &[(&str, usize)] = &[
     ("src/conform/daemon/cases.rs", 21),
     ("src/conform/daemon/probe.rs", 2),
     ("src/conform/daemon/replay.rs", 7),
-    ("src/daemon/host.rs", 5),
-    ("src/daemon/runtime.rs", 3),
+    // `"busy"`: the session resource's `busy` member, not the adapter code.
+    ("src/daemon/host.rs", 1),
+];
+
+/// The sans-I/O cores: fed bytes, lines, time and an RNG by their shells, they do no I/O,
+/// read no clock and draw no OS randomness.
+const CORE_FILES: &[&str] =
+    &["src/adapter/session.rs", "src/daemon/conn.rs", "src/daemon/core.rs", "src/daemon/runtime.rs"];
+
+/// What a core file must not name: file, socket, process and thread I/O, the async runtime,
+/// the clock, and the OS random source.
+const CORE_FORBIDDEN: &[&str] = &[
+    "std::fs",
+    "std::net",
+    "std::os::unix::net",
+    "std::process",
+    "std::thread",
+    "std::io::stdin",
+    "tokio",
+    "Instant::now",
+    "SystemTime",
+    ".elapsed()",
+    "getrandom",
+    "rand::",
+    "OsRng",
+    "new_v4",
+    "rustix",
 ];
 
 /// Import edges known to close a cycle, left out of the cycle check until they are fixed.
@@ -281,6 +308,29 @@ fn code_literals(files: &[(String, String)], codes: &BTreeSet<&str>) -> BTreeMap
     out
 }
 
+/// Every code of the three catalogues that is not also an ordinary word: `aborted` is a code
+/// and a frame kind and a data key, which a literal check cannot tell apart.
+fn all_codes() -> BTreeSet<&'static str> {
+    let mut codes = wire_codes();
+    codes.extend(DaemonCode::ALL.iter().map(|c| c.as_str()));
+    codes.retain(|c| c.contains('_'));
+    codes
+}
+
+/// For each core file: the forbidden names its production code contains.
+fn core_io(files: &[(String, String)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (path, src) in files.iter().filter(|(p, _)| CORE_FILES.contains(&p.as_str())) {
+        let code = production(src);
+        for name in CORE_FORBIDDEN {
+            if code.contains(name) {
+                bad.push(format!("{path}: names `{name}` (a core does no I/O and reads no clock)"));
+            }
+        }
+    }
+    bad
+}
+
 /// How `found` breaks the ratchet `allowed`.
 fn ratchet(found: &BTreeMap<String, usize>, allowed: &[(&str, usize)]) -> Vec<String> {
     let allowed: BTreeMap<&str, usize> = allowed.iter().copied().collect();
@@ -332,7 +382,49 @@ fn wire_codes_are_spelled_only_in_contract() {
     assert!(bad.is_empty(), "wire codes spelled outside src/contract/:\n{}", bad.join("\n"));
 }
 
+#[test]
+fn the_daemon_spells_no_wire_code() {
+    let codes = all_codes();
+    assert!(codes.contains("duplicate_request_id") && codes.contains("adapter_queue_capacity"), "{codes:?}");
+    let daemon: Vec<(String, String)> = sources().into_iter().filter(|(p, _)| p.starts_with("src/daemon/")).collect();
+    assert!(daemon.len() >= 8, "found only {} daemon files", daemon.len());
+    let found = code_literals(&daemon, &codes);
+    assert!(found.is_empty(), "wire codes spelled in src/daemon/ (use contract::Code/DaemonCode): {found:?}");
+}
+
+#[test]
+fn the_cores_do_no_io_and_read_no_clock() {
+    let files = sources();
+    let present: Vec<&str> = CORE_FILES.iter().copied().filter(|c| files.iter().any(|(p, _)| p == c)).collect();
+    assert!(present.len() >= 3, "core files missing: {present:?}");
+    let bad = core_io(&files);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 // ------------------------------------------------------------------ each check can fail
+
+#[test]
+fn the_core_check_catches_io_clock_and_randomness() {
+    let files = synthetic(&[
+        ("src/daemon/conn.rs", "use std::time::Instant;\nfn f(now: Instant) {}\n#[cfg(test)]\nmod t { fn g() { std::time::Instant::now(); } }\n"),
+        ("src/daemon/runtime.rs", "// std::fs in a comment\nfn f() { let t = std::time::Instant::now(); uuid::Uuid::new_v4(); }\n"),
+        ("src/daemon/server.rs", "use tokio::net::UnixStream;\n"),
+    ]);
+    assert_eq!(
+        core_io(&files),
+        vec![
+            "src/daemon/runtime.rs: names `Instant::now` (a core does no I/O and reads no clock)",
+            "src/daemon/runtime.rs: names `new_v4` (a core does no I/O and reads no clock)",
+        ]
+    );
+    let codes = all_codes();
+    assert!(!codes.contains("aborted"));
+    let found = code_literals(
+        &synthetic(&[("src/daemon/host.rs", "fn f() { e(\"session_busy\", \"aborted\", \"connection_busy\") }\n")]),
+        &codes,
+    );
+    assert_eq!(found, BTreeMap::from([("src/daemon/host.rs".into(), 2)]));
+}
 
 fn synthetic(files: &[(&str, &str)]) -> Vec<(String, String)> {
     files.iter().map(|(p, s)| (p.to_string(), s.to_string())).collect()

@@ -4,11 +4,13 @@
 //! the generated types → the semantic rules a schema cannot express. The reference adapter,
 //! the reference daemon and the runners all call these functions.
 
+pub mod codes;
 pub mod error;
 pub mod secret;
 pub mod text;
 pub mod types;
 
+pub use codes::{DaemonCode, Retryable};
 pub use error::{Code, ContractError};
 pub use secret::CapabilityHandle;
 pub mod path;

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::faults::{self, DaemonFault, DaemonFaults};
 use super::host::{DErr, MAX_IN_FLIGHT, MAX_RESPONSE_BYTES};
 use super::ids::{uuid_v4, Rng};
-use crate::contract::{parse_command, Code, Command, HostContext};
+use crate::contract::{parse_command, Code, Command, DaemonCode, HostContext};
 use crate::wire::{decode_strict, encode_line, LineError};
 
 /// Where the response of a dispatched command goes: the version it echoes, its `requestId`
@@ -93,7 +93,7 @@ pub fn response(
 /// `internal_error` response under a fresh `invalid-<uuid>` id, in the record's version.
 pub fn withheld_line(record: &[u8], host_id: &str, rng: &mut dyn Rng) -> Vec<u8> {
     let v: Value = serde_json::from_slice(record).unwrap_or(Value::Null);
-    let e = DErr::new("internal_error", "a record would have contained a capability handle; withheld");
+    let e = DErr::of(DaemonCode::InternalError, "a record would have contained a capability handle; withheld");
     let version = v["protocolVersion"].as_str().unwrap_or("1.0");
     encode_line(&response(version, &format!("invalid-{}", uuid_v4(rng)), host_id, None, Err(e)))
 }
@@ -192,17 +192,17 @@ impl Connection {
         let rid = command.request_id.clone();
         let sid = command.session_id.clone();
         let refusal = if self.in_flight.contains(&rid) {
-            Some(DErr::new("duplicate_request_id", "this requestId is already in flight on this connection"))
+            Some(DErr::of(DaemonCode::DuplicateRequestId, "this requestId is already in flight on this connection"))
         } else if self.in_flight.len() >= MAX_IN_FLIGHT {
-            let mut e = DErr::new("connection_busy", "too many requests in flight on this connection");
-            e.retryable = true;
-            Some(e)
+            Some(DErr::of(DaemonCode::ConnectionBusy, "too many requests in flight on this connection"))
         } else {
             None
         };
         if let Some(e) = refusal {
             // DECISION: the exact accepted version is echoed (protocol text).
-            let version = if self.faults.has(DaemonFault::Echo10OnDuplicate) && e.code == "duplicate_request_id" {
+            let version = if self.faults.has(DaemonFault::Echo10OnDuplicate)
+                && e.code == DaemonCode::DuplicateRequestId.as_str()
+            {
                 "1.0".to_string()
             } else {
                 version
@@ -220,7 +220,7 @@ impl Connection {
         let ReplyTo { version, request_id, session_id } = reply;
         let mut line = encode_line(&response(&version, &request_id, &self.host_id, session_id.as_deref(), result));
         if line.len() > MAX_RESPONSE_BYTES {
-            let e = DErr::new("outbound_record_too_large", "the response exceeded maxResponseBytes");
+            let e = DErr::of(DaemonCode::OutboundRecordTooLarge, "the response exceeded maxResponseBytes");
             line = encode_line(&response(&version, &request_id, &self.host_id, session_id.as_deref(), Err(e)));
         }
         self.in_flight.remove(&request_id);

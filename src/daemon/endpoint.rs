@@ -10,10 +10,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use super::runtime::{codes, LinkError};
+use super::runtime::LinkError;
+use crate::contract::DaemonCode;
 
 fn insecure(message: &str) -> LinkError {
-    LinkError::new(codes::ENDPOINT_INSECURE, message)
+    LinkError::new(DaemonCode::AdapterEndpointInsecure.as_str(), message)
 }
 
 /// Whether `path` is absolute and lexically canonical: starts with `/`, is not `/`, and has
@@ -66,7 +67,7 @@ mod tests {
         std::fs::write(&f, b"").unwrap();
         for p in [dir.path().join("missing"), f] {
             let e = check_endpoint(&p).unwrap_err();
-            assert_eq!(e.code, codes::ENDPOINT_INSECURE);
+            assert_eq!(e.code, DaemonCode::AdapterEndpointInsecure.as_str());
             assert!(!e.to_string().contains(dir.path().to_str().unwrap()));
         }
     }

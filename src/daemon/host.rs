@@ -16,7 +16,7 @@ use super::link::{AdapterLink, CallError, PendingCall};
 use super::store::{Pending, SessionRecord, Store, StoreError, WakeRecord};
 use crate::contract::command::{Command, OPERATIONS};
 use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{validate_relative_path, Descriptor, PathSide};
+use crate::contract::{validate_relative_path, AdapterCode, Code, DaemonCode, Descriptor, PathSide};
 
 /// Bounds of the daemon socket (SPEC §1.1).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -45,13 +45,20 @@ pub struct DErr {
 }
 
 impl DErr {
-    /// An error.
+    /// An error with a code that is not known here (an adapter's own error code, a journaled
+    /// body): not retryable unless set.
     pub fn new(code: &str, message: &str) -> Self {
         DErr { code: code.into(), message: message.into(), retryable: false, details: Map::new() }
     }
-    fn retry(mut self) -> Self {
-        self.retryable = true;
-        self
+
+    /// An error of the daemon catalogue, with its default `retryable`.
+    pub fn of(code: DaemonCode, message: &str) -> Self {
+        DErr { retryable: code.default_retryable(), ..Self::new(code.as_str(), message) }
+    }
+
+    /// An error with a validation code of the contract (never retryable).
+    pub fn contract(code: Code, message: &str) -> Self {
+        Self::new(code.as_str(), message)
     }
     fn detail(mut self, k: &str, v: Value) -> Self {
         self.details.insert(k.into(), v);
@@ -344,14 +351,16 @@ impl Host {
             match w.state.as_str() {
                 "queued" => {
                     let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
-                        "tool_adapter_reprovision_required"
+                        DaemonCode::ToolAdapterReprovisionRequired
                     } else {
-                        "host_restarted"
+                        DaemonCode::HostRestarted
                     };
                     w.state = "failed".into();
-                    w.error = Some(
-                        DErr::new(code, "the host restarted before this wake started; resubmit under a new key").body(),
-                    );
+                    // Terminal for this key, whatever the code's default: the same wake (same key)
+                    // fails again; a new key may succeed.
+                    let mut e = DErr::of(code, "the host restarted before this wake started; resubmit under a new key");
+                    e.retryable = false;
+                    w.error = Some(e.body());
                     store.put_wake(&w)?;
                     failed += 1;
                 }
@@ -465,7 +474,7 @@ impl Host {
             rec = json!({
                 "protocolVersion": version, "kind": "event", "event": "eventDropped", "hostInstanceId": self.id,
                 "sessionId": sid, "generation": generation, "sequence": seq,
-                "data": {"originalEvent": event, "error": DErr::new("outbound_record_too_large", "the event exceeded maxEventBytes").body()},
+                "data": {"originalEvent": event, "error": DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body()},
             });
             line = crate::wire::encode_line(&rec);
         }
@@ -488,7 +497,8 @@ impl Host {
                     .filter(|x| x.recovery.is_some())
                     .map(|x| {
                         json!({"sessionId": x.id, "generation": x.generation, "state": "reprovision_required",
-                        "code": "tool_adapter_reprovision_required", "retryable": true})
+                        "code": DaemonCode::ToolAdapterReprovisionRequired.as_str(),
+                        "retryable": DaemonCode::ToolAdapterReprovisionRequired.default_retryable()})
                     })
                     .collect();
                 (
@@ -506,7 +516,7 @@ impl Host {
         // failureCodes maps an error code to a count, `{}` when none (as Pi Daemon 0.3.3).
         let mut codes = Map::new();
         if indeterminate > 0 {
-            codes.insert("request_indeterminate".into(), json!(indeterminate));
+            codes.insert(DaemonCode::RequestIndeterminate.as_str().into(), json!(indeterminate));
         }
         let counters: Map<String, Value> = self
             .counters
@@ -593,22 +603,22 @@ impl Host {
             "detach" => self.attach(conn, &cmd, false),
             "close" => self.close(&cmd).await,
             "drain" => self.drain(&cmd).await,
-            _ => Err(DErr::new("unknown_operation", "operation is not one of the eleven")),
+            _ => Err(DErr::contract(Code::UnknownOperation, "operation is not one of the eleven")),
         }
     }
 
     fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
         let sid = cmd.session_id.clone().unwrap_or_default();
         let generation = cmd.generation.unwrap_or(0);
-        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         match s.get(&sid) {
             Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid, generation)),
             Some(x) if x.state == SState::Active && generation < x.generation => {
-                Err(DErr::new("stale_generation", "a newer generation of this session is open")
+                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open")
                     .detail("currentGeneration", json!(x.generation))
                     .detail("receivedGeneration", json!(generation)))
             }
-            _ => Err(DErr::new("session_not_found", "no such live session generation")),
+            _ => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation")),
         }
     }
 
@@ -631,31 +641,30 @@ impl Host {
         let mut record = None;
         let mut early = None;
         'locked: {
-            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
             if let Some(x) = s.get_mut(&sid) {
                 if generation < x.generation {
-                    return Err(DErr::new("stale_generation", "a newer generation of this session exists")
+                    return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
                         .detail("currentGeneration", json!(x.generation))
                         .detail("receivedGeneration", json!(generation)));
                 }
                 if generation == x.generation {
                     match (&x.policy, &summary) {
                         (Some(_), None) if !self.faults.has(DaemonFault::NoReprovisionRule) => {
-                            return Err(DErr::new(
-                                "tool_adapter_reprovision_required",
+                            return Err(DErr::of(
+                                DaemonCode::ToolAdapterReprovisionRequired,
                                 "this generation needs its tool adapter: open it again with a descriptor",
-                            )
-                            .retry());
+                            ));
                         }
                         (Some(a), Some(b)) if a != b => {
-                            return Err(DErr::new(
-                                "session_policy_conflict",
+                            return Err(DErr::of(
+                                DaemonCode::SessionPolicyConflict,
                                 "the tool policy differs from the retained one",
                             ));
                         }
                         (None, Some(_)) => {
-                            return Err(DErr::new(
-                                "session_policy_conflict",
+                            return Err(DErr::of(
+                                DaemonCode::SessionPolicyConflict,
                                 "this generation was opened without tools",
                             ));
                         }
@@ -703,7 +712,7 @@ impl Host {
             }
         }
         if let Some((pending, answer)) = early {
-            durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot persist the session"))?;
+            durable(pending).await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot persist the session"))?;
             return Ok(answer);
         }
         if let Some(l) = old_link {
@@ -718,8 +727,10 @@ impl Host {
             match AdapterLink::open_with(d, self.faults).await {
                 Ok(link) => {
                     let orphan = {
-                        let mut s =
-                            self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+                        let mut s = self
+                            .sessions
+                            .lock()
+                            .map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
                         match s.get_mut(&sid).filter(|x| x.generation == generation) {
                             Some(x) => {
                                 if let Some(old) = x.link.replace(link) {
@@ -745,16 +756,16 @@ impl Host {
                     };
                     if let Some(link) = orphan {
                         link.revoke().await;
-                        return Err(DErr::new("open_failed", "the session was replaced while binding"));
+                        return Err(DErr::of(DaemonCode::OpenFailed, "the session was replaced while binding"));
                     }
                 }
                 Err(e) => {
                     self.count("bindFailures");
                     tracing::info!(session = %sid, generation, cause = e.code, "adapter bind failed");
                     if self.faults.has(DaemonFault::GenericOpenFailedCause) {
-                        return Err(DErr::new("open_failed", "the tool adapter binding failed"));
+                        return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed"));
                     }
-                    return Err(DErr::new("open_failed", "the tool adapter binding failed").detail(
+                    return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed").detail(
                         "cause",
                         json!({"name": "AdapterError", "message": "the tool adapter binding failed", "code": e.code}),
                     ));
@@ -774,26 +785,26 @@ impl Host {
             if let Some(l) = link {
                 l.revoke().await;
             }
-            return Err(DErr::new("internal_error", "cannot persist the session"));
+            return Err(DErr::of(DaemonCode::InternalError, "cannot persist the session"));
         }
         if rebind_existing {
-            let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
             return Ok(json!({"created": false, "session": s.get(&sid).map(Session::resource)}));
         }
         self.emit(&sid, generation, "opened", Some(&cmd.request_id), json!({"created": true}));
-        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         Ok(json!({"created": true, "session": s.get(&sid).map(Session::resource)}))
     }
 
     /// One more wake key journaled for `sid`: raise its record's high-water mark.
     async fn count_wake(&self, sid: &str) -> Result<(), DErr> {
         let pending = {
-            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
-            let x = s.get_mut(sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
+            let x = s.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
             x.wakes += 1;
             self.persist(x)
         };
-        durable(pending).await.map_err(|_| DErr::new("internal_error", "cannot journal the wake"))
+        durable(pending).await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
     }
 
     /// Queue the session's record on the store's writer (nothing for a memory session). Called
@@ -806,7 +817,7 @@ impl Host {
 
     async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
         if self.draining.load(Ordering::Relaxed) {
-            return Err(DErr::new("host_draining", "the host is draining").retry());
+            return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
         }
         let (sid, generation) = self.live(&cmd)?;
         let key = cmd.idempotency_key.clone().unwrap_or_default();
@@ -819,7 +830,10 @@ impl Host {
         if let Some(mut rx) = running {
             let rec = self.store.wake(&sid, generation, &key).ok().flatten();
             if rec.as_ref().is_some_and(|r| r.fingerprint != fp) {
-                return Err(DErr::new("idempotency_conflict", "this idempotency key was used with another payload"));
+                return Err(DErr::new(
+                    AdapterCode::IdempotencyConflict.as_str(),
+                    "this idempotency key was used with another payload",
+                ));
             }
             if !wait {
                 return Ok(
@@ -827,26 +841,35 @@ impl Host {
                 );
             }
             let _ = rx.wait_for(Option::is_some).await;
-            return self.wake_reply(&sid, rx.borrow().clone().unwrap_or(Err(DErr::new("internal_error", "lost"))));
+            return self
+                .wake_reply(&sid, rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost"))));
         }
-        if let Some(rec) =
-            self.store.wake(&sid, generation, &key).map_err(|_| DErr::new("internal_error", "journal unreadable"))?
+        if let Some(rec) = self
+            .store
+            .wake(&sid, generation, &key)
+            .map_err(|_| DErr::of(DaemonCode::InternalError, "journal unreadable"))?
         {
             if rec.fingerprint != fp {
-                return Err(DErr::new("idempotency_conflict", "this idempotency key was used with another payload"));
+                return Err(DErr::new(
+                    AdapterCode::IdempotencyConflict.as_str(),
+                    "this idempotency key was used with another payload",
+                ));
             }
             return match rec.state.as_str() {
                 "completed" => self.wake_reply(&sid, Ok(rec.result.unwrap_or(Value::Null))),
                 "failed" => Err(body_to_err(rec.error.as_ref())),
-                _ => Err(DErr::new("request_indeterminate", "this wake's outcome is unknown; it is never replayed")),
+                _ => Err(DErr::of(
+                    DaemonCode::RequestIndeterminate,
+                    "this wake's outcome is unknown; it is never replayed",
+                )),
             };
         }
         let abort = Arc::new(AtomicBool::new(false));
         {
-            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
-            let x = s.get_mut(&sid).ok_or_else(|| DErr::new("session_not_found", "no such session"))?;
+            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
+            let x = s.get_mut(&sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
             if x.turn.is_some() {
-                return Err(DErr::new("session_busy", "a turn is running").retry());
+                return Err(DErr::of(DaemonCode::SessionBusy, "a turn is running"));
             }
             x.turn = Some(abort.clone());
         }
@@ -861,7 +884,9 @@ impl Host {
         };
         let journal = |r: &WakeRecord| {
             let pending = self.store.queue_wake(r);
-            async move { pending.durable().await.map_err(|_| DErr::new("internal_error", "cannot journal the wake")) }
+            async move {
+                pending.durable().await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
+            }
         };
         if let Err(e) = journal(&rec).await {
             self.end_turn(&sid);
@@ -915,13 +940,13 @@ impl Host {
             );
         }
         let _ = task.await;
-        let outcome = rx.borrow().clone().unwrap_or(Err(DErr::new("internal_error", "lost")));
+        let outcome = rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost")));
         self.wake_reply(cmd.session_id.as_deref().unwrap_or(""), outcome)
     }
 
     fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
         let r = outcome?;
-        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         Ok(json!({"result": r, "session": s.get(sid).map(Session::resource)}))
     }
 
@@ -1018,7 +1043,7 @@ impl Host {
         self.emit(sid, generation, "agentEnd", Some(request_id), json!({"aborted": aborted}));
         self.emit(sid, generation, "sessionIdle", None, json!({}));
         if aborted {
-            return Err(DErr::new("aborted", "the turn was aborted"));
+            return Err(DErr::of(DaemonCode::Aborted, "the turn was aborted"));
         }
         Ok(json!({"text": text.join("\n"), "toolCalls": calls}))
     }
@@ -1033,12 +1058,15 @@ impl Host {
         call_id: &str,
     ) -> Result<PendingCall, DErr> {
         let op: ToolOperation = tool.replacen('_', ".", 1).parse().map_err(|_| {
-            DErr::new("unknown_tool", "the tool is not one of fs_list fs_stat fs_read fs_search fs_write fs_edit")
+            DErr::of(
+                DaemonCode::UnknownTool,
+                "the tool is not one of fs_list fs_stat fs_read fs_search fs_write fs_edit",
+            )
         })?;
         let payload: Value = serde_json::from_str(args)
-            .map_err(|_| DErr::new("invalid_tool_arguments", "tool arguments must be a JSON object"))?;
+            .map_err(|_| DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"))?;
         if !payload.is_object() {
-            return Err(DErr::new("invalid_tool_arguments", "tool arguments must be a JSON object"));
+            return Err(DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"));
         }
         if let Some(p) = payload.get("path").and_then(Value::as_str) {
             let passed = self.faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
@@ -1047,7 +1075,7 @@ impl Host {
                     .map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
             }
         }
-        let link = link.ok_or_else(|| DErr::new("tool_unavailable", "this session has no tool adapter"))?;
+        let link = link.ok_or_else(|| DErr::of(DaemonCode::ToolUnavailable, "this session has no tool adapter"))?;
         link.start(op, payload, call_id).map_err(call_error)
     }
 
@@ -1058,7 +1086,7 @@ impl Host {
 
     fn status(&self, cmd: &Command) -> Result<Value, DErr> {
         let Some(sid) = &cmd.session_id else { return Ok(self.snapshot()) };
-        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         match s.get(sid).filter(|x| x.state == SState::Active) {
             Some(x) => {
                 let mut r = x.resource();
@@ -1067,13 +1095,13 @@ impl Host {
                 }
                 Ok(json!({"session": r}))
             }
-            None => Err(DErr::new("session_not_found", "no such live session")),
+            None => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session")),
         }
     }
 
     fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
         let (sid, _) = self.live(cmd)?;
-        let s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         let aborted = s.get(&sid).and_then(|x| x.turn.as_ref()).map(|a| a.swap(true, Ordering::Relaxed)).is_some();
         Ok(json!({"aborted": aborted}))
     }
@@ -1085,7 +1113,7 @@ impl Host {
             (cmd.session_id.clone().unwrap_or_default(), cmd.generation.unwrap_or(0))
         };
         let seq = self.sessions.lock().ok().and_then(|s| s.get(&sid).map(|x| x.seq)).unwrap_or(0);
-        let mut c = self.conns.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+        let mut c = self.conns.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
         if let Some(e) = c.get_mut(&conn) {
             if on {
                 e.attachments.insert((sid, generation));
@@ -1102,7 +1130,7 @@ impl Host {
         let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
         self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
         let (link, pending) = {
-            let mut s = self.sessions.lock().map_err(|_| DErr::new("internal_error", "state lock poisoned"))?;
+            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
             let x = s.remove(&sid);
             let pending = match &x {
                 Some(x) if x.mode == "memory" => None,
@@ -1197,7 +1225,10 @@ fn call_error(e: CallError) -> DErr {
 
 fn body_to_err(v: Option<&Value>) -> DErr {
     let v = v.cloned().unwrap_or(Value::Null);
-    let mut e = DErr::new(v["code"].as_str().unwrap_or("internal_error"), v["message"].as_str().unwrap_or("failed"));
+    let mut e = DErr::new(
+        v["code"].as_str().unwrap_or(DaemonCode::InternalError.as_str()),
+        v["message"].as_str().unwrap_or("failed"),
+    );
     e.retryable = v["retryable"].as_bool().unwrap_or(false);
     if let Some(d) = v["details"].as_object() {
         e.details = d.clone();
@@ -1218,7 +1249,7 @@ fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
         ("payload.session.sessionDir", session.and_then(|s| s.get("sessionDir"))),
     ] {
         if v.and_then(Value::as_str).is_some_and(|s| !s.starts_with('/')) {
-            return Err(DErr::new("open_failed", "failed to open logical session").detail(
+            return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session").detail(
                 "cause",
                 json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
             ));
@@ -1232,8 +1263,11 @@ fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
 fn check_session_dir(p: &Map<String, Value>) -> Result<(), DErr> {
     let Some(dir) = p.get("session").and_then(|s| s.get("sessionDir")).and_then(Value::as_str) else { return Ok(()) };
     let bad = || {
-        DErr::new("invalid_field", "sessionDir must be an owner-controlled directory inside <agentDir>/sessions")
-            .detail("field", json!("payload.session.sessionDir"))
+        DErr::contract(
+            Code::InvalidField,
+            "sessionDir must be an owner-controlled directory inside <agentDir>/sessions",
+        )
+        .detail("field", json!("payload.session.sessionDir"))
     };
     let agent = p.get("agentDir").and_then(Value::as_str).ok_or_else(bad)?;
     let base = format!("{}/sessions/", agent.trim_end_matches('/'));

@@ -22,10 +22,10 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use super::endpoint::check_endpoint;
 use super::faults::{DaemonFault, DaemonFaults};
 use super::ids::OsRng;
-use super::runtime::{codes, AdapterRuntime, CallId, Event, OutLine, State};
+use super::runtime::{AdapterRuntime, CallId, Event, OutLine, State};
 pub use super::runtime::{CallError, LinkError};
 use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::Descriptor;
+use crate::contract::{DaemonCode, Descriptor};
 
 /// Longest wait for the adapter's `revoked` / EOF after a `revoke`.
 pub const REVOKE_GRACE: Duration = Duration::from_millis(1000);
@@ -89,14 +89,19 @@ impl AdapterLink {
         }
         let timeout = Duration::from_millis(descriptor.limits.request_timeout_ms);
         let stream = match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
-            Err(_) => return Err(LinkError::from_code(codes::CONNECT_TIMEOUT)),
-            Ok(Err(_)) => return Err(LinkError::new(codes::CONNECTION_FAILED, "could not connect to the adapter")),
+            Err(_) => return Err(LinkError::from_code(DaemonCode::AdapterConnectTimeout.as_str())),
+            Ok(Err(_)) => {
+                return Err(LinkError::new(
+                    DaemonCode::AdapterConnectionFailed.as_str(),
+                    "could not connect to the adapter",
+                ))
+            }
             Ok(Ok(s)) => s,
         };
         // The socket was checked by path; make sure the peer behind it is ours too.
         let uid = rustix::process::geteuid().as_raw();
         if !skip_checks && stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
-            return Err(LinkError::from_code(codes::ENDPOINT_INSECURE));
+            return Err(LinkError::from_code(DaemonCode::AdapterEndpointInsecure.as_str()));
         }
         let (bound_tx, bound_rx) = oneshot::channel();
         let shared = Arc::new(Mutex::new(Shared {
@@ -114,7 +119,7 @@ impl AdapterLink {
         match bound_rx.await {
             Ok(Ok(())) => Ok(link),
             Ok(Err(code)) => Err(LinkError::from_code(code)),
-            Err(_) => Err(LinkError::from_code(codes::CONNECTION_FAILED)),
+            Err(_) => Err(LinkError::from_code(DaemonCode::AdapterConnectionFailed.as_str())),
         }
     }
 
@@ -193,7 +198,7 @@ impl PendingCall {
         let out = (&mut self.rx).await;
         self.id = None;
         out.unwrap_or_else(|_| {
-            let code = lock(&self.inner.shared).rt.failure().unwrap_or(codes::CONNECTION_FAILED);
+            let code = lock(&self.inner.shared).rt.failure().unwrap_or(DaemonCode::AdapterConnectionFailed.as_str());
             Err(CallError {
                 code: code.to_string(),
                 message: super::runtime::failure_message(code).to_string(),
@@ -242,7 +247,7 @@ fn deliver(s: &mut Shared) {
     }
     if s.rt.state() == State::Revoked {
         if let Some(tx) = s.bound.take() {
-            let _ = tx.send(Err(codes::REVOKED));
+            let _ = tx.send(Err(DaemonCode::AdapterRevoked.as_str()));
         }
     }
 }

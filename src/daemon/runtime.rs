@@ -20,43 +20,8 @@ use super::faults::{DaemonFault, DaemonFaults};
 use super::ids::{uuid_v4, Rng};
 use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
 use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{Code, Descriptor};
+use crate::contract::{Code, DaemonCode, Descriptor};
 use crate::wire::{decode_strict, encode_line, LineDecoder};
-
-/// The daemon-side `adapter_*` codes (SPEC §1.2, §3.4, §4.3, §4.4), and the few call
-/// refusals that reuse a contract code.
-pub mod codes {
-    /// The endpoint failed the pre-connect checks (SPEC §1.2).
-    pub const ENDPOINT_INSECURE: &str = "adapter_endpoint_insecure";
-    /// Connecting to the endpoint did not finish within `requestTimeoutMs`.
-    pub const CONNECT_TIMEOUT: &str = "adapter_connect_timeout";
-    /// No `bound` within `requestTimeoutMs` of the `bind`.
-    pub const BIND_TIMEOUT: &str = "adapter_bind_timeout";
-    /// A frame broke the frame protocol.
-    pub const PROTOCOL_INVALID: &str = "adapter_protocol_invalid";
-    /// The capability handle appeared in an adapter frame.
-    pub const SECRET_REFLECTED: &str = "adapter_secret_reflected";
-    /// A `result` / `aborted` that matches no request.
-    pub const RESPONSE_MISMATCH: &str = "adapter_response_mismatch";
-    /// The adapter closed the connection.
-    pub const CONNECTION_CLOSED: &str = "adapter_connection_closed";
-    /// The socket failed (connect, read or write).
-    pub const CONNECTION_FAILED: &str = "adapter_connection_failed";
-    /// Concurrency and queue are full (retryable, with `retryAfterMs`).
-    pub const QUEUE_CAPACITY: &str = "adapter_queue_capacity";
-    /// `requestTimeoutMs` expired (retryable while queued; indeterminate while active).
-    pub const REQUEST_TIMEOUT: &str = "adapter_request_timeout";
-    /// More tombstones than `maxIdempotencyKeys`.
-    pub const ABORT_CAPACITY: &str = "adapter_abort_capacity";
-    /// The binding was revoked by the daemon.
-    pub const REVOKED: &str = "adapter_revoked";
-    /// A call before the adapter answered `bound`.
-    pub const NOT_BOUND: &str = "adapter_not_bound";
-    /// The `invoke` line would exceed `maxRequestBytes` (fails that call only).
-    pub const REQUEST_TOO_LARGE: &str = "adapter_request_too_large";
-    /// The call's payload contains the capability handle (it is never sent).
-    pub const SECRET_IN_REQUEST: &str = "adapter_secret_in_request";
-}
 
 /// Deadlines closer together than this expire together (the resolution of the shell's timer).
 pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
@@ -66,7 +31,7 @@ pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct LinkError {
-    /// An `adapter_*` code (see [`codes`]).
+    /// An `adapter_*` code ([`DaemonCode`] or [`Code`]).
     pub code: &'static str,
     /// A short, content-free explanation.
     pub message: String,
@@ -132,18 +97,23 @@ impl CallError {
 
 /// A generic message for a connection failure code.
 pub fn failure_message(code: &str) -> &'static str {
-    match code {
-        codes::ENDPOINT_INSECURE => "adapter endpoint is not an owner-private socket",
-        codes::CONNECT_TIMEOUT => "connecting to the adapter timed out",
-        codes::BIND_TIMEOUT => "the adapter did not answer bound in time",
-        codes::PROTOCOL_INVALID => "the adapter broke the frame protocol",
-        codes::SECRET_REFLECTED => "the adapter reflected the capability handle",
-        codes::RESPONSE_MISMATCH => "the adapter sent a frame that matches no request",
-        codes::CONNECTION_CLOSED => "the adapter closed the connection",
-        codes::CONNECTION_FAILED => "the adapter connection failed",
-        codes::ABORT_CAPACITY => "too many aborted requests await acknowledgement",
-        codes::REVOKED => "the adapter binding was revoked",
-        _ => "the adapter connection failed",
+    if let Some(c) = DaemonCode::from_wire(code) {
+        match c {
+            DaemonCode::AdapterEndpointInsecure => "adapter endpoint is not an owner-private socket",
+            DaemonCode::AdapterConnectTimeout => "connecting to the adapter timed out",
+            DaemonCode::AdapterBindTimeout => "the adapter did not answer bound in time",
+            DaemonCode::AdapterConnectionClosed => "the adapter closed the connection",
+            DaemonCode::AdapterAbortCapacity => "too many aborted requests await acknowledgement",
+            DaemonCode::AdapterRevoked => "the adapter binding was revoked",
+            _ => "the adapter connection failed",
+        }
+    } else {
+        match Code::from_wire(code) {
+            Some(Code::AdapterProtocolInvalid) => "the adapter broke the frame protocol",
+            Some(Code::AdapterSecretReflected) => "the adapter reflected the capability handle",
+            Some(Code::AdapterResponseMismatch) => "the adapter sent a frame that matches no request",
+            _ => "the adapter connection failed",
+        }
     }
 }
 
@@ -351,8 +321,8 @@ fn is_mutating(op: ToolOperation) -> bool {
 
 fn frame_code(e: &FrameError) -> &'static str {
     match e.error.code {
-        Code::AdapterSecretReflected => codes::SECRET_REFLECTED,
-        _ => codes::PROTOCOL_INVALID,
+        Code::AdapterSecretReflected => Code::AdapterSecretReflected.as_str(),
+        _ => Code::AdapterProtocolInvalid.as_str(),
     }
 }
 
@@ -482,9 +452,19 @@ impl AdapterRuntime {
         tool_call_id: &str,
     ) -> Result<CallId, CallError> {
         match self.state {
-            State::Binding => return Err(CallError::local(codes::NOT_BOUND, "the adapter binding is not complete")),
+            State::Binding => {
+                return Err(CallError::local(
+                    DaemonCode::AdapterNotBound.as_str(),
+                    "the adapter binding is not complete",
+                ))
+            }
             State::Failed(code) => return Err(CallError::local(code, failure_message(code))),
-            State::Revoked => return Err(CallError::local(codes::REVOKED, failure_message(codes::REVOKED))),
+            State::Revoked => {
+                return Err(CallError::local(
+                    DaemonCode::AdapterRevoked.as_str(),
+                    failure_message(DaemonCode::AdapterRevoked.as_str()),
+                ))
+            }
             State::Bound => {}
         }
         // The daemon side sends canonical paths only (SPEC §5.1).
@@ -512,12 +492,14 @@ impl AdapterRuntime {
         // exactly as the adapter will (size, handle, ids, grant, payload).
         if let Err(e) = judge_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter) {
             return Err(match (e.error.code, e.disposition) {
-                (Code::AdapterSecretReflected, _) => {
-                    CallError::local(codes::SECRET_IN_REQUEST, "the payload contains the capability handle")
-                }
-                (_, Disposition::Close) if e.error.field() == "line" => {
-                    CallError::local(codes::REQUEST_TOO_LARGE, "the invoke frame exceeds maxRequestBytes")
-                }
+                (Code::AdapterSecretReflected, _) => CallError::local(
+                    DaemonCode::AdapterSecretInRequest.as_str(),
+                    "the payload contains the capability handle",
+                ),
+                (_, Disposition::Close) if e.error.field() == "line" => CallError::local(
+                    DaemonCode::AdapterRequestTooLarge.as_str(),
+                    "the invoke frame exceeds maxRequestBytes",
+                ),
                 (code, _) => CallError::local(code.as_str(), &e.error.message),
             });
         }
@@ -531,7 +513,7 @@ impl AdapterRuntime {
         let full = self.active.len() + self.queue.len() >= capacity;
         if full && !self.faults.has(DaemonFault::NoQueueCapacity) {
             return Err(CallError {
-                code: codes::QUEUE_CAPACITY.into(),
+                code: DaemonCode::AdapterQueueCapacity.as_str().into(),
                 message: "adapter concurrency and queue limits reached".into(),
                 retryable: true,
                 indeterminate: false,
@@ -589,7 +571,7 @@ impl AdapterRuntime {
         }
         self.state = State::Revoked;
         self.transmit.push_back(OutLine(encode_line(&self.binding.identity.frame("revoke", []))));
-        let n = self.fail_pending(codes::REVOKED);
+        let n = self.fail_pending(DaemonCode::AdapterRevoked.as_str());
         self.counters.cancelled += n;
         self.tombstones.clear();
     }
@@ -604,7 +586,7 @@ impl AdapterRuntime {
         while !self.is_closed() {
             match self.decoder.next_line() {
                 None => break,
-                Some(Err(_)) => self.fail(codes::PROTOCOL_INVALID),
+                Some(Err(_)) => self.fail(Code::AdapterProtocolInvalid.as_str()),
                 Some(Ok(line)) => self.handle_line(now, &line),
             }
         }
@@ -635,28 +617,28 @@ impl AdapterRuntime {
                 self.pump(now);
             } else {
                 // Any frame before bound.
-                self.fail(codes::PROTOCOL_INVALID);
+                self.fail(Code::AdapterProtocolInvalid.as_str());
             }
             return;
         }
         match frame.kind {
-            FrameKind::Bound => self.fail(codes::PROTOCOL_INVALID),
+            FrameKind::Bound => self.fail(Code::AdapterProtocolInvalid.as_str()),
             FrameKind::Revoked => {}
             FrameKind::Aborted(_) => self.handle_aborted(now, &frame.value),
             FrameKind::Result { .. } => self.handle_result(now, frame.value),
             // Daemon-bound kinds only reach here; anything else breaks the protocol.
-            _ => self.fail(codes::PROTOCOL_INVALID),
+            _ => self.fail(Code::AdapterProtocolInvalid.as_str()),
         }
     }
 
     /// End of input.
     pub fn handle_eof(&mut self, _now: Instant) {
-        self.fail(codes::CONNECTION_CLOSED);
+        self.fail(DaemonCode::AdapterConnectionClosed.as_str());
     }
 
     /// The socket failed (read or write).
     pub fn handle_io_error(&mut self, _now: Instant) {
-        self.fail(codes::CONNECTION_FAILED);
+        self.fail(DaemonCode::AdapterConnectionFailed.as_str());
     }
 
     /// Time passed: the bind timeout, call timeouts.
@@ -666,7 +648,7 @@ impl AdapterRuntime {
 
     fn expire(&mut self, now: Instant) {
         match self.state {
-            State::Binding if now >= self.bind_deadline => return self.fail(codes::BIND_TIMEOUT),
+            State::Binding if now >= self.bind_deadline => return self.fail(DaemonCode::AdapterBindTimeout.as_str()),
             State::Bound => {}
             _ => return,
         }
@@ -685,7 +667,10 @@ impl AdapterRuntime {
                     self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
                 }
                 self.counters.timed_out += 1;
-                let mut e = CallError::local(codes::REQUEST_TIMEOUT, "the request timed out before it was sent");
+                let mut e = CallError::local(
+                    DaemonCode::AdapterRequestTimeout.as_str(),
+                    "the request timed out before it was sent",
+                );
                 e.retryable = true;
                 self.events.push_back(Event::Completed { call: *id, outcome: Err(e) });
             }
@@ -703,7 +688,10 @@ impl AdapterRuntime {
                 return; // the connection failed
             }
             self.counters.timed_out += 1;
-            let mut e = CallError::local(codes::REQUEST_TIMEOUT, "the request timed out; its outcome is unknown");
+            let mut e = CallError::local(
+                DaemonCode::AdapterRequestTimeout.as_str(),
+                "the request timed out; its outcome is unknown",
+            );
             e.indeterminate = true;
             self.events.push_back(Event::Completed { call: *id, outcome: Err(e) });
         }
@@ -715,7 +703,7 @@ impl AdapterRuntime {
     fn abort_active(&mut self, now: Instant, id: CallId) -> Option<()> {
         self.tombstones.retain(|_, t| t.expires > now);
         if self.tombstones.len() as u64 >= self.binding.limits.max_idempotency_keys {
-            self.fail(codes::ABORT_CAPACITY);
+            self.fail(DaemonCode::AdapterAbortCapacity.as_str());
             return None;
         }
         let c = self.calls.remove(&id)?;
@@ -788,10 +776,10 @@ impl AdapterRuntime {
         let key = v["idempotencyKey"].as_str().unwrap_or_default();
         let op = v["operation"].as_str().unwrap_or_default();
         if let Some(&id) = self.active.get(rid) {
-            let Some(c) = self.calls.get(&id) else { return self.fail(codes::RESPONSE_MISMATCH) };
+            let Some(c) = self.calls.get(&id) else { return self.fail(Code::AdapterResponseMismatch.as_str()) };
             let key_ok = c.key == key || self.faults.has(DaemonFault::AcceptMismatchedResults);
             if !key_ok || c.op.to_string() != op {
-                return self.fail(codes::RESPONSE_MISMATCH);
+                return self.fail(Code::AdapterResponseMismatch.as_str());
             }
             let Some(c) = self.calls.remove(&id) else { return };
             self.release(&c);
@@ -822,7 +810,7 @@ impl AdapterRuntime {
             Some(t) if t.expires > now && !t.result_dropped && t.key == key && t.op.to_string() == op => {
                 t.result_dropped = true;
             }
-            _ => self.fail(codes::RESPONSE_MISMATCH),
+            _ => self.fail(Code::AdapterResponseMismatch.as_str()),
         }
     }
 
@@ -834,7 +822,7 @@ impl AdapterRuntime {
                 // Acknowledged: a result for the target is now fatal (it is unknown).
                 self.tombstones.remove(target);
             }
-            _ => self.fail(codes::RESPONSE_MISMATCH),
+            _ => self.fail(Code::AdapterResponseMismatch.as_str()),
         }
     }
 
@@ -1023,7 +1011,7 @@ mod tests {
         assert_eq!(sent[0]["kind"], "bind");
         assert_eq!(sent[0]["capabilityHandle"], HANDLE);
         let e = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "c").unwrap_err();
-        assert_eq!(e.code, codes::NOT_BOUND);
+        assert_eq!(e.code, DaemonCode::AdapterNotBound.as_str());
         rt.handle_input(t0, &encode_line(&d.bound_frame()));
         assert_eq!(events(&mut rt), vec![Event::Bound]);
         let id = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "c").unwrap();
@@ -1046,10 +1034,13 @@ mod tests {
         rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "1").unwrap();
         assert_eq!(lines(&mut rt).len(), 1);
         let e = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "b"}), "2").unwrap_err();
-        assert_eq!((e.code.as_str(), e.retryable, e.retry_after_ms), (codes::QUEUE_CAPACITY, true, Some(500)));
+        assert_eq!(
+            (e.code.as_str(), e.retryable, e.retry_after_ms),
+            (DaemonCode::AdapterQueueCapacity.as_str(), true, Some(500))
+        );
         assert!(lines(&mut rt).is_empty(), "refused before any wire write");
         let t = rt.telemetry();
-        assert_eq!(t["lastRefusalReason"], codes::QUEUE_CAPACITY);
+        assert_eq!(t["lastRefusalReason"], DaemonCode::AdapterQueueCapacity.as_str());
         assert_eq!(t["saturated"], true);
         assert_eq!(t["counters"]["rejected"], 1);
     }
@@ -1087,7 +1078,7 @@ mod tests {
         assert_eq!(sent.iter().filter(|l| l["kind"] == "invoke").count(), 1);
         let ev = events(&mut rt);
         assert!(ev.iter().any(|e| matches!(e, Event::Completed { call, outcome: Err(x) }
-            if *call == a && x.indeterminate && !x.retryable && x.code == codes::REQUEST_TIMEOUT)));
+            if *call == a && x.indeterminate && !x.retryable && x.code == DaemonCode::AdapterRequestTimeout.as_str())));
         assert_eq!(rt.tombstones(), 2);
         let _ = c;
         // Now coalesced expiry of an active and a queued call: the queued one is retryable.
@@ -1111,7 +1102,7 @@ mod tests {
         let (ea, eb) = (find(a), find(b));
         assert!(ea.indeterminate && !ea.retryable);
         assert!(!eb.indeterminate && eb.retryable);
-        assert_eq!(eb.code, codes::REQUEST_TIMEOUT);
+        assert_eq!(eb.code, DaemonCode::AdapterRequestTimeout.as_str());
         let sent = lines(&mut rt);
         assert_eq!(sent.len(), 1, "only the abort of a; b was never sent");
         assert_eq!(sent[0]["kind"], "abort");
@@ -1158,11 +1149,11 @@ mod tests {
         let ev = events(&mut rt);
         assert!(matches!(&ev[..], [Event::Completed { call, .. }] if *call == a));
         rt.handle_timeout(t0 + Duration::from_millis(1500));
-        assert_eq!(rt.failure(), Some(codes::ABORT_CAPACITY));
+        assert_eq!(rt.failure(), Some(DaemonCode::AdapterAbortCapacity.as_str()));
         let ev = events(&mut rt);
         assert!(ev.iter().any(|e| matches!(e, Event::Completed { call, outcome: Err(x) }
-            if *call == b && x.indeterminate && x.code == codes::ABORT_CAPACITY)));
-        assert_eq!(ev.last(), Some(&Event::Failed(codes::ABORT_CAPACITY)));
+            if *call == b && x.indeterminate && x.code == DaemonCode::AdapterAbortCapacity.as_str())));
+        assert_eq!(ev.last(), Some(&Event::Failed(DaemonCode::AdapterAbortCapacity.as_str())));
         assert!(lines(&mut rt).is_empty());
     }
 
@@ -1183,7 +1174,7 @@ mod tests {
         assert_eq!((rt.failure(), rt.tombstones()), (None, 1));
         // A result for the expired tombstone is now a mismatch.
         rt.handle_input(t2 + Duration::from_millis(1001), &result_for(&d, &inv, stat()));
-        assert_eq!(rt.failure(), Some(codes::RESPONSE_MISMATCH));
+        assert_eq!(rt.failure(), Some(Code::AdapterResponseMismatch.as_str()));
     }
 
     #[test]
@@ -1211,7 +1202,7 @@ mod tests {
         rt.handle_input(t1, &encode_line(&aborted));
         assert_eq!((rt.failure(), rt.tombstones()), (None, 0));
         rt.handle_input(t1, &result_for(&d, &inv, stat()));
-        assert_eq!(rt.failure(), Some(codes::RESPONSE_MISMATCH));
+        assert_eq!(rt.failure(), Some(Code::AdapterResponseMismatch.as_str()));
     }
 
     #[test]
@@ -1237,25 +1228,25 @@ mod tests {
         let mut other = inv.clone();
         other["requestId"] = "nope".into();
         rt.handle_input(t0, &result_for(&d, &other, stat()));
-        check(rt, id, codes::RESPONSE_MISMATCH);
+        check(rt, id, Code::AdapterResponseMismatch.as_str());
         // Mismatched key.
         let (mut rt, id, inv) = fresh();
         let mut other = inv.clone();
         other["idempotencyKey"] = "tool-0".into();
         rt.handle_input(t0, &result_for(&d, &other, stat()));
-        check(rt, id, codes::RESPONSE_MISMATCH);
+        check(rt, id, Code::AdapterResponseMismatch.as_str());
         // Mismatched operation (granted, but not the invoke's).
         let (mut rt, id, inv) = fresh();
         let mut other = inv.clone();
         other["operation"] = "fs.list".into();
         rt.handle_input(t0, &result_for(&d, &other, json!({"entries": [], "truncated": false})));
-        check(rt, id, codes::RESPONSE_MISMATCH);
+        check(rt, id, Code::AdapterResponseMismatch.as_str());
         // The handle reflected in a result.
         let (mut rt, id, inv) = fresh();
         let mut fake = inv.clone();
         fake["operation"] = "fs.read".into();
         rt.handle_input(t0, &result_for(&d, &fake, json!({"content": HANDLE, "bytesRead": 40, "eof": true})));
-        check(rt, id, codes::SECRET_REFLECTED);
+        check(rt, id, Code::AdapterSecretReflected.as_str());
         // aborted without abort.
         let (mut rt, id, _) = fresh();
         let ab = d.identity.frame(
@@ -1263,23 +1254,23 @@ mod tests {
             [("requestId", "x1".into()), ("targetRequestId", "x2".into()), ("aborted", Value::Bool(true))],
         );
         rt.handle_input(t0, &encode_line(&ab));
-        check(rt, id, codes::RESPONSE_MISMATCH);
+        check(rt, id, Code::AdapterResponseMismatch.as_str());
         // A second bound.
         let (mut rt, id, _) = fresh();
         rt.handle_input(t0, &encode_line(&d.bound_frame()));
-        check(rt, id, codes::PROTOCOL_INVALID);
+        check(rt, id, Code::AdapterProtocolInvalid.as_str());
         // Adapter-sent invoke.
         let (mut rt, id, inv) = fresh();
         rt.handle_input(t0, &encode_line(&inv));
-        check(rt, id, codes::PROTOCOL_INVALID);
+        check(rt, id, Code::AdapterProtocolInvalid.as_str());
         // Garbage.
         let (mut rt, id, _) = fresh();
         rt.handle_input(t0, b"{\"a\":1,\"a\":2}\n");
-        check(rt, id, codes::PROTOCOL_INVALID);
+        check(rt, id, Code::AdapterProtocolInvalid.as_str());
         // EOF.
         let (mut rt, id, _) = fresh();
         rt.handle_eof(t0);
-        check(rt, id, codes::CONNECTION_CLOSED);
+        check(rt, id, DaemonCode::AdapterConnectionClosed.as_str());
     }
 
     #[test]
@@ -1299,7 +1290,7 @@ mod tests {
         let mut long = line.clone();
         long.insert(1, b' ');
         rt.handle_input(t0, &long);
-        assert_eq!(rt.failure(), Some(codes::PROTOCOL_INVALID));
+        assert_eq!(rt.failure(), Some(Code::AdapterProtocolInvalid.as_str()));
     }
 
     #[test]
@@ -1308,13 +1299,13 @@ mod tests {
         let t0 = Instant::now();
         let mut rt = AdapterRuntime::new(&d, t0, rng());
         rt.handle_input(t0, &encode_line(&d.identity.frame("revoked", [])));
-        assert_eq!(rt.failure(), Some(codes::PROTOCOL_INVALID));
+        assert_eq!(rt.failure(), Some(Code::AdapterProtocolInvalid.as_str()));
         let mut rt = AdapterRuntime::new(&d, t0, rng());
         assert_eq!(rt.poll_timeout(), Some(t0 + Duration::from_millis(1000)));
         rt.handle_timeout(t0 + Duration::from_millis(999));
         assert_eq!(rt.failure(), None);
         rt.handle_timeout(t0 + Duration::from_millis(1000));
-        assert_eq!(rt.failure(), Some(codes::BIND_TIMEOUT));
+        assert_eq!(rt.failure(), Some(DaemonCode::AdapterBindTimeout.as_str()));
     }
 
     #[test]
@@ -1325,9 +1316,9 @@ mod tests {
         bound(&d, &mut rt, t0);
         let big = json!({"path": "f", "content": "x".repeat(4000)});
         let e = rt.begin_call(t0, ToolOperation::FsWrite, big, "1").unwrap_err();
-        assert_eq!(e.code, codes::REQUEST_TOO_LARGE);
+        assert_eq!(e.code, DaemonCode::AdapterRequestTooLarge.as_str());
         let e = rt.begin_call(t0, ToolOperation::FsWrite, json!({"path": "f", "content": HANDLE}), "2").unwrap_err();
-        assert_eq!(e.code, codes::SECRET_IN_REQUEST);
+        assert_eq!(e.code, DaemonCode::AdapterSecretInRequest.as_str());
         assert!(!e.to_string().contains(HANDLE));
         let e = rt.begin_call(t0, ToolOperation::FsRead, json!({"path": "a/"}), "3").unwrap_err();
         assert_eq!(e.code, "invalid_tool_adapter_path");
@@ -1350,9 +1341,9 @@ mod tests {
         assert_eq!(lines(&mut rt)[0]["kind"], "revoke");
         let ev = events(&mut rt);
         assert!(matches!(&ev[..], [Event::Completed { call, outcome: Err(x) }]
-            if *call == a && x.code == codes::REVOKED && x.indeterminate));
+            if *call == a && x.code == DaemonCode::AdapterRevoked.as_str() && x.indeterminate));
         let e = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "b").unwrap_err();
-        assert_eq!(e.code, codes::REVOKED);
+        assert_eq!(e.code, DaemonCode::AdapterRevoked.as_str());
         assert!(rt.is_closed());
         assert_eq!(rt.failure(), None);
     }

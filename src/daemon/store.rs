@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use crate::contract::command::{MAX_IDEMPOTENCY_KEY_UNITS, MAX_SESSION_ID_UNITS, SESSION_MODES};
 use crate::contract::descriptor::MAX_SAFE_INTEGER;
 use crate::contract::text::units_in;
+use crate::contract::DaemonCode;
 
 /// Largest record file the store reads; a larger one is refused unread.
 pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
@@ -121,7 +122,8 @@ pub struct WakeRecord {
 
 /// The recovery condition of a quarantined generation (SPEC §6); the only one a record holds.
 pub fn quarantine_condition() -> Value {
-    json!({"state": "reprovision_required", "code": "tool_adapter_reprovision_required", "retryable": true})
+    let code = DaemonCode::ToolAdapterReprovisionRequired;
+    json!({"state": "reprovision_required", "code": code.as_str(), "retryable": code.default_retryable()})
 }
 
 fn is_version(v: &str) -> bool {
