@@ -1,81 +1,27 @@
-//! The reference daemon's host: sessions, dispatch of the eleven operations, events, the
-//! scripted agent, durable wakes and restart recovery (SPEC §2, §3.4, §6). The socket shell
-//! is `daemon::server`; every envelope rule comes from `contract::parse_command`.
+//! The reference daemon's host: the async shell of [`HostCore`] (`daemon::core`, the session
+//! table and its rules) — dispatch of the eleven operations, adapter binding, the scripted
+//! agent, durable wakes on the store's writer, event delivery to attached connections (SPEC
+//! §2, §3.4, §6). The socket shell is `daemon::server`, the envelope rules `daemon::conn`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
+use super::core::{check_absolute_paths, fingerprint, CloseWrite, HostCore, LinkState, OpenPlan};
+pub use super::core::{
+    DErr, MAX_CONNECTIONS, MAX_EVENT_BYTES, MAX_IN_FLIGHT, MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_RESPONSE_BYTES,
+};
 use super::faults::{DaemonFault, DaemonFaults};
 use super::link::{AdapterLink, CallError, PendingCall};
-use super::store::{Pending, SessionRecord, Store, StoreError, WakeRecord};
-use crate::contract::command::{Command, OPERATIONS};
+use super::store::{Pending, Store, StoreError, WakeRecord};
+use crate::contract::command::Command;
 use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{validate_relative_path, AdapterCode, Code, DaemonCode, Descriptor, PathSide};
-
-/// Bounds of the daemon socket (SPEC §1.1).
-pub const MAX_CONNECTIONS: usize = 64;
-/// In-flight requests per connection.
-pub const MAX_IN_FLIGHT: usize = 64;
-/// Largest command line, LF excluded.
-pub const MAX_LINE_BYTES: usize = 1024 * 1024;
-/// Largest response record.
-pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
-/// Largest event record.
-pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
-/// Queued outbound bytes per connection before a slow reader is disconnected.
-pub const MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
-
-/// A dispatch error: the protocol's error body.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DErr {
-    /// Code.
-    pub code: String,
-    /// Message (content-free).
-    pub message: String,
-    /// Retryable.
-    pub retryable: bool,
-    /// Details.
-    pub details: Map<String, Value>,
-}
-
-impl DErr {
-    /// An error with a code that is not known here (an adapter's own error code, a journaled
-    /// body): not retryable unless set.
-    pub fn new(code: &str, message: &str) -> Self {
-        DErr { code: code.into(), message: message.into(), retryable: false, details: Map::new() }
-    }
-
-    /// An error of the daemon catalogue, with its default `retryable`.
-    pub fn of(code: DaemonCode, message: &str) -> Self {
-        DErr { retryable: code.default_retryable(), ..Self::new(code.as_str(), message) }
-    }
-
-    /// An error with a validation code of the contract (never retryable).
-    pub fn contract(code: Code, message: &str) -> Self {
-        Self::new(code.as_str(), message)
-    }
-    fn detail(mut self, k: &str, v: Value) -> Self {
-        self.details.insert(k.into(), v);
-        self
-    }
-    /// The body.
-    pub fn body(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("code".into(), json!(self.code));
-        m.insert("message".into(), json!(self.message));
-        m.insert("retryable".into(), json!(self.retryable));
-        if !self.details.is_empty() {
-            m.insert("details".into(), Value::Object(self.details.clone()));
-        }
-        Value::Object(m)
-    }
-}
+use crate::contract::{validate_relative_path, AdapterCode, Code, DaemonCode, PathSide};
 
 /// A record for one connection's writer.
 #[derive(Debug)]
@@ -162,143 +108,45 @@ impl ConnActivity {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SState {
-    Active,
-    Dormant,
-}
-
-struct Session {
-    id: String,
-    generation: u64,
-    open_version: String,
-    cwd: String,
-    mode: String,
-    policy: Option<Value>,
-    link: Option<AdapterLink>,
-    handle: Option<crate::contract::CapabilityHandle>,
-    state: SState,
-    recovery: Option<Value>,
-    seq: u64,
-    turn: Option<Arc<AtomicBool>>,
-    /// Wake keys journaled (the record's high-water mark, carried across generations).
-    wakes: u64,
-}
-
-impl Session {
-    fn record(&self) -> SessionRecord {
-        SessionRecord {
-            session_id: self.id.clone(),
-            generation: self.generation,
-            open_version: self.open_version.clone(),
-            cwd: self.cwd.clone(),
-            mode: self.mode.clone(),
-            policy: self.policy.clone(),
-            state: match self.state {
-                SState::Active => "active".into(),
-                SState::Dormant => "dormant".into(),
-            },
-            recovery: self.recovery.clone(),
-            wakes: self.wakes,
-        }
-    }
-
-    fn resource(&self) -> Value {
-        let mut v = json!({
-            "sessionId": self.id,
-            "generation": self.generation,
-            "protocolVersion": self.open_version,
-            "state": match self.state { SState::Active => "active", SState::Dormant => "dormant" },
-            "busy": self.turn.is_some(),
-            "sequence": self.seq,
-            "tools": match &self.policy { Some(p) => json!({"mode": "host-adapter", "policy": p}), None => json!("none") },
-        });
-        if let Some(r) = &self.recovery {
-            v["recovery"] = r.clone();
-        }
-        v
-    }
-}
-
 type WakeOutcome = Option<Result<Value, DErr>>;
 
 /// The host.
 pub struct Host {
     /// This incarnation's id.
     pub id: String,
+    /// The connections' shared epoch (their silences compare).
     started: Instant,
-    started_at: String,
     store: Store,
-    sessions: Mutex<HashMap<String, Session>>,
+    /// The session table and its rules, under one lock.
+    core: Mutex<HostCore<AdapterLink>>,
     conns: Mutex<HashMap<u64, ConnEntry>>,
     next_conn: AtomicU64,
-    draining: AtomicBool,
     /// Turns running; `drain` waits on it for zero (a notification, never a poll).
     active_turns: watch::Sender<usize>,
     wakes_running: Mutex<HashMap<(String, u64, String), watch::Receiver<WakeOutcome>>>,
-    indeterminate: AtomicUsize,
-    failed_wakes: AtomicUsize,
-    counters: Mutex<HashMap<&'static str, u64>>,
     /// Rules broken on purpose (test aid; production: none).
     pub faults: DaemonFaults,
     /// Links kept alive unrevoked under the no-revoke faults.
     leaked: Mutex<Vec<AdapterLink>>,
 }
 
-use super::store::quarantine_condition;
-
-fn fingerprint(v: &Value) -> String {
-    fn canon(v: &Value, out: &mut Vec<u8>) {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                out.push(b'{');
-                for k in keys {
-                    out.extend(serde_json::to_vec(k).unwrap_or_default());
-                    out.push(b':');
-                    canon(&m[k], out);
-                    out.push(b',');
-                }
-                out.push(b'}');
-            }
-            Value::Array(a) => {
-                out.push(b'[');
-                for x in a {
-                    canon(x, out);
-                    out.push(b',');
-                }
-                out.push(b']');
-            }
-            o => out.extend(serde_json::to_vec(o).unwrap_or_default()),
-        }
+impl LinkState for AdapterLink {
+    fn telemetry(&self) -> Value {
+        AdapterLink::telemetry(self)
     }
-    let mut b = Vec::new();
-    canon(v, &mut b);
-    hex::encode(Sha256::digest(&b))
+    fn is_failed(&self) -> bool {
+        self.failed().is_some()
+    }
 }
 
-fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // civil-from-days (Howard Hinnant)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+fn poisoned() -> DErr {
+    DErr::of(DaemonCode::InternalError, "state lock poisoned")
 }
 
 impl Host {
     /// Start a host over a state directory: load the catalog and apply restart recovery
-    /// (SPEC §6): host-adapter sessions are quarantined, queued wakes fail terminally,
-    /// accepted wakes become indeterminate.
+    /// (SPEC §6, [`HostCore::recover`]): host-adapter sessions are quarantined, queued wakes
+    /// fail terminally, accepted wakes become indeterminate.
     pub fn start(store: Store, id: Option<String>) -> Result<Arc<Host>, super::store::StoreError> {
         Self::start_with(store, id, DaemonFaults::NONE)
     }
@@ -311,91 +159,39 @@ impl Host {
         faults: DaemonFaults,
     ) -> Result<Arc<Host>, super::store::StoreError> {
         let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
-        let mut sessions = HashMap::new();
-        let mut quarantined = HashSet::new();
         let loaded = store.load()?;
-        for mut r in loaded.sessions {
-            if r.state == "closed" {
-                continue;
-            }
-            let before = r.clone();
-            if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
-                r.recovery = Some(quarantine_condition());
-                quarantined.insert((r.session_id.clone(), r.generation));
-            }
-            r.state = "dormant".into();
-            if r != before {
-                store.put_session(&r)?;
-            }
-            sessions.insert(
-                r.session_id.clone(),
-                Session {
-                    id: r.session_id.clone(),
-                    generation: r.generation,
-                    open_version: r.open_version.clone(),
-                    cwd: r.cwd.clone(),
-                    mode: r.mode.clone(),
-                    policy: r.policy.clone(),
-                    link: None,
-                    handle: None,
-                    state: SState::Dormant,
-                    recovery: r.recovery.clone(),
-                    seq: 0,
-                    turn: None,
-                    wakes: r.wakes,
-                },
-            );
+        let unix_secs =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let started = Instant::now();
+        let recovered = HostCore::recover(id.clone(), loaded, faults, started, unix_secs);
+        for r in &recovered.sessions {
+            store.put_session(r)?;
         }
-        let (mut failed, mut indeterminate) = (0, 0);
-        for mut w in loaded.wakes {
-            match w.state.as_str() {
-                "queued" => {
-                    let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
-                        DaemonCode::ToolAdapterReprovisionRequired
-                    } else {
-                        DaemonCode::HostRestarted
-                    };
-                    w.state = "failed".into();
-                    // Terminal for this key, whatever the code's default: the same wake (same key)
-                    // fails again; a new key may succeed.
-                    let mut e = DErr::of(code, "the host restarted before this wake started; resubmit under a new key");
-                    e.retryable = false;
-                    w.error = Some(e.body());
-                    store.put_wake(&w)?;
-                    failed += 1;
-                }
-                "accepted" => {
-                    w.state = "indeterminate".into();
-                    store.put_wake(&w)?;
-                    indeterminate += 1;
-                }
-                "indeterminate" => indeterminate += 1,
-                _ => {}
-            }
+        for w in &recovered.wakes {
+            store.put_wake(w)?;
         }
         Ok(Arc::new(Host {
             id,
-            started: Instant::now(),
-            started_at: now_rfc3339(),
+            started,
             store,
-            sessions: Mutex::new(sessions),
+            core: Mutex::new(recovered.core),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
-            draining: AtomicBool::new(false),
             active_turns: watch::Sender::new(0),
             wakes_running: Mutex::new(HashMap::new()),
-            indeterminate: AtomicUsize::new(indeterminate),
-            failed_wakes: AtomicUsize::new(failed),
-            counters: Mutex::new(HashMap::new()),
             faults,
             leaked: Mutex::new(Vec::new()),
         }))
     }
 
+    /// The core, locked (a poisoned lock is recovered: every core method leaves the table
+    /// consistent before it can panic).
+    fn core(&self) -> MutexGuard<'_, HostCore<AdapterLink>> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn count(&self, k: &'static str) {
-        if let Ok(mut c) = self.counters.lock() {
-            *c.entry(k).or_default() += 1;
-        }
+        self.core().count(k);
     }
 
     /// Register a connection. At the cap, the idle connection (nothing in flight, nothing
@@ -441,7 +237,7 @@ impl Host {
 
     /// Every capability handle the host holds (for the outgoing scan).
     pub fn live_handles(&self) -> Vec<crate::contract::CapabilityHandle> {
-        self.sessions.lock().map(|s| s.values().filter_map(|x| x.handle.clone()).collect()).unwrap_or_default()
+        self.core().handles()
     }
 
     /// Queue a line for a connection with the outbound byte bound; false when the reader is
@@ -455,29 +251,7 @@ impl Host {
     }
 
     fn emit(&self, sid: &str, generation: u64, event: &str, request_id: Option<&str>, data: Value) {
-        let (version, seq) = {
-            let Ok(mut s) = self.sessions.lock() else { return };
-            let Some(sess) = s.get_mut(sid).filter(|x| x.generation == generation) else { return };
-            sess.seq += 1;
-            (sess.open_version.clone(), sess.seq)
-        };
-        let mut rec = json!({
-            "protocolVersion": version, "kind": "event", "event": event, "hostInstanceId": self.id,
-            "sessionId": sid, "generation": generation, "sequence": seq,
-        });
-        if let Some(r) = request_id {
-            rec["requestId"] = json!(r);
-        }
-        rec["data"] = data;
-        let mut line = crate::wire::encode_line(&rec);
-        if line.len() > MAX_EVENT_BYTES {
-            rec = json!({
-                "protocolVersion": version, "kind": "event", "event": "eventDropped", "hostInstanceId": self.id,
-                "sessionId": sid, "generation": generation, "sequence": seq,
-                "data": {"originalEvent": event, "error": DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body()},
-            });
-            line = crate::wire::encode_line(&rec);
-        }
+        let Some(line) = self.core().event(sid, generation, event, request_id, data) else { return };
         if let Ok(c) = self.conns.lock() {
             for e in c.values() {
                 if e.attachments.contains(&(sid.to_string(), generation)) {
@@ -489,97 +263,13 @@ impl Host {
 
     /// The host snapshot (handshake and host status; SPEC §2.4).
     pub fn snapshot(&self) -> Value {
-        let sessions = self.sessions.lock();
-        let (resident, dormant, quarantined) = match &sessions {
-            Ok(s) => {
-                let q: Vec<Value> = s
-                    .values()
-                    .filter(|x| x.recovery.is_some())
-                    .map(|x| {
-                        json!({"sessionId": x.id, "generation": x.generation, "state": "reprovision_required",
-                        "code": DaemonCode::ToolAdapterReprovisionRequired.as_str(),
-                        "retryable": DaemonCode::ToolAdapterReprovisionRequired.default_retryable()})
-                    })
-                    .collect();
-                (
-                    s.values().filter(|x| x.state == SState::Active).count(),
-                    s.values().filter(|x| x.state == SState::Dormant).count(),
-                    q,
-                )
-            }
-            Err(_) => (0, 0, vec![]),
-        };
-        drop(sessions);
-        let indeterminate = self.indeterminate.load(Ordering::Relaxed);
-        let failed = self.failed_wakes.load(Ordering::Relaxed);
-        let phase = if indeterminate > 0 { "degraded" } else { "ready" };
-        // failureCodes maps an error code to a count, `{}` when none (as Pi Daemon 0.3.3).
-        let mut codes = Map::new();
-        if indeterminate > 0 {
-            codes.insert(DaemonCode::RequestIndeterminate.as_str().into(), json!(indeterminate));
-        }
-        let counters: Map<String, Value> = self
-            .counters
-            .lock()
-            .map(|c| c.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect())
-            .unwrap_or_default();
-        json!({
-            "hostInstanceId": self.id,
-            "ready": indeterminate == 0,
-            "durable": true,
-            "draining": self.draining.load(Ordering::Relaxed),
-            "activeTurns": *self.active_turns.borrow(),
-            "queuedTurns": 0,
-            "startedAt": self.started_at,
-            "uptimeMs": self.started.elapsed().as_millis() as u64,
-            "recovery": {
-                "phase": phase,
-                "failedWakes": failed,
-                "indeterminateWakes": indeterminate,
-                "failureCodes": codes,
-                "quarantinedSessions": quarantined,
-            },
-            "sessions": {"resident": resident, "dormant": dormant},
-            "counters": counters,
-        })
+        let turns = *self.active_turns.borrow();
+        self.core().snapshot(Instant::now(), turns)
     }
 
     fn handshake(&self, v2: bool) -> Value {
-        let mut caps = json!({"operations": OPERATIONS, "transport": "unix-ndjson", "durable": true});
-        if v2 {
-            let m = caps.as_object_mut().unwrap_or_else(|| unreachable!());
-            m.insert("hostToolAdapter".into(), json!(true));
-            m.insert("hostToolAdapterQueueTelemetry".into(), json!(true));
-            m.insert(
-                "hostToolAdapterRecommendedQueueLimits".into(),
-                json!({"maxConcurrentRequests": 4, "maxQueuedRequests": 16}),
-            );
-            m.insert("hostToolOperationCount".into(), json!(6));
-            m.insert("configuredOpen".into(), json!(true));
-            m.insert("sessionDir".into(), json!(true));
-        }
-        let mut v = json!({
-            "protocolVersion": "1.0",
-            "supportedVersions": ["1.0", "2.0"],
-            "supportedProtocolVersions": ["1.0", "2.0"],
-            "capabilities": caps,
-            "limits": {
-                "maxConnections": MAX_CONNECTIONS,
-                "maxInFlightRequestsPerConnection": MAX_IN_FLIGHT,
-                "maxLineBytes": MAX_LINE_BYTES,
-                "maxEventBytes": MAX_EVENT_BYTES,
-                "maxResponseBytes": MAX_RESPONSE_BYTES,
-                "maxOutboundBytesPerConnection": MAX_OUTBOUND_BYTES,
-                "multiplexer": "requestId",
-            },
-            "host": self.snapshot(),
-        });
-        if self.faults.has(DaemonFault::SupportedVersions033) {
-            if let Some(m) = v.as_object_mut() {
-                m.remove("supportedVersions");
-            }
-        }
-        v
+        let turns = *self.active_turns.borrow();
+        self.core().handshake(v2, Instant::now(), turns)
     }
 
     /// Keep `link` alive without revoking it (the no-revoke faults).
@@ -608,113 +298,39 @@ impl Host {
     }
 
     fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
-        let sid = cmd.session_id.clone().unwrap_or_default();
-        let generation = cmd.generation.unwrap_or(0);
-        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-        match s.get(&sid) {
-            Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid, generation)),
-            Some(x) if x.state == SState::Active && generation < x.generation => {
-                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open")
-                    .detail("currentGeneration", json!(x.generation))
-                    .detail("receivedGeneration", json!(generation)))
-            }
-            _ => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation")),
-        }
+        self.core().live(cmd)
     }
 
     async fn open(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
         let sid = cmd.session_id.clone().unwrap_or_default();
         let generation = cmd.generation.unwrap_or(0);
         let p = &cmd.payload;
-        let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
         check_absolute_paths(p, cmd.version.major)?;
         // v1 ignores sessionDir (its form was checked by the command rules; SPEC §3.1).
         if cmd.version.major == 2 {
             check_session_dir(p)?;
         }
-        let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
-        let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
-        let mut old_link = None;
-        let mut rebind_existing = false;
-        let mut carried_wakes = 0;
-        // The new session's record: queued before binding, durable before the answer.
-        let mut record = None;
-        let mut early = None;
-        'locked: {
-            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-            if let Some(x) = s.get_mut(&sid) {
-                if generation < x.generation {
-                    return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
-                        .detail("currentGeneration", json!(x.generation))
-                        .detail("receivedGeneration", json!(generation)));
-                }
-                if generation == x.generation {
-                    match (&x.policy, &summary) {
-                        (Some(_), None) if !self.faults.has(DaemonFault::NoReprovisionRule) => {
-                            return Err(DErr::of(
-                                DaemonCode::ToolAdapterReprovisionRequired,
-                                "this generation needs its tool adapter: open it again with a descriptor",
-                            ));
-                        }
-                        (Some(a), Some(b)) if a != b => {
-                            return Err(DErr::of(
-                                DaemonCode::SessionPolicyConflict,
-                                "the tool policy differs from the retained one",
-                            ));
-                        }
-                        (None, Some(_)) => {
-                            return Err(DErr::of(
-                                DaemonCode::SessionPolicyConflict,
-                                "this generation was opened without tools",
-                            ));
-                        }
-                        _ => {}
-                    }
-                    let linked = x.link.as_ref().is_some_and(|l| l.failed().is_none());
-                    let rebind = self.faults.has(DaemonFault::ReopenRebinds) && x.policy.is_some() && summary.is_some();
-                    if x.state == SState::Active && (x.policy.is_none() || linked) && !rebind {
-                        return Ok(json!({"created": false, "session": x.resource()}));
-                    }
-                    if x.policy.is_none() {
-                        x.state = SState::Active;
-                        x.open_version = cmd.version.text.clone();
-                        early = Some((self.persist(x), json!({"created": false, "session": x.resource()})));
-                        break 'locked;
-                    }
-                    rebind_existing = true;
-                } else {
-                    old_link = x.link.take();
-                    carried_wakes = x.wakes;
-                    s.remove(&sid);
+        // The new session's record: queued before binding (under the core's lock, so records
+        // are written in the order of the changes), durable before the answer.
+        let plan = {
+            let mut core = self.core();
+            match core.admit_open(&cmd)? {
+                OpenPlan::Done(answer) => return Ok(answer),
+                OpenPlan::Reactivated { record, answer } => Err((record.map(|r| self.store.queue_session(&r)), answer)),
+                OpenPlan::Bind { old_link, rebind_existing, record } => {
+                    Ok((old_link, rebind_existing, record.map(|r| self.store.queue_session(&r))))
                 }
             }
-            if !rebind_existing {
-                let sess = Session {
-                    id: sid.clone(),
-                    generation,
-                    open_version: cmd.version.text.clone(),
-                    cwd: cwd.clone(),
-                    mode: mode.clone(),
-                    policy: summary.clone(),
-                    link: None,
-                    handle: None,
-                    state: if summary.is_some() { SState::Dormant } else { SState::Active },
-                    recovery: None,
-                    seq: 0,
-                    turn: None,
-                    wakes: carried_wakes,
-                };
-                // The retained policy is recorded before binding (SPEC §3.4): queued now, in
-                // order with every other write, and durable before the open is answered; the
-                // write overlaps the bind.
-                record = self.persist(&sess);
-                s.insert(sid.clone(), sess);
+        };
+        let (old_link, rebind_existing, record) = match plan {
+            Ok(bind) => bind,
+            Err((pending, answer)) => {
+                durable(pending)
+                    .await
+                    .map_err(|_| DErr::of(DaemonCode::InternalError, "cannot persist the session"))?;
+                return Ok(answer);
             }
-        }
-        if let Some((pending, answer)) = early {
-            durable(pending).await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot persist the session"))?;
-            return Ok(answer);
-        }
+        };
         if let Some(l) = old_link {
             if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
                 self.leak(l);
@@ -726,37 +342,23 @@ impl Host {
         if let Some(d) = &cmd.descriptor {
             match AdapterLink::open_with(d, self.faults).await {
                 Ok(link) => {
-                    let orphan = {
-                        let mut s = self
-                            .sessions
-                            .lock()
-                            .map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-                        match s.get_mut(&sid).filter(|x| x.generation == generation) {
-                            Some(x) => {
-                                if let Some(old) = x.link.replace(link) {
-                                    if self.faults.has(DaemonFault::NoRevokeOnReplacement) {
-                                        self.leak(old);
-                                    }
-                                }
-                                // Only what a restart reads is rewritten: a cleared recovery
-                                // condition or a new open version. Active and dormant recover
-                                // alike, so a new session's record stays as queued.
-                                let changed = x.recovery.is_some() || x.open_version != cmd.version.text;
-                                x.handle = Some(d.handle.clone());
-                                x.state = SState::Active;
-                                x.recovery = None;
-                                x.open_version = cmd.version.text.clone();
-                                if changed {
-                                    rebound_record = self.persist(x);
-                                }
-                                None
+                    let bound = {
+                        let mut core = self.core();
+                        match core.bound(&sid, generation, link, d.handle.clone(), &cmd.version.text) {
+                            Ok((replaced, record)) => {
+                                rebound_record = record.map(|r| self.store.queue_session(&r));
+                                Ok(replaced)
                             }
-                            None => Some(link),
+                            Err(link) => Err(link),
                         }
                     };
-                    if let Some(link) = orphan {
-                        link.revoke().await;
-                        return Err(DErr::of(DaemonCode::OpenFailed, "the session was replaced while binding"));
+                    match bound {
+                        Ok(Some(old)) if self.faults.has(DaemonFault::NoRevokeOnReplacement) => self.leak(old),
+                        Ok(_) => {}
+                        Err(orphan) => {
+                            orphan.revoke().await;
+                            return Err(DErr::of(DaemonCode::OpenFailed, "the session was replaced while binding"));
+                        }
                     }
                 }
                 Err(e) => {
@@ -775,48 +377,30 @@ impl Host {
         if let Err(e) = durable(record).await.and(durable(rebound_record).await) {
             tracing::error!(session = %sid, generation, error = %e, "cannot persist the session");
             // Never answered, never kept: forget it and revoke its binding.
-            let link = self.sessions.lock().ok().and_then(|mut s| {
-                if s.get(&sid).is_some_and(|x| x.generation == generation) {
-                    s.remove(&sid).and_then(|x| x.link)
-                } else {
-                    None
-                }
-            });
+            let link = self.core().forget(&sid, generation);
             if let Some(l) = link {
                 l.revoke().await;
             }
             return Err(DErr::of(DaemonCode::InternalError, "cannot persist the session"));
         }
         if rebind_existing {
-            let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-            return Ok(json!({"created": false, "session": s.get(&sid).map(Session::resource)}));
+            return Ok(json!({"created": false, "session": self.core().resource(&sid)}));
         }
         self.emit(&sid, generation, "opened", Some(&cmd.request_id), json!({"created": true}));
-        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-        Ok(json!({"created": true, "session": s.get(&sid).map(Session::resource)}))
+        Ok(json!({"created": true, "session": self.core().resource(&sid)}))
     }
 
     /// One more wake key journaled for `sid`: raise its record's high-water mark.
     async fn count_wake(&self, sid: &str) -> Result<(), DErr> {
         let pending = {
-            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-            let x = s.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
-            x.wakes += 1;
-            self.persist(x)
+            let mut core = self.core();
+            core.count_wake(sid)?.map(|r| self.store.queue_session(&r))
         };
         durable(pending).await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
     }
 
-    /// Queue the session's record on the store's writer (nothing for a memory session). Called
-    /// under the sessions lock, so records are written in the order of the changes; the caller
-    /// awaits [`durable`] after releasing the lock: no fsync ever runs on an async worker or
-    /// under a lock `status` needs.
-    fn persist(&self, s: &Session) -> Option<Pending> {
-        (s.mode != "memory").then(|| self.store.queue_session(&s.record()))
-    }
-
     async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
-        if self.draining.load(Ordering::Relaxed) {
+        if self.core().draining {
             return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
         }
         let (sid, generation) = self.live(&cmd)?;
@@ -864,15 +448,7 @@ impl Host {
                 )),
             };
         }
-        let abort = Arc::new(AtomicBool::new(false));
-        {
-            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-            let x = s.get_mut(&sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
-            if x.turn.is_some() {
-                return Err(DErr::of(DaemonCode::SessionBusy, "a turn is running"));
-            }
-            x.turn = Some(abort.clone());
-        }
+        let abort = self.core().begin_turn(&sid)?;
         let mut rec = WakeRecord {
             session_id: sid.clone(),
             generation,
@@ -946,16 +522,11 @@ impl Host {
 
     fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
         let r = outcome?;
-        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-        Ok(json!({"result": r, "session": s.get(sid).map(Session::resource)}))
+        Ok(json!({"result": r, "session": self.core().resource(sid)}))
     }
 
     fn end_turn(&self, sid: &str) {
-        if let Ok(mut s) = self.sessions.lock() {
-            if let Some(x) = s.get_mut(sid) {
-                x.turn = None;
-            }
-        }
+        self.core().end_turn(sid);
     }
 
     /// The scripted agent: `TOOL <fs_x> <json>` lines become tool calls through the adapter;
@@ -978,7 +549,7 @@ impl Host {
     ) -> Result<Value, DErr> {
         self.emit(sid, generation, "promptAccepted", Some(request_id), json!({}));
         self.emit(sid, generation, "agentStart", Some(request_id), json!({}));
-        let link = self.sessions.lock().ok().and_then(|s| s.get(sid).and_then(|x| x.link.clone()));
+        let link = self.core().link(sid);
         let mut text = Vec::new();
         let mut calls = Vec::new();
         let call_prefix = &hex::encode(Sha256::digest(format!("{generation}\0{wake_key}").as_bytes()))[..16];
@@ -1085,25 +656,12 @@ impl Host {
     }
 
     fn status(&self, cmd: &Command) -> Result<Value, DErr> {
-        let Some(sid) = &cmd.session_id else { return Ok(self.snapshot()) };
-        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-        match s.get(sid).filter(|x| x.state == SState::Active) {
-            Some(x) => {
-                let mut r = x.resource();
-                if let Some(l) = &x.link {
-                    r["toolQueue"] = l.telemetry();
-                }
-                Ok(json!({"session": r}))
-            }
-            None => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session")),
-        }
+        let turns = *self.active_turns.borrow();
+        self.core().status(cmd, Instant::now(), turns)
     }
 
     fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
-        let (sid, _) = self.live(cmd)?;
-        let s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-        let aborted = s.get(&sid).and_then(|x| x.turn.as_ref()).map(|a| a.swap(true, Ordering::Relaxed)).is_some();
-        Ok(json!({"aborted": aborted}))
+        self.core().abort(cmd)
     }
 
     fn attach(&self, conn: u64, cmd: &Command, on: bool) -> Result<Value, DErr> {
@@ -1112,8 +670,8 @@ impl Host {
         } else {
             (cmd.session_id.clone().unwrap_or_default(), cmd.generation.unwrap_or(0))
         };
-        let seq = self.sessions.lock().ok().and_then(|s| s.get(&sid).map(|x| x.seq)).unwrap_or(0);
-        let mut c = self.conns.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
+        let seq = self.core().sequence(&sid);
+        let mut c = self.conns.lock().map_err(|_| poisoned())?;
         if let Some(e) = c.get_mut(&conn) {
             if on {
                 e.attachments.insert((sid, generation));
@@ -1130,19 +688,14 @@ impl Host {
         let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
         self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
         let (link, pending) = {
-            let mut s = self.sessions.lock().map_err(|_| DErr::of(DaemonCode::InternalError, "state lock poisoned"))?;
-            let x = s.remove(&sid);
-            let pending = match &x {
-                Some(x) if x.mode == "memory" => None,
-                Some(x) if retain => {
-                    let mut r = x.record();
-                    r.state = "closed".into();
-                    Some(self.store.queue_session(&r))
-                }
-                Some(_) => Some(self.store.queue_remove_session(&sid)),
-                None => None,
+            let mut core = self.core();
+            let (link, write) = core.close(&sid, retain);
+            let pending = match write {
+                CloseWrite::Nothing => None,
+                CloseWrite::Put(r) => Some(self.store.queue_session(&r)),
+                CloseWrite::Remove => Some(self.store.queue_remove_session(&sid)),
             };
-            (x.and_then(|x| x.link), pending)
+            (link, pending)
         };
         if let Some(l) = link {
             if self.faults.has(DaemonFault::NoRevokeOnClose) {
@@ -1159,31 +712,17 @@ impl Host {
 
     async fn drain(&self, cmd: &Command) -> Result<Value, DErr> {
         let timeout = cmd.payload.get("timeoutMs").and_then(Value::as_u64).unwrap_or(30_000);
-        self.draining.store(true, Ordering::Relaxed);
+        self.core().draining = true;
         let mut turns = self.active_turns.subscribe();
         let idle = tokio::time::timeout(Duration::from_millis(timeout), turns.wait_for(|n| *n == 0)).await;
         let timed_out = !matches!(idle, Ok(Ok(_)));
-        let mut aborted = 0;
-        if timed_out {
-            if let Ok(s) = self.sessions.lock() {
-                for x in s.values() {
-                    if let Some(a) = &x.turn {
-                        a.store(true, Ordering::Relaxed);
-                        aborted += 1;
-                    }
-                }
-            }
-        }
+        let aborted = if timed_out { self.core().abort_all_turns() } else { 0 };
         Ok(json!({"draining": true, "timeoutMs": timeout, "timedOut": timed_out, "abortedTurns": aborted}))
     }
 
     /// Revoke every binding (shutdown).
     pub async fn shutdown(&self) {
-        let links: Vec<AdapterLink> = self
-            .sessions
-            .lock()
-            .map(|mut s| s.values_mut().filter_map(|x| x.link.take()).collect())
-            .unwrap_or_default();
+        let links = self.core().take_links();
         for l in links {
             l.revoke().await;
         }
@@ -1234,28 +773,6 @@ fn body_to_err(v: Option<&Value>) -> DErr {
         e.details = d.clone();
     }
     e
-}
-
-/// `cwd`, `agentDir` and `session.sessionDir` must be absolute at dispatch. The command parser
-/// accepts relative forms as Pi Daemon 0.3.3's validator does (it then resolves them against
-/// its own working directory, and fails the open); the reference daemon fails the open at once
-/// with a cause naming the field, before anything touches the filesystem.
-fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
-    // v1 ignores sessionDir.
-    let session = p.get("session").filter(|_| major == 2);
-    for (field, v) in [
-        ("payload.cwd", p.get("cwd")),
-        ("payload.agentDir", p.get("agentDir")),
-        ("payload.session.sessionDir", session.and_then(|s| s.get("sessionDir"))),
-    ] {
-        if v.and_then(Value::as_str).is_some_and(|s| !s.starts_with('/')) {
-            return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session").detail(
-                "cause",
-                json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// `session.sessionDir` must lie inside `<agentDir>/sessions` and, when it exists, be an

@@ -1,6 +1,7 @@
 //! The reference daemon (SPEC §1.1, §2, §3, §4.3–§4.4, §6, §7).
 
 pub mod conn;
+pub mod core;
 pub mod endpoint;
 pub mod faults;
 pub mod host;

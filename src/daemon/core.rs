@@ -1,0 +1,723 @@
+//! The reference daemon's host state as a sans-I/O core: the session table, restart
+//! recovery, open admission, events, the host snapshot and handshake, and the counters.
+//!
+//! `daemon::host` is its async shell: it holds the core under one lock, queues the records
+//! the core returns on the store's writer, binds adapters, runs turns and delivers events.
+//! The core does no I/O, reads no clock (every method that needs the time takes `now`, and
+//! the start time comes in as Unix seconds) and draws no randomness; the adapter link it keeps
+//! per session is a type parameter `L` it only asks [`LinkState`] questions of.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::faults::{DaemonFault, DaemonFaults};
+use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
+use crate::contract::command::{Command, OPERATIONS};
+use crate::contract::{CapabilityHandle, Code, DaemonCode, Descriptor};
+
+/// Bounds of the daemon socket (SPEC §1.1).
+pub const MAX_CONNECTIONS: usize = 64;
+/// In-flight requests per connection.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Largest command line, LF excluded.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+/// Largest response record.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+/// Largest event record.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
+/// Queued outbound bytes per connection before a slow reader is disconnected.
+pub const MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
+
+/// A dispatch error: the protocol's error body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DErr {
+    /// Code.
+    pub code: String,
+    /// Message (content-free).
+    pub message: String,
+    /// Retryable.
+    pub retryable: bool,
+    /// Details.
+    pub details: Map<String, Value>,
+}
+
+impl DErr {
+    /// An error with a code that is not known here (an adapter's own error code, a journaled
+    /// body): not retryable unless set.
+    pub fn new(code: &str, message: &str) -> Self {
+        DErr { code: code.into(), message: message.into(), retryable: false, details: Map::new() }
+    }
+
+    /// An error of the daemon catalogue, with its default `retryable`.
+    pub fn of(code: DaemonCode, message: &str) -> Self {
+        DErr { retryable: code.default_retryable(), ..Self::new(code.as_str(), message) }
+    }
+
+    /// An error with a validation code of the contract (never retryable).
+    pub fn contract(code: Code, message: &str) -> Self {
+        Self::new(code.as_str(), message)
+    }
+    /// Add one detail.
+    pub fn detail(mut self, k: &str, v: Value) -> Self {
+        self.details.insert(k.into(), v);
+        self
+    }
+    /// The body.
+    pub fn body(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("code".into(), json!(self.code));
+        m.insert("message".into(), json!(self.message));
+        m.insert("retryable".into(), json!(self.retryable));
+        if !self.details.is_empty() {
+            m.insert("details".into(), Value::Object(self.details.clone()));
+        }
+        Value::Object(m)
+    }
+}
+
+/// What the core asks of a session's adapter link.
+pub trait LinkState {
+    /// The link's queue telemetry (`toolQueue` of a session status).
+    fn telemetry(&self) -> Value;
+    /// Whether the link has failed.
+    fn is_failed(&self) -> bool;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SState {
+    Active,
+    Dormant,
+}
+
+pub(crate) struct Session<L> {
+    pub(crate) id: String,
+    pub(crate) generation: u64,
+    pub(crate) open_version: String,
+    pub(crate) cwd: String,
+    pub(crate) mode: String,
+    pub(crate) policy: Option<Value>,
+    pub(crate) link: Option<L>,
+    pub(crate) handle: Option<crate::contract::CapabilityHandle>,
+    pub(crate) state: SState,
+    pub(crate) recovery: Option<Value>,
+    pub(crate) seq: u64,
+    pub(crate) turn: Option<Arc<AtomicBool>>,
+    /// Wake keys journaled (the record's high-water mark, carried across generations).
+    pub(crate) wakes: u64,
+}
+
+impl<L> Session<L> {
+    pub(crate) fn record(&self) -> SessionRecord {
+        SessionRecord {
+            session_id: self.id.clone(),
+            generation: self.generation,
+            open_version: self.open_version.clone(),
+            cwd: self.cwd.clone(),
+            mode: self.mode.clone(),
+            policy: self.policy.clone(),
+            state: match self.state {
+                SState::Active => "active".into(),
+                SState::Dormant => "dormant".into(),
+            },
+            recovery: self.recovery.clone(),
+            wakes: self.wakes,
+        }
+    }
+
+    pub(crate) fn resource(&self) -> Value {
+        let mut v = json!({
+            "sessionId": self.id,
+            "generation": self.generation,
+            "protocolVersion": self.open_version,
+            "state": match self.state { SState::Active => "active", SState::Dormant => "dormant" },
+            "busy": self.turn.is_some(),
+            "sequence": self.seq,
+            "tools": match &self.policy { Some(p) => json!({"mode": "host-adapter", "policy": p}), None => json!("none") },
+        });
+        if let Some(r) = &self.recovery {
+            v["recovery"] = r.clone();
+        }
+        v
+    }
+}
+
+/// The SHA-256 of the canonical form of `v` (object keys sorted), in hex: a wake's payload
+/// fingerprint.
+pub fn fingerprint(v: &Value) -> String {
+    fn canon(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for k in keys {
+                    out.extend(serde_json::to_vec(k).unwrap_or_default());
+                    out.push(b':');
+                    canon(&m[k], out);
+                    out.push(b',');
+                }
+                out.push(b'}');
+            }
+            Value::Array(a) => {
+                out.push(b'[');
+                for x in a {
+                    canon(x, out);
+                    out.push(b',');
+                }
+                out.push(b']');
+            }
+            o => out.extend(serde_json::to_vec(o).unwrap_or_default()),
+        }
+    }
+    let mut b = Vec::new();
+    canon(v, &mut b);
+    hex::encode(Sha256::digest(&b))
+}
+
+/// `secs` after the Unix epoch as RFC 3339 UTC (`2026-12-03T17:19:23Z`).
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // civil-from-days (Howard Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// What the shell does for an admitted open (see [`HostCore::admit_open`]).
+pub enum OpenPlan<L> {
+    /// Answer at once.
+    Done(Value),
+    /// A tool-less generation made active again: persist `record` (when the session is
+    /// durable), then answer.
+    Reactivated {
+        /// The record to persist.
+        record: Option<SessionRecord>,
+        /// The answer.
+        answer: Value,
+    },
+    /// Revoke `old_link`, then bind the descriptor (if any) and persist `record`.
+    Bind {
+        /// The replaced generation's link.
+        old_link: Option<L>,
+        /// The same generation is bound again (quarantined or its link failed).
+        rebind_existing: bool,
+        /// The new session's record (when it is durable).
+        record: Option<SessionRecord>,
+    },
+}
+
+/// What the store does for a closed session.
+#[derive(Debug, PartialEq)]
+pub enum CloseWrite {
+    /// Nothing (a memory session, or none).
+    Nothing,
+    /// Rewrite its record as `closed`.
+    Put(Box<SessionRecord>),
+    /// Remove its record.
+    Remove,
+}
+
+/// The host state (see the module docs).
+pub struct HostCore<L> {
+    id: String,
+    started: Instant,
+    started_at: String,
+    pub(crate) sessions: HashMap<String, Session<L>>,
+    pub(crate) draining: bool,
+    indeterminate: usize,
+    failed_wakes: usize,
+    counters: BTreeMap<&'static str, u64>,
+    faults: DaemonFaults,
+}
+
+/// A restarted host: its core and the records to rewrite, sessions first, in order.
+pub struct Recovered<L> {
+    /// The core.
+    pub core: HostCore<L>,
+    /// Session records whose state or recovery condition changed.
+    pub sessions: Vec<SessionRecord>,
+    /// Wake records that failed or became indeterminate.
+    pub wakes: Vec<WakeRecord>,
+}
+
+/// The record to persist for `s`: none for a memory session.
+pub(crate) fn durable_record<L>(s: &Session<L>) -> Option<SessionRecord> {
+    (s.mode != "memory").then(|| s.record())
+}
+
+impl<L: LinkState + Clone> HostCore<L> {
+    /// Restart recovery over what the store loaded (SPEC §6): host-adapter sessions are
+    /// quarantined and every session is dormant; queued wakes fail terminally, accepted wakes
+    /// become indeterminate. `now` and `unix_secs` are the start time.
+    pub fn recover(id: String, loaded: Loaded, faults: DaemonFaults, now: Instant, unix_secs: u64) -> Recovered<L> {
+        let mut sessions = HashMap::new();
+        let mut quarantined = HashSet::new();
+        let mut session_writes = Vec::new();
+        for mut r in loaded.sessions {
+            if r.state == "closed" {
+                continue;
+            }
+            let before = r.clone();
+            if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
+                r.recovery = Some(quarantine_condition());
+                quarantined.insert((r.session_id.clone(), r.generation));
+            }
+            r.state = "dormant".into();
+            if r != before {
+                session_writes.push(r.clone());
+            }
+            sessions.insert(
+                r.session_id.clone(),
+                Session {
+                    id: r.session_id.clone(),
+                    generation: r.generation,
+                    open_version: r.open_version.clone(),
+                    cwd: r.cwd.clone(),
+                    mode: r.mode.clone(),
+                    policy: r.policy.clone(),
+                    link: None,
+                    handle: None,
+                    state: SState::Dormant,
+                    recovery: r.recovery.clone(),
+                    seq: 0,
+                    turn: None,
+                    wakes: r.wakes,
+                },
+            );
+        }
+        let (mut failed, mut indeterminate) = (0, 0);
+        let mut wake_writes = Vec::new();
+        for mut w in loaded.wakes {
+            match w.state.as_str() {
+                "queued" => {
+                    let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
+                        DaemonCode::ToolAdapterReprovisionRequired
+                    } else {
+                        DaemonCode::HostRestarted
+                    };
+                    w.state = "failed".into();
+                    // Terminal for this key, whatever the code's default: the same wake (same key)
+                    // fails again; a new key may succeed.
+                    let mut e = DErr::of(code, "the host restarted before this wake started; resubmit under a new key");
+                    e.retryable = false;
+                    w.error = Some(e.body());
+                    wake_writes.push(w);
+                    failed += 1;
+                }
+                "accepted" => {
+                    w.state = "indeterminate".into();
+                    wake_writes.push(w);
+                    indeterminate += 1;
+                }
+                "indeterminate" => indeterminate += 1,
+                _ => {}
+            }
+        }
+        let core = HostCore {
+            id,
+            started: now,
+            started_at: rfc3339(unix_secs),
+            sessions,
+            draining: false,
+            indeterminate,
+            failed_wakes: failed,
+            counters: BTreeMap::new(),
+            faults,
+        };
+        Recovered { core, sessions: session_writes, wakes: wake_writes }
+    }
+
+    /// This incarnation's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Count one occurrence of `k` (the snapshot's `counters`).
+    pub fn count(&mut self, k: &'static str) {
+        *self.counters.entry(k).or_default() += 1;
+    }
+
+    /// Every capability handle a session holds (for the outgoing scan).
+    pub fn handles(&self) -> Vec<CapabilityHandle> {
+        self.sessions.values().filter_map(|x| x.handle.clone()).collect()
+    }
+
+    /// The live generation a command names, or `stale_generation` / `session_not_found`.
+    pub fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
+        let sid = cmd.session_id.clone().unwrap_or_default();
+        let generation = cmd.generation.unwrap_or(0);
+        match self.sessions.get(&sid) {
+            Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid, generation)),
+            Some(x) if x.state == SState::Active && generation < x.generation => {
+                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open")
+                    .detail("currentGeneration", json!(x.generation))
+                    .detail("receivedGeneration", json!(generation)))
+            }
+            _ => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation")),
+        }
+    }
+
+    /// The next event of a session generation as a line (its sequence taken), replaced by
+    /// `eventDropped` past `maxEventBytes`; `None` when that generation is gone.
+    pub fn event(
+        &mut self,
+        sid: &str,
+        generation: u64,
+        event: &str,
+        request_id: Option<&str>,
+        data: Value,
+    ) -> Option<Vec<u8>> {
+        let sess = self.sessions.get_mut(sid).filter(|x| x.generation == generation)?;
+        sess.seq += 1;
+        let (version, seq) = (sess.open_version.clone(), sess.seq);
+        let mut rec = json!({
+            "protocolVersion": version, "kind": "event", "event": event, "hostInstanceId": self.id,
+            "sessionId": sid, "generation": generation, "sequence": seq,
+        });
+        if let Some(r) = request_id {
+            rec["requestId"] = json!(r);
+        }
+        rec["data"] = data;
+        let mut line = crate::wire::encode_line(&rec);
+        if line.len() > MAX_EVENT_BYTES {
+            rec = json!({
+                "protocolVersion": version, "kind": "event", "event": "eventDropped", "hostInstanceId": self.id,
+                "sessionId": sid, "generation": generation, "sequence": seq,
+                "data": {"originalEvent": event, "error": DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body()},
+            });
+            line = crate::wire::encode_line(&rec);
+        }
+        Some(line)
+    }
+
+    /// The host snapshot at `now` with `active_turns` running (handshake and host status;
+    /// SPEC §2.4).
+    pub fn snapshot(&self, now: Instant, active_turns: usize) -> Value {
+        let s = &self.sessions;
+        let quarantined: Vec<Value> = s
+            .values()
+            .filter(|x| x.recovery.is_some())
+            .map(|x| {
+                let code = DaemonCode::ToolAdapterReprovisionRequired;
+                json!({"sessionId": x.id, "generation": x.generation, "state": "reprovision_required",
+                "code": code.as_str(), "retryable": code.default_retryable()})
+            })
+            .collect();
+        let resident = s.values().filter(|x| x.state == SState::Active).count();
+        let dormant = s.values().filter(|x| x.state == SState::Dormant).count();
+        let indeterminate = self.indeterminate;
+        let phase = if indeterminate > 0 { "degraded" } else { "ready" };
+        // failureCodes maps an error code to a count, `{}` when none (as Pi Daemon 0.3.3).
+        let mut codes = Map::new();
+        if indeterminate > 0 {
+            codes.insert(DaemonCode::RequestIndeterminate.as_str().into(), json!(indeterminate));
+        }
+        let counters: Map<String, Value> = self.counters.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
+        json!({
+            "hostInstanceId": self.id,
+            "ready": indeterminate == 0,
+            "durable": true,
+            "draining": self.draining,
+            "activeTurns": active_turns,
+            "queuedTurns": 0,
+            "startedAt": self.started_at,
+            "uptimeMs": u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX),
+            "recovery": {
+                "phase": phase,
+                "failedWakes": self.failed_wakes,
+                "indeterminateWakes": indeterminate,
+                "failureCodes": codes,
+                "quarantinedSessions": quarantined,
+            },
+            "sessions": {"resident": resident, "dormant": dormant},
+            "counters": counters,
+        })
+    }
+
+    /// The handshake data (SPEC §2.4): v2 adds the host-adapter capabilities.
+    pub fn handshake(&self, v2: bool, now: Instant, active_turns: usize) -> Value {
+        let mut caps = json!({"operations": OPERATIONS, "transport": "unix-ndjson", "durable": true});
+        if v2 {
+            let m = caps.as_object_mut().unwrap_or_else(|| unreachable!());
+            m.insert("hostToolAdapter".into(), json!(true));
+            m.insert("hostToolAdapterQueueTelemetry".into(), json!(true));
+            m.insert(
+                "hostToolAdapterRecommendedQueueLimits".into(),
+                json!({"maxConcurrentRequests": 4, "maxQueuedRequests": 16}),
+            );
+            m.insert("hostToolOperationCount".into(), json!(6));
+            m.insert("configuredOpen".into(), json!(true));
+            m.insert("sessionDir".into(), json!(true));
+        }
+        let mut v = json!({
+            "protocolVersion": "1.0",
+            "supportedVersions": ["1.0", "2.0"],
+            "supportedProtocolVersions": ["1.0", "2.0"],
+            "capabilities": caps,
+            "limits": {
+                "maxConnections": MAX_CONNECTIONS,
+                "maxInFlightRequestsPerConnection": MAX_IN_FLIGHT,
+                "maxLineBytes": MAX_LINE_BYTES,
+                "maxEventBytes": MAX_EVENT_BYTES,
+                "maxResponseBytes": MAX_RESPONSE_BYTES,
+                "maxOutboundBytesPerConnection": MAX_OUTBOUND_BYTES,
+                "multiplexer": "requestId",
+            },
+            "host": self.snapshot(now, active_turns),
+        });
+        if self.faults.has(DaemonFault::SupportedVersions033) {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("supportedVersions");
+            }
+        }
+        v
+    }
+
+    /// `status`: the host snapshot, or one active session with its link's telemetry.
+    pub fn status(&self, cmd: &Command, now: Instant, active_turns: usize) -> Result<Value, DErr> {
+        let Some(sid) = &cmd.session_id else { return Ok(self.snapshot(now, active_turns)) };
+        match self.sessions.get(sid).filter(|x| x.state == SState::Active) {
+            Some(x) => {
+                let mut r = x.resource();
+                if let Some(l) = &x.link {
+                    r["toolQueue"] = l.telemetry();
+                }
+                Ok(json!({"session": r}))
+            }
+            None => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session")),
+        }
+    }
+
+    /// The open rules of SPEC §3.4 against the session table: a stale generation, the
+    /// retained-policy rules of a same-generation open, an already active generation, a
+    /// tool-less generation made active again, or a new session entered (dormant until bound
+    /// when it has tools) replacing an older generation.
+    pub fn admit_open(&mut self, cmd: &Command) -> Result<OpenPlan<L>, DErr> {
+        let sid = cmd.session_id.clone().unwrap_or_default();
+        let generation = cmd.generation.unwrap_or(0);
+        let p = &cmd.payload;
+        let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
+        let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
+        let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
+        let mut old_link = None;
+        let mut carried_wakes = 0;
+        if let Some(x) = self.sessions.get_mut(&sid) {
+            if generation < x.generation {
+                return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
+                    .detail("currentGeneration", json!(x.generation))
+                    .detail("receivedGeneration", json!(generation)));
+            }
+            if generation == x.generation {
+                match (&x.policy, &summary) {
+                    (Some(_), None) if !self.faults.has(DaemonFault::NoReprovisionRule) => {
+                        return Err(DErr::of(
+                            DaemonCode::ToolAdapterReprovisionRequired,
+                            "this generation needs its tool adapter: open it again with a descriptor",
+                        ));
+                    }
+                    (Some(a), Some(b)) if a != b => {
+                        return Err(DErr::of(
+                            DaemonCode::SessionPolicyConflict,
+                            "the tool policy differs from the retained one",
+                        ));
+                    }
+                    (None, Some(_)) => {
+                        return Err(DErr::of(
+                            DaemonCode::SessionPolicyConflict,
+                            "this generation was opened without tools",
+                        ));
+                    }
+                    _ => {}
+                }
+                let linked = x.link.as_ref().is_some_and(|l| !l.is_failed());
+                let rebind = self.faults.has(DaemonFault::ReopenRebinds) && x.policy.is_some() && summary.is_some();
+                if x.state == SState::Active && (x.policy.is_none() || linked) && !rebind {
+                    return Ok(OpenPlan::Done(json!({"created": false, "session": x.resource()})));
+                }
+                if x.policy.is_none() {
+                    x.state = SState::Active;
+                    x.open_version = cmd.version.text.clone();
+                    return Ok(OpenPlan::Reactivated {
+                        record: durable_record(x),
+                        answer: json!({"created": false, "session": x.resource()}),
+                    });
+                }
+                return Ok(OpenPlan::Bind { old_link: None, rebind_existing: true, record: None });
+            }
+            old_link = x.link.take();
+            carried_wakes = x.wakes;
+            self.sessions.remove(&sid);
+        }
+        let sess = Session {
+            id: sid.clone(),
+            generation,
+            open_version: cmd.version.text.clone(),
+            cwd,
+            mode,
+            policy: summary.clone(),
+            link: None,
+            handle: None,
+            state: if summary.is_some() { SState::Dormant } else { SState::Active },
+            recovery: None,
+            seq: 0,
+            turn: None,
+            wakes: carried_wakes,
+        };
+        // The retained policy is recorded before binding (SPEC §3.4): the shell queues the
+        // record now, in order with every other write, and waits for it before answering.
+        let record = durable_record(&sess);
+        self.sessions.insert(sid, sess);
+        Ok(OpenPlan::Bind { old_link, rebind_existing: false, record })
+    }
+
+    /// The adapter of `sid`'s `generation` answered `bound`: the session keeps `link` and
+    /// `handle` and is active at `version`. Returns the link it replaced and the record to
+    /// persist when what a restart reads changed (a cleared recovery condition or a new open
+    /// version; active and dormant recover alike, so a new session's record stays as queued).
+    /// `Err(link)` when that generation was replaced while binding.
+    #[allow(clippy::type_complexity)]
+    pub fn bound(
+        &mut self,
+        sid: &str,
+        generation: u64,
+        link: L,
+        handle: CapabilityHandle,
+        version: &str,
+    ) -> Result<(Option<L>, Option<SessionRecord>), L> {
+        let Some(x) = self.sessions.get_mut(sid).filter(|x| x.generation == generation) else { return Err(link) };
+        let replaced = x.link.replace(link);
+        let changed = x.recovery.is_some() || x.open_version != version;
+        x.handle = Some(handle);
+        x.state = SState::Active;
+        x.recovery = None;
+        x.open_version = version.to_string();
+        Ok((replaced, if changed { durable_record(x) } else { None }))
+    }
+
+    /// Forget `sid`'s `generation` (an open that could not be persisted); its link.
+    pub fn forget(&mut self, sid: &str, generation: u64) -> Option<L> {
+        if self.sessions.get(sid).is_some_and(|x| x.generation == generation) {
+            self.sessions.remove(sid).and_then(|x| x.link)
+        } else {
+            None
+        }
+    }
+
+    /// One more wake key journaled for `sid`: its record's raised high-water mark to persist.
+    pub fn count_wake(&mut self, sid: &str) -> Result<Option<SessionRecord>, DErr> {
+        let x = self.sessions.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
+        x.wakes += 1;
+        Ok(durable_record(x))
+    }
+
+    /// Remove a closed session: its link, and what the store must do — keep its record as
+    /// `closed` (`retain`), remove it, or nothing (a memory session).
+    pub fn close(&mut self, sid: &str, retain: bool) -> (Option<L>, CloseWrite) {
+        let Some(x) = self.sessions.remove(sid) else { return (None, CloseWrite::Nothing) };
+        let write = if x.mode == "memory" {
+            CloseWrite::Nothing
+        } else if retain {
+            let mut r = x.record();
+            r.state = "closed".into();
+            CloseWrite::Put(Box::new(r))
+        } else {
+            CloseWrite::Remove
+        };
+        (x.link, write)
+    }
+
+    /// Take every link (shutdown revokes them).
+    pub fn take_links(&mut self) -> Vec<L> {
+        self.sessions.values_mut().filter_map(|x| x.link.take()).collect()
+    }
+
+    /// A session's link, when bound.
+    pub fn link(&self, sid: &str) -> Option<L> {
+        self.sessions.get(sid).and_then(|x| x.link.clone())
+    }
+
+    /// A session's current event sequence (0 when unknown).
+    pub fn sequence(&self, sid: &str) -> u64 {
+        self.sessions.get(sid).map(|x| x.seq).unwrap_or(0)
+    }
+
+    /// `abort`: flag the running turn of a live generation; whether there was one.
+    pub fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
+        let (sid, _) = self.live(cmd)?;
+        let aborted = self
+            .sessions
+            .get(&sid)
+            .and_then(|x| x.turn.as_ref())
+            .map(|a| a.swap(true, std::sync::atomic::Ordering::Relaxed))
+            .is_some();
+        Ok(json!({"aborted": aborted}))
+    }
+
+    /// Start a turn in a session: its abort flag, or `session_busy` / `session_not_found`.
+    pub fn begin_turn(&mut self, sid: &str) -> Result<Arc<AtomicBool>, DErr> {
+        let x = self.sessions.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
+        if x.turn.is_some() {
+            return Err(DErr::of(DaemonCode::SessionBusy, "a turn is running"));
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        x.turn = Some(abort.clone());
+        Ok(abort)
+    }
+
+    /// A session's turn ended.
+    pub fn end_turn(&mut self, sid: &str) {
+        if let Some(x) = self.sessions.get_mut(sid) {
+            x.turn = None;
+        }
+    }
+
+    /// Flag every running turn aborted (a drain that timed out); how many.
+    pub fn abort_all_turns(&self) -> usize {
+        let mut n = 0;
+        for a in self.sessions.values().filter_map(|x| x.turn.as_ref()) {
+            a.store(true, std::sync::atomic::Ordering::Relaxed);
+            n += 1;
+        }
+        n
+    }
+
+    /// A session's resource, when it exists.
+    pub fn resource(&self, sid: &str) -> Option<Value> {
+        self.sessions.get(sid).map(Session::resource)
+    }
+}
+
+/// `cwd`, `agentDir` and `session.sessionDir` must be absolute at dispatch. The command parser
+/// accepts relative forms as Pi Daemon 0.3.3's validator does (it then resolves them against
+/// its own working directory, and fails the open); the reference daemon fails the open at once
+/// with a cause naming the field, before anything touches the filesystem.
+pub fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
+    // v1 ignores sessionDir.
+    let session = p.get("session").filter(|_| major == 2);
+    for (field, v) in [
+        ("payload.cwd", p.get("cwd")),
+        ("payload.agentDir", p.get("agentDir")),
+        ("payload.session.sessionDir", session.and_then(|s| s.get("sessionDir"))),
+    ] {
+        if v.and_then(Value::as_str).is_some_and(|s| !s.starts_with('/')) {
+            return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session").detail(
+                "cause",
+                json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
+            ));
+        }
+    }
+    Ok(())
+}
