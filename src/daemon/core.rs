@@ -721,3 +721,263 @@ pub fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DEr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::contract::{parse_command, HostContext};
+
+    const HOST: &str = "host-core-test";
+
+    /// A link the core can hold: a name and whether it failed.
+    #[derive(Clone, Debug, PartialEq)]
+    struct FakeLink(&'static str, bool);
+
+    impl LinkState for FakeLink {
+        fn telemetry(&self) -> Value {
+            json!({"link": self.0})
+        }
+        fn is_failed(&self) -> bool {
+            self.1
+        }
+    }
+
+    fn cmd(v: Value) -> Command {
+        parse_command(&v, &HostContext { host_instance_id: HOST }).expect("a valid command")
+    }
+
+    fn open(sid: &str, generation: u64, mode: &str) -> Command {
+        cmd(json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": sid,
+            "generation": generation, "payload": {"cwd": "/w", "session": {"mode": mode},
+            "resources": crate::contract::resources_with_tools(json!("none"))}}))
+    }
+
+    fn named(op: &str, sid: &str, generation: u64) -> Command {
+        cmd(json!({"protocolVersion": "2.0", "requestId": "r", "operation": op, "sessionId": sid,
+            "generation": generation, "payload": {}}))
+    }
+
+    fn session(sid: &str, generation: u64, state: &str, policy: Option<Value>) -> SessionRecord {
+        SessionRecord {
+            session_id: sid.into(),
+            generation,
+            open_version: "2.0".into(),
+            cwd: "/w".into(),
+            mode: "new".into(),
+            policy,
+            state: state.into(),
+            recovery: None,
+            wakes: 1,
+        }
+    }
+
+    fn wake(sid: &str, generation: u64, key: &str, state: &str) -> WakeRecord {
+        WakeRecord {
+            session_id: sid.into(),
+            generation,
+            idempotency_key: key.into(),
+            fingerprint: "f".into(),
+            state: state.into(),
+            result: None,
+            error: None,
+        }
+    }
+
+    fn empty(now: Instant) -> HostCore<FakeLink> {
+        HostCore::recover(HOST.into(), Loaded { sessions: vec![], wakes: vec![] }, DaemonFaults::NONE, now, 0).core
+    }
+
+    #[test]
+    fn recovery_quarantines_tool_sessions_and_settles_wakes_without_any_io() {
+        let t0 = Instant::now();
+        let loaded = Loaded {
+            sessions: vec![
+                session("tools", 3, "active", Some(json!({"adapterId": "a"}))),
+                session("plain", 1, "dormant", None),
+                session("gone", 1, "closed", None),
+            ],
+            wakes: vec![
+                wake("tools", 3, "k1", "queued"),
+                wake("plain", 1, "k2", "queued"),
+                wake("plain", 1, "k3", "accepted"),
+                wake("plain", 1, "k4", "indeterminate"),
+                wake("plain", 1, "k5", "completed"),
+            ],
+        };
+        let r = HostCore::<FakeLink>::recover(HOST.into(), loaded, DaemonFaults::NONE, t0, 951_782_400);
+        // Only the record that changed is rewritten: the tool session, quarantined and dormant.
+        assert_eq!(r.sessions.len(), 1);
+        assert_eq!(r.sessions[0].session_id, "tools");
+        assert_eq!(r.sessions[0].state, "dormant");
+        assert_eq!(r.sessions[0].recovery, Some(quarantine_condition()));
+        let codes: Vec<(String, String, Option<Value>)> = r
+            .wakes
+            .iter()
+            .map(|w| (w.idempotency_key.clone(), w.state.clone(), w.error.as_ref().map(|e| e["code"].clone())))
+            .collect();
+        assert_eq!(
+            codes,
+            vec![
+                ("k1".into(), "failed".into(), Some(json!("tool_adapter_reprovision_required"))),
+                ("k2".into(), "failed".into(), Some(json!("host_restarted"))),
+                ("k3".into(), "indeterminate".into(), None),
+            ]
+        );
+        assert!(r.wakes.iter().filter_map(|w| w.error.as_ref()).all(|e| e["retryable"] == false));
+        let snap = r.core.snapshot(t0 + Duration::from_millis(1500), 2);
+        assert_eq!(snap["startedAt"], "2000-02-29T00:00:00Z");
+        assert_eq!(snap["uptimeMs"], 1500, "uptime from the time it is given");
+        assert_eq!(snap["activeTurns"], 2);
+        assert_eq!(snap["ready"], false);
+        assert_eq!(snap["recovery"]["phase"], "degraded");
+        assert_eq!(snap["recovery"]["failedWakes"], 2);
+        assert_eq!(snap["recovery"]["indeterminateWakes"], 2);
+        assert_eq!(snap["recovery"]["failureCodes"], json!({"request_indeterminate": 2}));
+        assert_eq!(snap["recovery"]["quarantinedSessions"][0]["sessionId"], "tools");
+        assert_eq!(snap["recovery"]["quarantinedSessions"][0]["retryable"], true);
+        assert_eq!(snap["sessions"], json!({"resident": 0, "dormant": 2}));
+    }
+
+    #[test]
+    fn a_quarantined_generation_needs_its_descriptor_again() {
+        let t0 = Instant::now();
+        let loaded = Loaded { sessions: vec![session("tools", 3, "active", Some(json!({"a": 1})))], wakes: vec![] };
+        let mut core = HostCore::<FakeLink>::recover(HOST.into(), loaded, DaemonFaults::NONE, t0, 0).core;
+        let e = core.admit_open(&open("tools", 3, "new")).err().expect("refused");
+        assert_eq!((e.code.as_str(), e.retryable), ("tool_adapter_reprovision_required", true));
+        let e = core.live(&named("status", "tools", 3)).unwrap_err();
+        assert_eq!(e.code, "session_not_found", "a dormant generation is not live");
+    }
+
+    #[test]
+    fn open_admission_new_reopen_stale_and_replacement() {
+        let mut core = empty(Instant::now());
+        let Ok(OpenPlan::Bind { old_link: None, rebind_existing: false, record: Some(rec) }) =
+            core.admit_open(&open("s", 2, "new"))
+        else {
+            panic!("a new durable session is bound with its record queued")
+        };
+        assert_eq!((rec.session_id.as_str(), rec.generation, rec.state.as_str()), ("s", 2, "active"));
+        assert_eq!(core.live(&named("status", "s", 2)).unwrap(), ("s".to_string(), 2));
+        // The same generation again: answered at once, not created.
+        let Ok(OpenPlan::Done(answer)) = core.admit_open(&open("s", 2, "new")) else { panic!("answered") };
+        assert_eq!(answer["created"], false);
+        assert_eq!(answer["session"]["generation"], 2);
+        // A lower generation: stale, with both numbers.
+        let e = core.admit_open(&open("s", 1, "new")).err().unwrap();
+        assert_eq!(e.code, "stale_generation");
+        assert_eq!(e.details["currentGeneration"], 2);
+        assert_eq!(e.details["receivedGeneration"], 1);
+        let e = core.live(&named("abort", "s", 1)).unwrap_err();
+        assert_eq!(e.code, "stale_generation");
+        // A higher generation replaces it and hands its link back for revocation.
+        core.sessions.get_mut("s").unwrap().link = Some(FakeLink("old", false));
+        let Ok(OpenPlan::Bind { old_link, rebind_existing: false, .. }) = core.admit_open(&open("s", 3, "memory"))
+        else {
+            panic!("replaced")
+        };
+        assert_eq!(old_link, Some(FakeLink("old", false)));
+        assert_eq!(core.live(&named("status", "s", 2)).unwrap_err().code, "stale_generation");
+        // A memory session queues no record.
+        let Ok(OpenPlan::Bind { record: None, .. }) = core.admit_open(&open("m", 1, "memory")) else {
+            panic!("memory session")
+        };
+    }
+
+    #[test]
+    fn bound_forget_and_close_return_what_the_shell_must_do() {
+        let mut core = empty(Instant::now());
+        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let handle = crate::contract::CapabilityHandle::new("h".repeat(43));
+        let (replaced, record) = core.bound("s", 1, FakeLink("a", false), handle.clone(), "2.0").unwrap();
+        assert_eq!((replaced, record), (None, None), "nothing a restart reads changed");
+        assert_eq!(core.handles(), vec![handle.clone()]);
+        let st = core.status(&named("status", "s", 1), Instant::now(), 0).unwrap();
+        assert_eq!(st["session"]["toolQueue"], json!({"link": "a"}));
+        let (replaced, record) = core.bound("s", 1, FakeLink("b", false), handle.clone(), "2.3").unwrap();
+        assert_eq!(replaced, Some(FakeLink("a", false)));
+        assert_eq!(record.map(|r| r.open_version), Some("2.3".into()), "a new open version is persisted");
+        assert_eq!(core.bound("s", 9, FakeLink("c", false), handle.clone(), "2.0").unwrap_err(), FakeLink("c", false));
+        let (link, write) = core.close("s", true);
+        assert_eq!(link, Some(FakeLink("b", false)));
+        let CloseWrite::Put(r) = write else { panic!("retained") };
+        assert_eq!(r.state, "closed");
+        assert!(core.handles().is_empty());
+        let _ = core.admit_open(&open("t", 1, "new")).ok().unwrap();
+        assert_eq!(core.close("t", false), (None, CloseWrite::Remove));
+        let _ = core.admit_open(&open("u", 1, "new")).ok().unwrap();
+        core.sessions.get_mut("u").unwrap().link = Some(FakeLink("u", false));
+        assert_eq!(core.forget("u", 2), None, "another generation is left alone");
+        assert_eq!(core.forget("u", 1), Some(FakeLink("u", false)));
+        assert_eq!(core.status(&named("status", "u", 1), Instant::now(), 0).unwrap_err().code, "session_not_found");
+    }
+
+    #[test]
+    fn events_take_the_next_sequence_and_oversized_ones_are_dropped() {
+        let mut core = empty(Instant::now());
+        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let line = core.event("s", 1, "opened", Some("o"), json!({"created": true})).unwrap();
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            (v["sequence"].clone(), v["event"].clone(), v["requestId"].clone()),
+            (json!(1), json!("opened"), json!("o"))
+        );
+        assert_eq!(v["hostInstanceId"], HOST);
+        assert!(core.event("s", 2, "x", None, json!({})).is_none(), "another generation has no events");
+        let big = core.event("s", 1, "agentText", None, json!({"t": "x".repeat(MAX_EVENT_BYTES)})).unwrap();
+        let v: Value = serde_json::from_slice(&big).unwrap();
+        assert_eq!(v["event"], "eventDropped");
+        assert_eq!(v["sequence"], 2);
+        assert_eq!(v["data"]["error"]["code"], "outbound_record_too_large");
+        assert_eq!(core.sequence("s"), 2);
+    }
+
+    #[test]
+    fn turns_are_exclusive_and_abortable() {
+        let mut core = empty(Instant::now());
+        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let flag = core.begin_turn("s").unwrap();
+        let e = core.begin_turn("s").unwrap_err();
+        assert_eq!((e.code.as_str(), e.retryable), ("session_busy", true));
+        assert_eq!(core.resource("s").unwrap()["busy"], true);
+        assert_eq!(core.abort(&named("abort", "s", 1)).unwrap(), json!({"aborted": true}));
+        assert!(flag.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(core.abort_all_turns(), 1);
+        core.end_turn("s");
+        assert_eq!(core.abort(&named("abort", "s", 1)).unwrap(), json!({"aborted": false}));
+        assert_eq!(core.begin_turn("nope").unwrap_err().code, "session_not_found");
+    }
+
+    #[test]
+    fn the_handshake_is_built_from_the_core_and_the_given_time() {
+        let t0 = Instant::now();
+        let core = empty(t0);
+        let v1 = core.handshake(false, t0 + Duration::from_millis(7), 0);
+        assert_eq!(v1["host"]["uptimeMs"], 7);
+        assert!(v1["capabilities"].get("hostToolAdapter").is_none());
+        assert_eq!(v1["limits"]["maxInFlightRequestsPerConnection"], MAX_IN_FLIGHT);
+        let v2 = core.handshake(true, t0, 0);
+        assert_eq!(v2["capabilities"]["hostToolAdapter"], true);
+        assert_eq!(v2["supportedVersions"], json!(["1.0", "2.0"]));
+        let faulty: HostCore<FakeLink> = HostCore::recover(
+            HOST.into(),
+            Loaded { sessions: vec![], wakes: vec![] },
+            DaemonFault::SupportedVersions033.into(),
+            t0,
+            0,
+        )
+        .core;
+        assert!(faulty.handshake(true, t0, 0).get("supportedVersions").is_none());
+    }
+
+    #[test]
+    fn utc_formatting_and_fingerprints() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_320_763), "2026-12-03T17:59:23Z");
+        assert_eq!(fingerprint(&json!({"a": 1, "b": [1, 2]})), fingerprint(&json!({"b": [1, 2], "a": 1})));
+        assert_ne!(fingerprint(&json!({"a": 1})), fingerprint(&json!({"a": 2})));
+    }
+}
