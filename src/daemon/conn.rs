@@ -264,12 +264,12 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::ids::SplitMix64;
+    use crate::util::prng::SplitMix64;
 
     const HOST: &str = "host-test";
 
     fn conn() -> Connection {
-        Connection::new(HOST, DaemonFaults::NONE, Box::new(SplitMix64(1)))
+        Connection::new(HOST, DaemonFaults::NONE, Box::new(SplitMix64::new(1)))
     }
 
     fn line(v: &Value) -> Result<Vec<u8>, LineError> {
@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn invalid_ids_come_from_the_given_rng() {
         let run = |seed| {
-            let mut c = Connection::new(HOST, DaemonFaults::NONE, Box::new(SplitMix64(seed)));
+            let mut c = Connection::new(HOST, DaemonFaults::NONE, Box::new(SplitMix64::new(seed)));
             c.handle_line(Ok(b"nope".to_vec()));
             take(&mut c).0["requestId"].as_str().unwrap().to_string()
         };
@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn fault_switches_keep_their_meaning_in_the_core() {
         let faults = DaemonFaults::from_iter([DaemonFault::KeepOpenOnInvalidJson, DaemonFault::Echo10OnDuplicate]);
-        let mut c = Connection::new(HOST, faults, Box::new(SplitMix64(1)));
+        let mut c = Connection::new(HOST, faults, Box::new(SplitMix64::new(1)));
         c.handle_line(Ok(b"{".to_vec()));
         let (v, close) = take(&mut c);
         assert_eq!(v["error"]["code"], "invalid_json");

@@ -1,7 +1,7 @@
 //! Where the daemon's random ids come from: the sans-I/O cores ([`super::conn`],
 //! [`super::runtime`]) draw every UUID from an [`Rng`] their caller hands them, so a test feeds
-//! them a seeded [`SplitMix64`] and gets the same ids every run; the async shells hand them
-//! [`OsRng`].
+//! them the crate's seeded `util::prng::SplitMix64` and gets the same ids every run; the
+//! async shells hand them [`OsRng`].
 
 /// A source of 64-bit random words.
 pub trait Rng: Send {
@@ -30,30 +30,24 @@ impl Rng for OsRng {
     }
 }
 
-/// A small deterministic generator (SplitMix64) for tests of the cores: the same seed gives
-/// the same ids.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(pub u64);
-
-impl Rng for SplitMix64 {
+/// The crate's seeded test PRNG ([`crate::util::prng::SplitMix64`]) as an [`Rng`]: the same
+/// seed gives the same ids.
+impl Rng for crate::util::prng::SplitMix64 {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        crate::util::prng::SplitMix64::next_u64(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::prng::SplitMix64;
 
     #[test]
     fn uuids_are_version_4_and_repeat_with_the_seed() {
-        let a = uuid_v4(&mut SplitMix64(7));
-        let b = uuid_v4(&mut SplitMix64(7));
-        let c = uuid_v4(&mut SplitMix64(8));
+        let a = uuid_v4(&mut SplitMix64::new(7));
+        let b = uuid_v4(&mut SplitMix64::new(7));
+        let c = uuid_v4(&mut SplitMix64::new(8));
         assert_eq!(a, b);
         assert_ne!(a, c);
         let u = uuid::Uuid::parse_str(&a).unwrap();

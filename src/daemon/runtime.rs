@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use super::faults::{DaemonFault, DaemonFaults};
 use super::ids::{uuid_v4, Rng};
 use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
+use crate::contract::operation::is_mutating;
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{Code, DaemonCode, Descriptor};
 use crate::wire::{decode_strict, encode_line, LineDecoder};
@@ -313,10 +314,6 @@ impl std::fmt::Debug for AdapterRuntime {
             .field("counters", &self.counters)
             .finish_non_exhaustive()
     }
-}
-
-fn is_mutating(op: ToolOperation) -> bool {
-    matches!(op, ToolOperation::FsWrite | ToolOperation::FsEdit)
 }
 
 fn frame_code(e: &FrameError) -> &'static str {
@@ -898,10 +895,10 @@ impl AdapterRuntime {
 mod tests {
     use super::*;
     use crate::contract::admit_descriptor;
-    use crate::daemon::ids::SplitMix64;
+    use crate::util::prng::SplitMix64;
 
     fn rng() -> Box<dyn Rng> {
-        Box::new(SplitMix64(42))
+        Box::new(SplitMix64::new(42))
     }
 
     const HANDLE: &str = "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB";
@@ -984,7 +981,7 @@ mod tests {
         let d = descriptor(BASE);
         let t0 = Instant::now();
         let ids = |seed: u64| {
-            let mut rt = AdapterRuntime::new(&d, t0, Box::new(SplitMix64(seed)));
+            let mut rt = AdapterRuntime::new(&d, t0, Box::new(SplitMix64::new(seed)));
             bound(&d, &mut rt, t0);
             let call = rt.begin_call(t0, ToolOperation::FsStat, json!({"path": "a"}), "c").unwrap();
             let invoke = lines(&mut rt).remove(0)["requestId"].as_str().unwrap().to_string();
