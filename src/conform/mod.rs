@@ -6,4 +6,5 @@ pub mod daemon;
 pub mod killmatrix;
 pub mod report;
 pub mod run;
+pub mod script;
 pub mod selftest;

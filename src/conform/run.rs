@@ -424,6 +424,7 @@ pub fn run_daemon<R: Into<Flow>>(
     let probe = super::daemon::probe::Probe::start(&target.cwd)
         .map_err(|e| RunError::Harness(format!("cannot start the probe adapter: {e}")))?;
     let reg = super::daemon::cases::registry();
+    let daemon_sessions = super::daemon::script::sessions();
     let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
     // Golden vectors replayed as cases (`vector:<id>`), loaded only when one is selected.
     let replay = super::daemon::replay::PREFIX;
@@ -439,7 +440,8 @@ pub fn run_daemon<R: Into<Flow>>(
     for (i, meta) in selected.iter().enumerate() {
         let f = reg.iter().find(|(id, _)| *id == meta.id).map(|(_, f)| *f);
         let vector = meta.id.strip_prefix(replay).filter(|_| f.is_none());
-        if f.is_none() && vector.is_none() {
+        let session = f.is_none() && vector.is_none() && daemon_sessions.iter().any(|s| s.meta.id == meta.id);
+        if f.is_none() && vector.is_none() && !session {
             return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
         }
         let started = Instant::now();
@@ -448,6 +450,7 @@ pub fn run_daemon<R: Into<Flow>>(
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match (f, vector, &vectors) {
             (Some(f), _, _) => f(&mut ctx),
             (None, Some(id), Some(set)) => super::daemon::replay::run(&mut ctx, set, id),
+            _ if session => super::daemon::script::run(&mut ctx, &meta.id),
             _ => Outcome::Error("no implementation".into()),
         }))
         .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));

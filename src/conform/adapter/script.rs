@@ -24,64 +24,20 @@
 //! case's outcome is the observation of the last `expect` step; an earlier `expect` that does
 //! not match is a problem of the case.
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::conn::{Conn, Recv};
+use super::conn::Conn;
 use super::{token, Ctx};
 use crate::conform::case::{CaseMeta, Outcome};
+pub use crate::conform::script::{matches, Send, Session, Step};
+use crate::conform::script::{Dialect, Observed, Scoring};
 
 /// The built-in session vectors.
 pub const SESSIONS: &str = include_str!("../../../vectors/sessions/adapter.json");
 
-/// One session vector.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Session {
-    /// The catalogue entry.
-    #[serde(flatten)]
-    pub meta: CaseMeta,
-    /// The steps.
-    pub steps: Vec<Step>,
-}
-
-/// One step (exactly one of the fields).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Step {
-    /// Open a fresh connection.
-    pub connect: Option<Value>,
-    /// Send the live bind and require `bound`.
-    pub bind: Option<Value>,
-    /// Send a built frame.
-    pub send: Option<Send>,
-    /// The contract's verdict on the built frame (`valid` or a code).
-    pub contract: Option<String>,
-    /// Send a raw line.
-    pub send_raw: Option<String>,
-    /// Expect the next line.
-    pub expect: Option<Value>,
-    /// Expect nothing for this many ms.
-    pub silence: Option<u64>,
-}
-
-/// A frame to build.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Send {
-    /// `bind`, `invoke`, `abort` or `revoke`.
-    pub base: String,
-    /// Top-level keys to set (placeholders expanded).
-    #[serde(default)]
-    pub set: Map<String, Value>,
-    /// Top-level keys to remove.
-    #[serde(default)]
-    pub remove: Vec<String>,
-}
-
 /// Parse the built-in sessions.
 pub fn sessions() -> Vec<Session> {
-    serde_json::from_str(SESSIONS).expect("the built-in session vectors are valid")
+    crate::conform::script::parse(SESSIONS).expect("the built-in session vectors are valid")
 }
 
 /// Their catalogue entries.
@@ -131,7 +87,7 @@ impl Values {
 
     /// Build a frame; `fresh` gives an invoke's new `(requestId, idempotencyKey)`.
     pub fn build(&mut self, s: &Send, fresh: (String, String)) -> Result<Value, String> {
-        let mut f = match s.base.as_str() {
+        let f = match s.base.as_str() {
             "bind" => self.bind.as_object().cloned().unwrap_or_default(),
             kind @ ("invoke" | "abort" | "revoke") => {
                 let mut m = Map::new();
@@ -147,25 +103,74 @@ impl Values {
             }
             other => return Err(format!("unknown base {other}")),
         };
-        for (k, v) in &s.set {
-            let v = self.expand(v);
-            if k == "requestId" {
-                self.request_id = v.as_str().unwrap_or_default().to_string();
-            }
-            f.insert(k.clone(), v);
+        let mut f = Value::Object(f);
+        crate::conform::script::patch(&mut f, s, |v| self.expand(v))?;
+        if let Some(id) = s.set.get("requestId") {
+            self.request_id = self.expand(id).as_str().unwrap_or_default().to_string();
         }
-        for k in &s.remove {
-            f.remove(k);
-        }
-        Ok(Value::Object(f))
+        Ok(f)
     }
 }
 
-/// Whether `got` holds every member of `pattern` (objects partially, everything else equal).
-pub fn matches(pattern: &Value, got: &Value) -> bool {
-    match (pattern, got) {
-        (Value::Object(p), Value::Object(g)) => p.iter().all(|(k, v)| g.get(k).is_some_and(|x| matches(v, x))),
-        _ => pattern == got,
+/// The adapter runner's dialect: tool-adapter frames on the adapter's socket.
+struct Adapter<'c, 'a> {
+    c: &'c mut Ctx<'a>,
+    values: Values,
+}
+
+impl Dialect for Adapter<'_, '_> {
+    const SCORING: Scoring = Scoring::Last;
+
+    fn connect(&mut self) -> Result<Conn, Outcome> {
+        self.c.connect()
+    }
+
+    fn bind(&mut self, conn: &mut Conn) -> Result<(), Outcome> {
+        conn.send(&self.values.bind);
+        let r = conn.recv();
+        if !r.frame().is_some_and(|f| f["kind"] == "bound") {
+            return Err(Outcome::Error(format!(
+                "inconclusive: the valid bind was answered `{}`, not bound",
+                token(&r)
+            )));
+        }
+        Ok(())
+    }
+
+    fn build(&mut self, send: &Send) -> Result<Value, String> {
+        let fresh = self.c.ids();
+        self.values.build(send, fresh)
+    }
+
+    fn expand_raw(&self, raw: &str) -> String {
+        self.values.expand(&json!(raw)).as_str().unwrap_or_default().to_string()
+    }
+
+    fn expect(&mut self, conn: &mut Conn, want: &Value) -> Result<Observed, Outcome> {
+        let (token, ok) = match want {
+            Value::String(w) if w == "close" => {
+                let t = token(&conn.expect_close(self.c.step()));
+                let ok = t == "closed";
+                (t, ok)
+            }
+            Value::String(kind) => {
+                let t = token(&conn.recv());
+                let ok = &t == kind;
+                (t, ok)
+            }
+            Value::Object(m) if m.contains_key("result") => {
+                let r = conn.recv_for(&self.values.request_id);
+                let pattern = self.values.expand(&m["result"]);
+                let ok = r.frame().is_some_and(|f| f["kind"] == "result" && matches(&pattern, f));
+                (token(&r), ok)
+            }
+            other => return Err(Outcome::Error(format!("bad expectation {other}"))),
+        };
+        Ok(Observed { token, ok, problems: Vec::new() })
+    }
+
+    fn step(&self) -> std::time::Duration {
+        self.c.step()
     }
 }
 
@@ -174,73 +179,8 @@ pub fn run(c: &mut Ctx<'_>, id: &str) -> Outcome {
     let Some(s) = sessions().into_iter().find(|s| s.meta.id == id) else {
         return Outcome::Error(format!("no session vector {id}"));
     };
-    let mut values = Values { bind: c.bind_frame(), request_id: String::new() };
-    let mut conn: Conn = match c.connect() {
-        Ok(conn) => conn,
-        Err(o) => return o,
-    };
-    let mut problems = Vec::new();
-    let mut last = String::from("no-expectation");
-    let n = s.steps.len();
-    for (i, step) in s.steps.iter().enumerate() {
-        if step.connect.is_some() {
-            conn = match c.connect() {
-                Ok(conn) => conn,
-                Err(o) => return o,
-            };
-        } else if step.bind.is_some() {
-            conn.send(&values.bind);
-            let r = conn.recv();
-            if !r.frame().is_some_and(|f| f["kind"] == "bound") {
-                return Outcome::Error(format!("inconclusive: the valid bind was answered `{}`, not bound", token(&r)));
-            }
-        } else if let Some(send) = &step.send {
-            let fresh = c.ids();
-            match values.build(send, fresh) {
-                Ok(f) => conn.send(&f),
-                Err(e) => return Outcome::Error(format!("session {id}: {e}")),
-            }
-        } else if let Some(raw) = &step.send_raw {
-            let mut line = values.expand(&json!(raw)).as_str().unwrap_or_default().as_bytes().to_vec();
-            line.push(b'\n');
-            conn.send_raw(&line);
-        } else if let Some(ms) = step.silence {
-            let r = conn.recv_within(std::time::Duration::from_millis(ms));
-            if r != Recv::Timeout {
-                problems.push(format!("expected silence for {ms} ms, got `{}`", token(&r)));
-            }
-        } else if let Some(want) = &step.expect {
-            let (observed, ok) = match want {
-                Value::String(w) if w == "close" => {
-                    let r = conn.expect_close(c.step());
-                    let t = token(&r);
-                    let ok = t == "closed";
-                    (t, ok)
-                }
-                Value::String(kind) => {
-                    let r = conn.recv();
-                    let t = token(&r);
-                    let ok = &t == kind;
-                    (t, ok)
-                }
-                Value::Object(m) if m.contains_key("result") => {
-                    let r = conn.recv_for(&values.request_id);
-                    let pattern = values.expand(&m["result"]);
-                    let ok = r.frame().is_some_and(|f| f["kind"] == "result" && matches(&pattern, f));
-                    (token(&r), ok)
-                }
-                other => return Outcome::Error(format!("session {id}: bad expectation {other}")),
-            };
-            if i + 1 == n || s.steps[i + 1..].iter().all(|x| x.expect.is_none()) {
-                last = observed;
-            } else if !ok {
-                problems.push(format!("step {}: expected {want}, observed `{observed}`", i + 1));
-            }
-        } else {
-            return Outcome::Error(format!("session {id}: step {} does nothing", i + 1));
-        }
-    }
-    Outcome::with(last, problems)
+    let values = Values { bind: c.bind_frame(), request_id: String::new() };
+    crate::conform::script::run(&mut Adapter { c, values }, &s)
 }
 
 #[cfg(test)]

@@ -104,27 +104,8 @@ fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Out
     }
 }
 
-fn closed_after(c: &mut DCtx<'_>, conn: &mut crate::conform::adapter::conn::Conn) -> bool {
-    let step = c.target.step;
-    loop {
-        match conn.recv_within(step) {
-            Recv::Closed => return true,
-            Recv::Frame(..) | Recv::Garbage(_) => continue,
-            Recv::Timeout => return false,
-        }
-    }
-}
-
 // ---------------------------------------------------------------- handshake
 
-fn hs_payload_required(c: &mut DCtx<'_>) -> Outcome {
-    let rid = c.rid();
-    refusal_of(
-        one(c, json!({"protocolVersion": "2.0", "requestId": rid, "operation": "handshake"})),
-        "invalid_field",
-        Some("payload"),
-    )
-}
 fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
     let v = c.cmd("2.0", "handshake", json!({}));
     let r = tryo!(one(c, v));
@@ -141,20 +122,6 @@ fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
         Outcome::token(rtoken(&r))
     }
 }
-fn hs_v2_capabilities(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({}));
-    let r = tryo!(one(c, v));
-    let caps = &data(&r)["capabilities"];
-    let mut p = Vec::new();
-    for (k, want) in
-        [("hostToolAdapter", json!(true)), ("hostToolOperationCount", json!(6)), ("configuredOpen", json!(true))]
-    {
-        if caps[k] != want {
-            p.push(format!("capabilities.{k} should be {want}, got {}", caps[k]));
-        }
-    }
-    Outcome::with(rtoken(&r), p)
-}
 fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
     let v = c.cmd("2.0", "handshake", json!({}));
     let r = tryo!(one(c, v));
@@ -168,24 +135,6 @@ fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- envelope
 
-fn env_echo_minor(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.7", "handshake", json!({}));
-    let r = tryo!(one(c, v));
-    Outcome::token(format!("version:{}", r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")))
-}
-fn env_echo_on_error(c: &mut DCtx<'_>) -> Outcome {
-    let s = c.session.clone();
-    let v = c.cmd("2.3", "wake", json!({"sessionId": s, "generation": 1, "payload": {"prompt": "x"}}));
-    let r = tryo!(one(c, v));
-    // The provoked refusal: the wake has no idempotencyKey.
-    match refusal(&r, "invalid_field", Some("idempotencyKey")) {
-        Outcome::Observed { token, .. } if token == "error:invalid_field@idempotencyKey" => Outcome::token(format!(
-            "version:{}",
-            r.frame().and_then(|f| f["protocolVersion"].as_str()).unwrap_or("none")
-        )),
-        other => other,
-    }
-}
 fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Silence, InvokeMode::Normal);
     let d = c.descriptor(1, Some(limits_with_timeout(1500)));
@@ -219,70 +168,6 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     out
 }
-fn env_unknown_fields(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({"futureField": {"x": 1}, "payload": {"alsoFuture": true}}));
-    tok(one(c, v))
-}
-fn env_incompatible_closes(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("3.0", "handshake", json!({}));
-    let mut conn = tryo!(c.connect());
-    let r = c.call(&mut conn, v);
-    let closed = closed_after(c, &mut conn);
-    with_close(refusal(&r, "incompatible_protocol", None), closed)
-}
-
-/// Append `+closed` / `+open` to an observed token.
-fn with_close(o: Outcome, closed: bool) -> Outcome {
-    match o {
-        Outcome::Observed { token, problems } => {
-            Outcome::with(format!("{token}{}", if closed { "+closed" } else { "+open" }), problems)
-        }
-        other => other,
-    }
-}
-fn env_bad_json_closes(c: &mut DCtx<'_>) -> Outcome {
-    let mut conn = tryo!(c.connect());
-    conn.send_raw(b"{\"protocolVersion\":\"2.0\",\n");
-    let r = conn.recv_within(c.target.step * 2);
-    let rid_ok = r.frame().and_then(|f| f["requestId"].as_str()).is_some_and(|s| s.starts_with("invalid-"));
-    let closed = closed_after(c, &mut conn);
-    match with_close(refusal(&r, "invalid_json", None), closed) {
-        Outcome::Observed { token, mut problems } => {
-            if !rid_ok && r.frame().is_some() {
-                problems.push("the requestId of a decoder error must be invalid-<uuid>".into());
-            }
-            Outcome::with(token, problems)
-        }
-        other => other,
-    }
-}
-fn env_oversize_closes(c: &mut DCtx<'_>) -> Outcome {
-    let mut conn = tryo!(c.connect());
-    let mut big = vec![b' '; 1024 * 1024 + 16];
-    big.push(b'\n');
-    conn.send_raw(&big);
-    let r = conn.recv_within(c.target.step * 2);
-    let closed = closed_after(c, &mut conn);
-    with_close(refusal(&r, "line_too_large", None), closed)
-}
-fn env_validation_keeps_open(c: &mut DCtx<'_>) -> Outcome {
-    let mut conn = tryo!(c.connect());
-    let bad = c.cmd("2.0", "explode", json!({}));
-    let r1 = c.call(&mut conn, bad);
-    let good = c.cmd("2.0", "handshake", json!({}));
-    let r2 = c.call(&mut conn, good);
-    match refusal(&r1, "unknown_operation", None) {
-        Outcome::Observed { token, .. } => Outcome::token(format!("{token}+{}", rtoken(&r2))),
-        other => other,
-    }
-}
-fn env_request_id_echo(c: &mut DCtx<'_>) -> Outcome {
-    let mut conn = tryo!(c.connect());
-    conn.send(&json!({"protocolVersion": "2.0", "requestId": 42, "operation": "handshake", "payload": {}}));
-    let r = conn.recv();
-    let ok = r.frame().and_then(|f| f["requestId"].as_str()).is_some_and(|s| s.starts_with("invalid-"));
-    Outcome::token(if ok { "invalid-uuid" } else { "other" })
-}
 
 // ---------------------------------------------------------------- v1 / v2 resources
 
@@ -290,10 +175,6 @@ fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
     let rid = c.rid();
     json!({"protocolVersion": "1.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
         "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}})
-}
-fn v1_tools_string(c: &mut DCtx<'_>) -> Outcome {
-    let v = v1_open(c, json!("all"));
-    refusal_of(one(c, v), "unsupported_resource_policy", Some("tools"))
 }
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
     let d = c.descriptor(1, None);
@@ -1121,20 +1002,9 @@ fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
 /// Every daemon case implementation by id.
 pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
-        ("daemon.handshake.payload-required", hs_payload_required),
         ("daemon.handshake.supported-versions", hs_supported_versions),
-        ("daemon.handshake.v2-capabilities", hs_v2_capabilities),
         ("daemon.handshake.host-snapshot", hs_host_snapshot),
-        ("daemon.envelope.echo-minor", env_echo_minor),
-        ("daemon.envelope.echo-on-validation-error", env_echo_on_error),
         ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
-        ("daemon.envelope.unknown-fields-tolerated", env_unknown_fields),
-        ("daemon.envelope.incompatible-closes", env_incompatible_closes),
-        ("daemon.envelope.invalid-json-closes", env_bad_json_closes),
-        ("daemon.envelope.oversize-line-closes", env_oversize_closes),
-        ("daemon.envelope.validation-keeps-open", env_validation_keeps_open),
-        ("daemon.envelope.request-id-echo", env_request_id_echo),
-        ("daemon.v1.tools-string", v1_tools_string),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
         ("daemon.admission.check-1-closed-descriptor", adm_1),

@@ -5,6 +5,7 @@ pub mod cases;
 pub mod frames;
 pub mod probe;
 pub mod replay;
+pub mod script;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -21,9 +22,12 @@ use super::case::{CaseMeta, Outcome, WireLine};
 /// The daemon case catalogue (`conformance/daemon-cases.json`), built in.
 pub const CATALOGUE: &str = include_str!("../../../conformance/daemon-cases.json");
 
-/// Parse the built-in catalogue.
+/// Parse the built-in catalogue: the cases written in Rust, then the session vectors
+/// ([`script`], `vectors/sessions/daemon.json`).
 pub fn catalogue() -> Vec<CaseMeta> {
-    serde_json::from_str(CATALOGUE).expect("the built-in daemon catalogue is valid")
+    let mut cat: Vec<CaseMeta> = serde_json::from_str(CATALOGUE).expect("the built-in daemon catalogue is valid");
+    cat.extend(script::catalogue());
+    cat
 }
 
 /// The catalogue of a daemon run: the built-in cases, then one `vector:<id>` case per golden
