@@ -33,7 +33,7 @@ fn data(r: &Recv) -> Value {
     r.frame().map(|v| v["data"].clone()).unwrap_or(Value::Null)
 }
 
-fn one(c: &mut DCtx<'_>, v: Value) -> Result<Recv, Outcome> {
+pub(super) fn one(c: &mut DCtx<'_>, v: Value) -> Result<Recv, Outcome> {
     let mut conn = c.connect()?;
     Ok(c.call(&mut conn, v))
 }
@@ -582,7 +582,7 @@ fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- tool traffic
 
-fn invokes(c: &DCtx<'_>) -> Vec<Value> {
+pub(super) fn invokes(c: &DCtx<'_>) -> Vec<Value> {
     c.probe.seen().frames.into_iter().filter(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f).collect()
 }
 fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {

@@ -18,25 +18,60 @@
 //! live binding and invoke ([`rewrite_doc`], [`rewrite_raw`]); the rewritten line is judged
 //! again by the contract against the live binding, and when that changes the vector's verdict
 //! (a line limit of the vector's descriptor, a longer id) the case is skipped with the reason.
-//! `aborted` and `revoked` frames answer an abort or revoke the daemon sends only on its own
-//! schedule: they are skipped with the reason (a vector that changed the kind is replayed).
+//!
+//! `aborted` and `revoked` frames answer an abort or a revoke, which a daemon sends on its own
+//! schedule; the runner provokes them:
+//! - an `aborted` frame answers the `abort` a daemon sends for a call that times out on the
+//!   wire (shared SPEC §4.4; the probe holds the invoke past a `requestTimeoutMs` of 300 ms):
+//!   the frame's `requestId` and `targetRequestId` are rewritten to the live abort's. A valid
+//!   acknowledgement leaves the connection usable (`acknowledged`); an invalid one fails it
+//!   closed (`failed-closed`: no later tool call reaches the adapter). A daemon that sends no
+//!   abort is judged by `daemon.tools.timeout-sends-abort`; here the case is skipped.
+//! - a `revoked` frame is sent unsolicited, ahead of the result of an invoke: a revoke the
+//!   daemon sends at close or replacement ends the connection anyway, so how it treats the
+//!   frame could not be seen. An invalid one fails the connection closed (the protocol text:
+//!   every acknowledgement is rejected unless its identity matches, unexpected fields fail
+//!   closed); a valid one is ignored (shared SPEC §4.3: `revoked` is ignored) — the call
+//!   completes and the connection stays usable (`ignored`), a SHOULD case: the protocol text
+//!   does not say what an unsolicited `revoked` does.
 
 use serde_json::{json, Map, Value};
 
-use super::cases::{call_then_call, open_then_call, open_with};
-use super::probe::ScriptAt;
+use std::time::{Duration, Instant};
+
+use super::cases::{call_then_call, invokes, one, open_then_call, open_with};
+use super::probe::{BoundMode, InvokeMode, ScriptAt};
 use super::DCtx;
 use crate::conform::case::{CaseMeta, Level, Outcome};
 use crate::contract::{admit_descriptor, Binding, Direction};
 use crate::judge::{judge_line, Context, Kind};
 use crate::vectors::{meets, Vector, VectorSet};
 
+/// The `kind` of the frame of `v`, as far as it can be told without the bases: a patch of
+/// `/kind`, the kind of a raw line or an input, else the base's (its name).
+fn frame_kind(v: &Vector) -> Option<String> {
+    if let Some(p) = v.patch.iter().rev().find(|p| p.path == "/kind") {
+        return (p.op == "set").then(|| p.value.as_str().map(str::to_string)).flatten();
+    }
+    if let Some(raw) = &v.raw {
+        let loose: Option<Value> = serde_json::from_str(raw.trim_end_matches('\r')).ok();
+        return loose.and_then(|d| d["kind"].as_str().map(str::to_string));
+    }
+    if let Some(d) = &v.input {
+        return d["kind"].as_str().map(str::to_string);
+    }
+    v.base.clone()
+}
+
 /// Where the frame of `v` is sent.
 fn stage(v: &Vector) -> ScriptAt {
     if v.base.as_deref() == Some("bound") {
-        ScriptAt::Bound
-    } else {
-        ScriptAt::Invoke
+        return ScriptAt::Bound;
+    }
+    match frame_kind(v).as_deref() {
+        Some("aborted") => ScriptAt::Abort,
+        Some("revoked") => ScriptAt::BeforeResult,
+        _ => ScriptAt::Invoke,
     }
 }
 
@@ -50,7 +85,9 @@ fn want(v: &Vector) -> &'static str {
         (ScriptAt::Bound, true) => "opened",
         (ScriptAt::Bound, false) => "open-refused",
         (ScriptAt::Invoke, true) => "completed",
-        (ScriptAt::Invoke, false) => "failed-closed",
+        (ScriptAt::Abort, true) => "acknowledged",
+        (ScriptAt::BeforeResult, true) => "ignored",
+        (ScriptAt::Invoke | ScriptAt::Abort | ScriptAt::BeforeResult, false) => "failed-closed",
     }
 }
 
@@ -69,7 +106,25 @@ pub fn meta(v: &Vector, decision: bool) -> CaseMeta {
              connection",
             v.expect.code.as_deref().unwrap_or("invalid")
         ),
+        (ScriptAt::Abort, true) => {
+            "as the answer to the abort of a timed-out call, it is accepted and the connection stays usable".to_string()
+        }
+        (ScriptAt::Abort, false) => format!(
+            "as the answer to the abort of a timed-out call ({}), the daemon fails the adapter connection",
+            v.expect.code.as_deref().unwrap_or("invalid")
+        ),
+        (ScriptAt::BeforeResult, true) => "sent unsolicited ahead of a result, it is ignored: the call completes and \
+             the connection stays usable (shared SPEC §4.3; the protocol text is silent)"
+            .to_string(),
+        (ScriptAt::BeforeResult, false) => format!(
+            "sent unsolicited ahead of a result ({}), it fails the adapter connection: the result is never a \
+             successful tool result",
+            v.expect.code.as_deref().unwrap_or("invalid")
+        ),
     };
+    // What a conforming daemon does with a valid unsolicited `revoked` is not fixed by the
+    // protocol text: at most a SHOULD.
+    let decision = decision || (stage(v) == ScriptAt::BeforeResult && valid(v));
     CaseMeta {
         id: format!("{}{}", super::replay::PREFIX, v.id),
         clause: v.clause.clone(),
@@ -103,8 +158,10 @@ pub struct Rewrite<'a> {
     pub live: &'a Binding,
     /// `requestId`, `idempotencyKey`, `operation` of the vector's base result.
     pub vector_call: [&'a str; 3],
-    /// The same three of the live invoke (none for a `bound`).
+    /// The same three of the live invoke (none for a `bound` or an `aborted`).
     pub live_call: Option<[&'a str; 3]>,
+    /// For an `aborted`: (vector, live) `requestId` of the abort and its `targetRequestId`.
+    pub abort: Option<[(&'a str, &'a str); 2]>,
 }
 
 const CALL_KEYS: [&str; 3] = ["requestId", "idempotencyKey", "operation"];
@@ -123,6 +180,7 @@ impl Rewrite<'_> {
         if let Some(live) = self.live_call {
             p.extend(self.vector_call.iter().zip(live).map(|(x, y)| (x.to_string(), y.to_string())));
         }
+        p.extend(self.abort.iter().flatten().map(|(x, y)| (x.to_string(), y.to_string())));
         p
     }
 
@@ -155,6 +213,11 @@ pub fn rewrite_doc(doc: &mut Value, rw: &Rewrite<'_>) {
                 if m.get(*k).and_then(Value::as_str) == Some(from) {
                     m.insert((*k).into(), json!(to));
                 }
+            }
+        }
+        for (k, (from, to)) in ["requestId", "targetRequestId"].iter().zip(rw.abort.iter().flatten()) {
+            if m.get(*k).and_then(Value::as_str) == Some(*from) {
+                m.insert((*k).into(), json!(to));
             }
         }
     }
@@ -276,6 +339,7 @@ struct Prepared {
     generation: u64,
     vector_binding: Binding,
     vector_call: [String; 3],
+    vector_abort: String,
     doc: Option<Value>,
     raw: Option<Vec<u8>>,
     op: String,
@@ -295,23 +359,19 @@ fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Prepared, St
             serde_json::from_slice::<Value>(line.strip_suffix(b"\r").unwrap_or(&line)).ok()
         }
     };
-    let kind = loose.as_ref().and_then(|d| d["kind"].as_str().map(str::to_string));
-    if let Some(k @ ("aborted" | "revoked")) = kind.as_deref() {
-        return Err(format!(
-            "{} `{k}` frame answers {} the daemon sends only on its own schedule (a timeout, a session close); \
-             the runner cannot make it send one at a chosen moment on every daemon, so this vector is not replayed",
-            if k == "aborted" { "an" } else { "a" },
-            if k == "aborted" { "an abort" } else { "a revoke" }
-        ));
-    }
     let base = set.base("result")?;
     let vector_call = CALL_KEYS.map(|k| base[k].as_str().unwrap_or_default().to_string());
+    let vector_abort = set.base("aborted")?["requestId"].as_str().unwrap_or_default().to_string();
     let generation = vector_binding.identity.generation;
     // The live descriptor: the vector's, with the daemon's host, the case session and a fresh
     // handle, at the probe's endpoint.
     let mut d = c.descriptor(generation, Some(vd["limits"].clone()));
     for k in ["protocolVersion", "adapterId", "adapterVersion", "operations"] {
         d[k] = vd[k].clone();
+    }
+    if stage(v) == ScriptAt::Abort {
+        // The call must time out on the wire for the daemon to send its abort.
+        d["limits"]["requestTimeoutMs"] = json!(ABORT_TIMEOUT_MS);
     }
     let ops: Vec<String> = vector_binding.operations.iter().map(|o| o.to_string()).collect();
     // The operation the live invoke must have for the frame to answer it.
@@ -326,6 +386,7 @@ fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Prepared, St
         generation,
         vector_binding,
         vector_call,
+        vector_abort,
         raw: if raw { Some(set.line(v)?) } else { None },
         doc,
         op,
@@ -336,14 +397,22 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
     let at = stage(v);
     let (tool, args) = tool_for(&p.op);
     let vec_owned = v.clone();
-    let Prepared { descriptor, generation, vector_binding, vector_call, doc, raw, .. } = p;
-    let build = move |live: &Binding, invoke: Option<&Value>| -> Result<Vec<u8>, String> {
-        let live_call = invoke.map(|f| CALL_KEYS.map(|k| f[k].as_str().unwrap_or_default()));
+    let Prepared { descriptor, generation, vector_binding, vector_call, vector_abort, doc, raw, .. } = p;
+    let build = move |live: &Binding, answered: Option<&Value>| -> Result<Vec<u8>, String> {
+        let is_abort = answered.is_some_and(|f| f["kind"] == "abort");
+        let live_call = answered.filter(|_| !is_abort).map(|f| CALL_KEYS.map(|k| f[k].as_str().unwrap_or_default()));
+        let abort = answered.filter(|_| is_abort).map(|f| {
+            [
+                (vector_abort.as_str(), f["requestId"].as_str().unwrap_or_default()),
+                (vector_call[0].as_str(), f["targetRequestId"].as_str().unwrap_or_default()),
+            ]
+        });
         let rw = Rewrite {
             vector: &vector_binding,
             live,
             vector_call: [&vector_call[0], &vector_call[1], &vector_call[2]],
             live_call,
+            abort,
         };
         let line = match (doc, raw) {
             (Some(mut d), _) => {
@@ -383,7 +452,13 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
                 seen.outcome()
             }
         }
-        ScriptAt::Invoke => {
+        ScriptAt::Abort => {
+            if let Err(o) = open_with(c, &descriptor, generation) {
+                return o;
+            }
+            abort_then_call(c, v, generation, &tool, &args, Box::new(build))
+        }
+        ScriptAt::Invoke | ScriptAt::BeforeResult => {
             if let Err(o) = open_with(c, &descriptor, generation) {
                 return o;
             }
@@ -407,9 +482,22 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
                 return o;
             }
             if !valid(v) {
-                return seen.fail_closed();
+                return with_code_check(seen.fail_closed(), &seen.first, v);
             }
             let mut problems = Vec::new();
+            if at == ScriptAt::BeforeResult {
+                if seen.first_call_ok() == Some(false) {
+                    problems.push("the tool call failed after a valid unsolicited revoked ahead of its result".into());
+                }
+                if !seen.reached {
+                    problems.push(
+                        "the daemon failed the adapter connection after a valid revoked: a later tool call did not \
+                         reach the adapter"
+                            .into(),
+                    );
+                }
+                return Outcome::with("ignored", problems);
+            }
             let want_ok = frame_ok(v);
             if let Some(ok) = seen.first_call_ok() {
                 if want_ok.is_some_and(|w| w != ok) {
@@ -429,6 +517,98 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
             }
             Outcome::with("completed", problems)
         }
+    }
+}
+
+/// Where the daemon reports the failed call's code (the reference daemon's per-call form
+/// `data.result.toolCalls[0].error.code`; a daemon that reports calls otherwise is not checked
+/// here): an `adapter_*` code other than the vector's is a problem — the connection failed,
+/// but for another reason than the frame.
+fn with_code_check(o: Outcome, first: &crate::conform::adapter::conn::Recv, v: &Vector) -> Outcome {
+    let (Outcome::Observed { token, mut problems }, Some(want)) = (o.clone(), v.expect.code.as_deref()) else {
+        return o;
+    };
+    let got = first.frame().and_then(|f| f["data"]["result"]["toolCalls"][0]["error"]["code"].as_str());
+    if let Some(got) = got.filter(|c| c.starts_with("adapter_") && *c != want) {
+        problems.push(format!("the failed call reports {got}, not the vector's {want}"));
+    }
+    Outcome::with(token, problems)
+}
+
+/// `requestTimeoutMs` of the live descriptor of an `aborted` vector: the probe holds the invoke
+/// past it, so the daemon sends its abort.
+const ABORT_TIMEOUT_MS: u64 = 300;
+
+/// With the session open and `build` ready to answer the next abort: make one tool call the
+/// probe never answers (it times out on the wire, so the daemon sends an abort, answered with
+/// the vector's frame), then a second call, and see whether it reaches the adapter.
+fn abort_then_call(
+    c: &mut DCtx<'_>,
+    v: &Vector,
+    generation: u64,
+    tool: &str,
+    args: &Value,
+    build: super::probe::ScriptFn,
+) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    c.probe.script(ScriptAt::Abort, build);
+    let sent_before = invokes(c).len();
+    let w = c.wake(generation, tool, args);
+    let first = one(c, w);
+    // The abort is written as the timeout fails the call: it may reach the probe just after
+    // the daemon answered the wake.
+    let t = Instant::now();
+    let sent = loop {
+        let out = c.probe.script.lock().ok().and_then(|s| s.outcome.clone());
+        if out.is_some() || t.elapsed() > c.target.step * 2 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = c.probe.take_script_outcome();
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let first = match first {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    if invokes(c).len() == sent_before {
+        return Outcome::Error(format!(
+            "inconclusive: the wake ({}) made no tool call through the adapter, so no abort could follow",
+            super::rtoken(&first)
+        ));
+    }
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(why)) => return Outcome::Skip(why),
+        None => {
+            return Outcome::Skip(
+                "the daemon sent no abort for the call that timed out on the wire, so the vector's aborted frame \
+                 had nothing to answer (daemon.tools.timeout-sends-abort judges the abort)"
+                    .into(),
+            )
+        }
+    }
+    // The daemon reads the acknowledgement before the next call is made.
+    std::thread::sleep(c.target.step / 5);
+    let before = invokes(c).len();
+    let w2 = c.wake(generation, tool, args);
+    if let Err(o) = one(c, w2) {
+        return o;
+    }
+    let reached = invokes(c).len() != before;
+    match (valid(v), reached) {
+        (true, true) => Outcome::token("acknowledged"),
+        (true, false) => Outcome::with(
+            "acknowledged",
+            vec!["the daemon failed the adapter connection after a valid aborted: a later tool call did not reach \
+                  the adapter"
+                .into()],
+        ),
+        (false, false) => Outcome::token("failed-closed"),
+        (false, true) => Outcome::with(
+            "failed-closed",
+            vec!["the connection was not failed: a later tool call still reached the adapter".into()],
+        ),
     }
 }
 
@@ -488,6 +668,7 @@ mod tests {
             live: &lb,
             vector_call: ["tool-1", "turn-1-read-1", "fs.read"],
             live_call: Some(["live-req-9", "tool-live-key", "fs.read"]),
+            abort: None,
         };
         let line = match set.document(&v) {
             Ok(mut d) => {
@@ -522,6 +703,35 @@ mod tests {
     }
 
     #[test]
+    fn an_aborted_frame_is_rewritten_to_the_live_abort_and_keeps_its_verdict() {
+        let set = set();
+        for (id, verdict_kept) in [
+            ("frame.aborted.true.valid", true),
+            ("frame.aborted.false-with-error.valid", true),
+            ("frame.aborted.request-id-missing", true),
+        ] {
+            let v = set.vectors.iter().find(|v| v.id == id).unwrap().clone();
+            let (vb, lb) = bindings(&set, &v);
+            let rw = Rewrite {
+                vector: &vb,
+                live: &lb,
+                vector_call: ["tool-1", "turn-1-read-1", "fs.read"],
+                live_call: None,
+                abort: Some([("abort-1", "pc-abort-7"), ("tool-1", "pc-call-7")]),
+            };
+            let mut d = set.document(&v).unwrap();
+            rewrite_doc(&mut d, &rw);
+            assert_eq!(d["targetRequestId"], "pc-call-7", "{id}");
+            if d.get("requestId").is_some() {
+                assert_eq!(d["requestId"], "pc-abort-7", "{id}");
+            }
+            assert_eq!(rejudge(&serde_json::to_vec(&d).unwrap(), &lb, &v).is_ok(), verdict_kept, "{id}");
+        }
+        let v = set.vectors.iter().find(|v| v.id == "frame.aborted.true.valid").unwrap();
+        assert_eq!((stage(v), want(v)), (ScriptAt::Abort, "acknowledged"));
+    }
+
+    #[test]
     fn the_handle_is_replaced_inside_strings_and_keys() {
         for id in ["frame.result.secret.in-content", "frame.result.secret.as-object-key", "frame.bound.with-handle"] {
             let (v, live, line) = rewritten(id);
@@ -548,8 +758,13 @@ mod tests {
         let set = set();
         let vb = bindings(&set, &v).0;
         let raw = v.raw.clone().unwrap().replace("\\u0061B", "a\\u0042");
-        let rw =
-            Rewrite { vector: &vb, live: &live, vector_call: ["tool-1", "turn-1-read-1", "fs.read"], live_call: None };
+        let rw = Rewrite {
+            vector: &vb,
+            live: &live,
+            vector_call: ["tool-1", "turn-1-read-1", "fs.read"],
+            live_call: None,
+            abort: None,
+        };
         let moved = rewrite_raw(raw.as_bytes(), &rw);
         let why = rejudge(&moved, &live, &v).unwrap_err();
         assert!(why.contains("not the vector's invalid (adapter_secret_reflected"), "{why}");
@@ -583,6 +798,18 @@ mod tests {
         assert_eq!(by("vector:frame.bound.valid"), "opened");
         assert_eq!(by("vector:frame.result.fs-list.entry-name-dot"), "failed-closed");
         assert_eq!(by("vector:frame.result.error.valid"), "completed");
+        // aborted frames answer a provoked abort, revoked ones go unsolicited ahead of a result.
+        assert_eq!(by("vector:frame.aborted.true.valid"), "acknowledged");
+        assert_eq!(by("vector:frame.aborted.aborted-missing"), "failed-closed");
+        assert_eq!(by("vector:frame.revoked.extra-key"), "failed-closed");
+        assert_eq!(by("vector:frame.revoked.valid"), "ignored");
+        assert_eq!(by("vector:frame.line.trailing-cr.valid"), "ignored");
+        // A changed kind is an answer to an invoke like any other bad frame.
+        assert_eq!(by("vector:frame.kind.unknown.to-daemon"), "failed-closed");
+        let level = |id: &str| cat.iter().find(|m| m.id == id).unwrap().level;
+        assert_eq!(level("vector:frame.revoked.valid"), Level::Should, "the protocol text is silent");
+        assert_eq!(level("vector:frame.revoked.extra-key"), Level::Must);
+        assert_eq!(level("vector:frame.aborted.false-with-error.valid"), Level::Must);
         // The duplicate-key decision of this project is a SHOULD case.
         let dup = cat.iter().find(|m| m.id == "vector:frame.line.duplicate-key.to-daemon").unwrap();
         assert_eq!(dup.level, Level::Should);

@@ -51,19 +51,24 @@ pub enum InvokeMode {
     ResultAfterAborted,
 }
 
-/// Where a scripted frame is sent: instead of the `bound` answer to the next `bind`, or
-/// instead of the answer to the next `invoke`.
+/// Where a scripted frame is sent: instead of the `bound` answer to the next `bind`, instead
+/// of the answer to the next `invoke`, ahead of the (normal) answer to the next `invoke`, or
+/// instead of the `aborted` answer to the next `abort`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScriptAt {
     /// Instead of `bound`.
     Bound,
     /// Instead of the result of the next invoke.
     Invoke,
+    /// Before the result of the next invoke, which is then answered as the mode says.
+    BeforeResult,
+    /// Instead of the `aborted` answer to the next abort.
+    Abort,
 }
 
 /// Builds the line (LF excluded) a scripted answer sends, from the live binding the probe
-/// saw in `bind` and the live invoke it answers (`None` for a `bound`); `Err` says why the
-/// frame cannot be sent (the probe then answers normally).
+/// saw in `bind` and the live frame it answers (the invoke, or the abort; `None` for a
+/// `bound`); `Err` says why the frame cannot be sent (the probe then answers normally).
 pub type ScriptFn = Box<dyn FnOnce(&Binding, Option<&Value>) -> Result<Vec<u8>, String> + Send>;
 
 /// One scripted answer, used once (the golden `to-daemon` frame vectors, [`super::replay`]).
@@ -329,6 +334,7 @@ fn serve(
                 if scripted(&script, ScriptAt::Invoke, binding.as_ref(), Some(&f), &mut w) {
                     continue;
                 }
+                scripted(&script, ScriptAt::BeforeResult, binding.as_ref(), Some(&f), &mut w);
                 let result = |data: Result<Value, Value>| {
                     let mut r = id.clone();
                     r["kind"] = json!("result");
@@ -391,6 +397,9 @@ fn serve(
             }
             Some("abort") => {
                 let Some(id) = &identity else { return };
+                if scripted(&script, ScriptAt::Abort, binding.as_ref(), Some(&f), &mut w) {
+                    continue;
+                }
                 let mut a = id.clone();
                 a["kind"] = json!("aborted");
                 a["requestId"] = f["requestId"].clone();
