@@ -552,7 +552,8 @@ fn main() -> ExitCode {
                 list_faults::<DaemonFault>(format)
             } else {
                 std::env::current_exe().map_err(anyhow::Error::from).and_then(|bin| {
-                    let catalogue = pi_conform::conform::daemon::catalogue();
+                    // The daemon cases and every replayed golden vector (`vector:<id>`).
+                    let (catalogue, _) = pi_conform::conform::daemon::catalogue_with_vectors(&default_dir());
                     kill_matrix(faults, format, expect, time_scale, catalogue, |f, cases| {
                         pi_conform::conform::killmatrix::run_faulty_daemon(&bin, f.into(), cases, time_scale)
                     })

@@ -177,7 +177,7 @@ impl Connection {
         let command = match parsed {
             Ok(c) => c,
             Err(e) => {
-                let mut body = DErr::new(e.error.code.as_str(), &e.error.message);
+                let mut body = DErr::new(faults::refusal_code(e.error.code.as_str(), self.faults), &e.error.message);
                 body.details = e.error.details.clone();
                 let rid = match e.request_id.clone() {
                     Some(r) => r,

@@ -70,6 +70,9 @@ faults! {
     /// The connection stays open after invalid JSON.
     KeepOpenOnInvalidJson = "keep-open-on-invalid-json", "PC-1.1",
         "after answering invalid_json the connection stays open instead of closing";
+    /// Every command refusal carries one generic code.
+    GenericRefusalCode = "generic-refusal-code", "PC-2.1",
+        "every command validation refusal is answered with one generic code (bad_request) instead of its own";
     // ---- resources and admission
     /// A v1 open with a tools object binds like v2.
     V1ToolsObjectAccepted = "v1-tools-object-accepted", "PC-3.1",
@@ -121,6 +124,15 @@ faults! {
     /// `./` and `dir/` tool paths are dispatched, as Pi Daemon 0.3.3 does.
     PassNonCanonicalPaths = "pass-non-canonical-paths-0.3.3", "PC-5.1",
         "tool paths `./` and `dir/` (one trailing slash) are sent to the adapter instead of refused before dispatch, as Pi Daemon 0.3.3";
+    /// An adapter frame the contract refuses fails the pending calls, not the connection.
+    KeepConnectionOnInvalidFrame = "keep-connection-on-invalid-frame", "PC-4.3",
+        "an adapter frame the contract refuses fails the pending calls but not the connection: later calls are still sent on it";
+    /// A matching `aborted` fails the connection.
+    RejectAborted = "reject-aborted", "PC-4.3",
+        "an aborted frame fails the connection (adapter_response_mismatch) even when it acknowledges the daemon's own abort";
+    /// A valid `revoked` fails the connection.
+    RejectRevoked = "reject-revoked", "PC-4.3",
+        "a valid revoked frame fails the connection instead of being ignored";
     /// Results with another idempotencyKey are accepted.
     AcceptMismatchedResults = "accept-mismatched-results", "PC-4.3",
         "a result whose idempotencyKey differs from its invoke's is accepted instead of failing the connection";
@@ -297,6 +309,15 @@ pub(crate) fn premature_endpoint(value: &Value, err: &CommandError, faults: Daem
     }
     let p = value["payload"]["resources"]["tools"]["descriptor"]["endpoint"]["path"].as_str()?;
     Some(PathBuf::from(p))
+}
+
+/// The code a faulty daemon answers a command refusal with ([`DaemonFault::GenericRefusalCode`]).
+pub(crate) fn refusal_code(code: &'static str, faults: DaemonFaults) -> &'static str {
+    if faults.has(DaemonFault::GenericRefusalCode) {
+        "bad_request"
+    } else {
+        code
+    }
 }
 
 /// The version a faulty daemon echoes ([`DaemonFault::NoMinorEcho`]).

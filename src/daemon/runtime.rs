@@ -605,6 +605,10 @@ impl AdapterRuntime {
         }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
+            Err(e) if self.faults.has(DaemonFault::KeepConnectionOnInvalidFrame) && self.state != State::Binding => {
+                self.fail_pending(frame_code(&e));
+                return;
+            }
             Err(e) => return self.fail(frame_code(&e)),
         };
         if self.state == State::Binding {
@@ -620,7 +624,13 @@ impl AdapterRuntime {
         }
         match frame.kind {
             FrameKind::Bound => self.fail(Code::AdapterProtocolInvalid.as_str()),
+            FrameKind::Revoked if self.faults.has(DaemonFault::RejectRevoked) => {
+                self.fail(Code::AdapterProtocolInvalid.as_str())
+            }
             FrameKind::Revoked => {}
+            FrameKind::Aborted(_) if self.faults.has(DaemonFault::RejectAborted) => {
+                self.fail(Code::AdapterResponseMismatch.as_str())
+            }
             FrameKind::Aborted(_) => self.handle_aborted(now, &frame.value),
             FrameKind::Result { .. } => self.handle_result(now, frame.value),
             // Daemon-bound kinds only reach here; anything else breaks the protocol.
