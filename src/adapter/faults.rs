@@ -166,6 +166,9 @@ faults! {
     /// The response budget is ignored and oversize lines are sent.
     NoResponseBudget = "no-response-budget", "PC-4.5",
         "the response budget is ignored: result lines over maxResponseBytes are sent";
+    /// A listing the response budget cut says `truncated:false`.
+    BudgetCutNotTruncated = "budget-cut-not-truncated", "PC-4.5",
+        "an fs.list or fs.search result cut to fit maxResponseBytes says truncated:false (only a maxEntries/maxResults cut says true)";
     /// The queue is unbounded: never busy.
     NoBusy = "no-busy", "PC-4.5",
         "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";
@@ -646,6 +649,18 @@ pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
         data["truncated"] = true.into();
     }
     data["matches"] = Value::Array(out);
+    data
+}
+
+/// [`Fault::BudgetCutNotTruncated`]: a listing (`items` = `entries` or `matches`) with fewer
+/// items than the request's maximum (`max` = `maxEntries` / `maxResults`, default 1000) was cut
+/// by the response budget, not by the maximum: it says `truncated:false`.
+pub(crate) fn budget_cut_not_truncated(job: &Job, mut data: Value, items: &str, max: &str) -> Value {
+    let max = job.payload.get(max).and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let n = data[items].as_array().map_or(0, Vec::len);
+    if data["truncated"] == true && n < max {
+        data["truncated"] = false.into();
+    }
     data
 }
 

@@ -92,6 +92,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::ModifiedAtOffset) {
                 data = faults::modified_at_offset(data);
             }
+            if faults.has(Fault::BudgetCutNotTruncated) {
+                data = faults::budget_cut_not_truncated(job, data, "entries", "maxEntries");
+            }
         }
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = faults::modified_at_offset(data),
         ToolOperation::FsSearch => {
@@ -103,6 +106,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::SearchRegex) {
                 data = faults::search_regex(dir, job, data);
+            }
+            if faults.has(Fault::BudgetCutNotTruncated) {
+                data = faults::budget_cut_not_truncated(job, data, "matches", "maxResults");
             }
         }
         ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {
