@@ -1,4 +1,5 @@
-//! Golden `to-daemon` frame vectors replayed against a live daemon (a part of [`super::replay`]):
+//! Golden `to-daemon` frame vectors replayed against a live daemon (a part of the vector replay,
+//! `replay.rs`, which calls this module; this module never imports it):
 //! the probe adapter sends the vector's frame as its answer — to the next `bind` for a vector
 //! whose base is `bound`, to the next `invoke` otherwise — and the case checks that the
 //! daemon treats it as the vector says.
@@ -126,7 +127,7 @@ pub fn meta(v: &Vector, decision: bool) -> CaseMeta {
     // protocol text: at most a SHOULD.
     let decision = decision || (stage(v) == ScriptAt::BeforeResult && valid(v));
     CaseMeta {
-        id: format!("{}{}", super::replay::PREFIX, v.id),
+        id: format!("{}{}", super::PREFIX, v.id),
         clause: v.clause.clone(),
         level: if decision { Level::Should } else { Level::Must },
         tags: vec!["vector".into(), "frame".into()],

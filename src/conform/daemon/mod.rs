@@ -19,6 +19,9 @@ use self::probe::Probe;
 use super::adapter::conn::{Conn, Recv};
 use super::case::{CaseMeta, Outcome, WireLine};
 
+/// The prefix of a replayed golden vector's case id (`vector:<vector id>`), in both suites.
+pub const PREFIX: &str = "vector:";
+
 /// The daemon case catalogue (`conformance/daemon-cases.json`), built in.
 pub const CATALOGUE: &str = include_str!("../../../conformance/daemon-cases.json");
 

@@ -31,7 +31,7 @@ use crate::judge::Kind;
 use crate::vectors::{Vector, VectorSet};
 
 /// The prefix of a replayed vector's case id.
-pub const PREFIX: &str = "vector:";
+pub use super::PREFIX;
 
 /// The differences of the contract from Pi Daemon 0.3.3 that are this project's decisions.
 const DIFFERENCES: &str = include_str!("../../../conformance/pi-daemon-0.3.3-differences.json");
