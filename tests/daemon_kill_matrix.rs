@@ -14,7 +14,7 @@
 //!
 //! Time. One full daemon suite (54 cases and 725 replayed vectors) takes ~20–90 s in a debug
 //! build, most of it waiting on timeouts (bind silence, request timeouts, revoke windows). The
-//! 26 faults plus the fault-free control therefore run on `JOBS` worker threads at once (each
+//! 27 faults plus the fault-free control therefore run on `JOBS` worker threads at once (each
 //! with its own daemon, probe and directories): ~12 min in a debug build on a loaded 2-core
 //! machine. Set
 //! `PI_CONFORM_DAEMON_KILL_MATRIX_JOBS=1` to run them one after another.

@@ -76,14 +76,24 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     assert!(vectors.len() > 500, "{}", vectors.len());
     assert!(vectors.iter().all(|r| r["status"] == "pass" || r["status"] == "skip"), "{out}");
     // The to-daemon frame vectors are among them: a bad result fails the adapter closed, a
-    // valid one completes, an `aborted` frame is skipped with why.
+    // valid one completes; an `aborted` frame answers the abort of a timed-out call, a
+    // `revoked` one goes unsolicited ahead of a result.
     let by = |id: &str| *vectors.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}"));
     assert_eq!(by("vector:frame.result.fs-list.entry-name-dot")["status"], "pass");
     assert_eq!(by("vector:frame.result.error.valid")["status"], "pass");
     assert_eq!(by("vector:frame.bound.limits.changed")["status"], "pass");
-    let aborted = by("vector:frame.aborted.true.valid");
-    assert_eq!(aborted["status"], "skip");
-    assert!(aborted["reason"].as_str().unwrap().contains("sends only on its own schedule"), "{aborted}");
+    for (id, actual) in [
+        ("vector:frame.aborted.true.valid", "acknowledged"),
+        ("vector:frame.aborted.extra-key", "failed-closed"),
+        ("vector:frame.revoked.valid", "ignored"),
+        ("vector:frame.revoked.identity.host-instance-id", "failed-closed"),
+    ] {
+        let r = by(id);
+        assert_eq!((&r["status"], &r["actual"]), (&json!("pass"), &json!(actual)), "{r}");
+    }
+    // The session vectors (vectors/sessions/daemon.json) run as cases of the suite.
+    let session = results.iter().find(|r| r["id"] == "daemon.envelope.validation-keeps-open").unwrap();
+    assert_eq!((&session["status"], &session["actual"]), (&json!("pass"), &json!("error:unknown_operation+ok")));
     assert!(std::fs::read_to_string(&junit).unwrap().contains("<testsuite"));
 }
 
@@ -254,6 +264,45 @@ fn faulty_daemon(fault: &str) -> Faulty {
         std::thread::sleep(Duration::from_millis(20));
     }
     Faulty(child, dir)
+}
+
+#[test]
+fn aborted_vectors_fail_on_a_daemon_that_rejects_a_matching_aborted() {
+    let d = faulty_daemon("reject-aborted");
+    let sock = d.1.path().join("d.sock");
+    let (code, out, err) =
+        run(&["daemon", sock.to_str().unwrap(), "--id", "vector:frame.aborted.", "--format", "json"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let results = v["results"].as_array().unwrap();
+    let by = |id: &str| results.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}: {out}"));
+    // A valid acknowledgement of the daemon's own abort failed the connection: the case fails
+    // and says why.
+    let r = by("vector:frame.aborted.true.valid");
+    assert_eq!((&r["status"], &r["actual"]), (&json!("fail"), &json!("acknowledged")), "{r}");
+    assert!(r.to_string().contains("failed the adapter connection after a valid aborted"), "{r}");
+    // An invalid one fails the connection either way: still a pass.
+    assert_eq!(by("vector:frame.aborted.extra-key")["status"], "pass", "{out}");
+}
+
+#[test]
+fn revoked_vectors_fail_on_a_daemon_that_does_not_judge_revoked() {
+    let d = faulty_daemon("unchecked-revoked");
+    let sock = d.1.path().join("d.sock");
+    let (code, out, err) =
+        run(&["daemon", sock.to_str().unwrap(), "--id", "vector:frame.revoked.", "--format", "json"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let results = v["results"].as_array().unwrap();
+    let by = |id: &str| results.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id}: {out}"));
+    // A revoked with an extra key, sent ahead of a result, is ignored: the call succeeds and
+    // the connection stays usable.
+    let r = by("vector:frame.revoked.extra-key");
+    assert_eq!((&r["status"], &r["actual"]), (&json!("fail"), &json!("failed-closed")), "{r}");
+    assert!(r.to_string().contains("accepted as a successful tool result"), "{r}");
+    assert!(r.to_string().contains("a later tool call still reached the adapter"), "{r}");
+    // A valid revoked is ignored by the faulty daemon as by the reference.
+    assert_eq!(by("vector:frame.revoked.valid")["status"], "pass", "{out}");
 }
 
 #[test]

@@ -130,6 +130,9 @@ faults! {
     /// A matching `aborted` fails the connection.
     RejectAborted = "reject-aborted", "PC-4.3",
         "an aborted frame fails the connection (adapter_response_mismatch) even when it acknowledges the daemon's own abort";
+    /// A `revoked` is ignored without being judged.
+    UncheckedRevoked = "unchecked-revoked", "PC-4.3",
+        "a revoked frame is ignored without being judged: a bad identity or an extra key does not fail the connection";
     /// A valid `revoked` fails the connection.
     RejectRevoked = "reject-revoked", "PC-4.3",
         "a valid revoked frame fails the connection instead of being ignored";

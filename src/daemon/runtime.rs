@@ -603,6 +603,9 @@ impl AdapterRuntime {
             self.pump(now);
             return;
         }
+        if self.faults.has(DaemonFault::UncheckedRevoked) && decode_strict(line).is_ok_and(|v| v["kind"] == "revoked") {
+            return;
+        }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e) if self.faults.has(DaemonFault::KeepConnectionOnInvalidFrame) && self.state != State::Binding => {

@@ -23,7 +23,7 @@
 //! `aborted` and `revoked` frames answer an abort or a revoke, which a daemon sends on its own
 //! schedule; the runner provokes them:
 //! - an `aborted` frame answers the `abort` a daemon sends for a call that times out on the
-//!   wire (shared SPEC §4.4; the probe holds the invoke past a `requestTimeoutMs` of 300 ms):
+//!   wire (shared SPEC §4.4; the probe holds the invoke past a `requestTimeoutMs` of 1 s):
 //!   the frame's `requestId` and `targetRequestId` are rewritten to the live abort's. A valid
 //!   acknowledgement leaves the connection usable (`acknowledged`); an invalid one fails it
 //!   closed (`failed-closed`: no later tool call reaches the adapter). A daemon that sends no
@@ -537,8 +537,9 @@ fn with_code_check(o: Outcome, first: &crate::conform::adapter::conn::Recv, v: &
 }
 
 /// `requestTimeoutMs` of the live descriptor of an `aborted` vector: the probe holds the invoke
-/// past it, so the daemon sends its abort.
-const ABORT_TIMEOUT_MS: u64 = 300;
+/// past it, so the daemon sends its abort. A daemon may also time the bind with it (the
+/// reference daemon does), so it leaves a loaded machine room to bind.
+const ABORT_TIMEOUT_MS: u64 = 1000;
 
 /// With the session open and `build` ready to answer the next abort: make one tool call the
 /// probe never answers (it times out on the wire, so the daemon sends an abort, answered with
