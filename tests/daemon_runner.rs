@@ -279,7 +279,8 @@ fn aborted_vectors_fail_on_a_daemon_that_rejects_a_matching_aborted() {
     // A valid acknowledgement of the daemon's own abort failed the connection: the case fails
     // and says why.
     let r = by("vector:frame.aborted.true.valid");
-    assert_eq!((&r["status"], &r["actual"]), (&json!("fail"), &json!("acknowledged")), "{r}");
+    assert_eq!(r["status"], "fail", "{r}");
+    assert!(r["actual"].as_str().unwrap().starts_with("acknowledged, with 1 violation"), "{r}");
     assert!(r.to_string().contains("failed the adapter connection after a valid aborted"), "{r}");
     // An invalid one fails the connection either way: still a pass.
     assert_eq!(by("vector:frame.aborted.extra-key")["status"], "pass", "{out}");
@@ -298,7 +299,8 @@ fn revoked_vectors_fail_on_a_daemon_that_does_not_judge_revoked() {
     // A revoked with an extra key, sent ahead of a result, is ignored: the call succeeds and
     // the connection stays usable.
     let r = by("vector:frame.revoked.extra-key");
-    assert_eq!((&r["status"], &r["actual"]), (&json!("fail"), &json!("failed-closed")), "{r}");
+    assert_eq!(r["status"], "fail", "{r}");
+    assert!(r["actual"].as_str().unwrap().starts_with("failed-closed, with 2 violations"), "{r}");
     assert!(r.to_string().contains("accepted as a successful tool result"), "{r}");
     assert!(r.to_string().contains("a later tool call still reached the adapter"), "{r}");
     // A valid revoked is ignored by the faulty daemon as by the reference.
