@@ -24,6 +24,7 @@ mod cancel;
 mod guard;
 mod list;
 mod lock;
+mod pread;
 mod read;
 mod resolve;
 mod search;

@@ -2,32 +2,15 @@
 
 use std::os::fd::OwnedFd;
 
-use rustix::buffer::spare_capacity;
 use rustix::fs::Stat;
 use serde_json::{json, Value};
 
 use super::budget::{self, escaped_char_len};
 use super::guard::FileKey;
+use super::pread::pread_at;
 use super::resolve::{self, err, io_error, Want};
 use super::{Cancel, Root, MAX_READ_BYTES};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
-
-/// `pread` until `len` bytes or end of file (a shorter result means end of file). The
-/// buffer is filled in place, never zeroed first.
-pub(super) fn pread_at(fd: &OwnedFd, offset: u64, len: usize) -> Result<Vec<u8>, AdapterError> {
-    let mut buf = Vec::with_capacity(len);
-    while buf.len() < len {
-        let at = offset + buf.len() as u64;
-        match rustix::io::pread(fd, spare_capacity(&mut buf), at) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(resolve::map_errno(e)),
-        }
-    }
-    buf.truncate(len);
-    Ok(buf)
-}
 
 fn not_utf8() -> AdapterError {
     err(AdapterCode::NotUtf8, "the file is not valid UTF-8 in the requested window")

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::budget;
 use super::lock::PathLock;
-use super::read::pread_at;
+use super::pread::pread_at;
 use super::resolve::{self, err, io_error, map_errno, Access, Kind, Want};
 use super::{cancelled, Cancel, Root, MAX_EDIT_FILE_BYTES};
 use crate::contract::frame::MAX_CONTENT_BYTES;
