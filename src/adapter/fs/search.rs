@@ -13,7 +13,8 @@
 //! classified by type) and its files are handed out in path order, in batches, to a few
 //! scanner threads, which open each one by its path beneath the root (the parent directory
 //! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` or the component walk, kept while
-//! consecutive files share it, then the file with `openat(O_NOFOLLOW)`), check it is a
+//! consecutive files share it, then the file with `O_PATH | O_NOFOLLOW`, judged before it
+//! is reopened for reading, so a FIFO or device is never opened), check it is a
 //! regular file and scan it. Their results come back tagged with the batch number and are
 //! merged on the calling thread strictly in path order (match texts are read there too,
 //! after opening the file again), so the outcome is the sequential one. At most
@@ -204,8 +205,8 @@ struct ParentCache {
 impl ParentCache {
     /// Open an entry of the tree that was seen as a regular file, by its path beneath the
     /// root: the parent directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the
-    /// component walk), the file with `openat(O_NOFOLLOW)` on it, judged on the open
-    /// descriptor. `Ok(None)` when it changed under the walk ([`changed_under_walk`]).
+    /// component walk), the file with [`open_entry`] on it (judged on an `O_PATH` descriptor
+    /// before it is opened for reading: a FIFO or device swapped in is never opened). `Ok(None)` when it changed under the walk ([`changed_under_walk`]).
     fn open_file(&mut self, root: &Root, job: &FileJob) -> Result<Option<(OwnedFd, Stat)>, AdapterError> {
         let name = &job.rel[job.name_at..];
         let opened = if job.name_at == 0 {
@@ -225,7 +226,7 @@ impl ParentCache {
             let Some(dir) = &self.fd else { return Ok(None) };
             open_entry(dir, name, Kind::File)
         };
-        let (fd, st) = match opened.map_err(resolve::map_errno) {
+        let (fd, st) = match opened {
             Ok(x) => x,
             Err(e) if changed_under_walk(&e) => return Ok(None),
             Err(e) => return Err(e),

@@ -131,7 +131,7 @@ fn current(parent: &OwnedFd, name: &str, trailing_slash: bool) -> Result<Option<
 
 /// Open the existing regular file `name` for reading, judged again on the descriptor.
 fn open_current(parent: &OwnedFd, name: &str) -> Result<(OwnedFd, Stat), AdapterError> {
-    let (fd, st) = resolve::open_entry(parent, name, Kind::File).map_err(map_errno)?;
+    let (fd, st) = resolve::open_entry(parent, name, Kind::File)?;
     resolve::classify(&st, false, Want::File)?;
     Ok((fd, st))
 }
