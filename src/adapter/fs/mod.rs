@@ -40,6 +40,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use serde_json::Value;
 
+use crate::contract::types::tool_adapter::{ByteCount, EntryType, FsStatData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
@@ -171,14 +172,12 @@ impl Root {
         check_running(cancel)?;
         let (_, st) = self.lookup(path)?;
         let kind = resolve::classify(&st, path.trailing_slash, resolve::Want::Any)?;
-        let mut data = serde_json::Map::new();
-        data.insert("type".into(), kind.as_str().into());
-        let size = if kind == resolve::Kind::File { resolve::size_of(&st) } else { 0 };
-        data.insert("size".into(), size.into());
-        if let Some(t) = time::modified_at(&st) {
-            data.insert("modifiedAt".into(), t.into());
-        }
-        let data = Value::Object(data);
+        let (type_, size) = match kind {
+            resolve::Kind::File => (EntryType::File, resolve::byte_count(&st)),
+            resolve::Kind::Dir => (EntryType::Directory, ByteCount(0)),
+        };
+        let modified_at = time::modified_at(&st).map(budget::typed).transpose()?;
+        let data = budget::data(&FsStatData { modified_at, size, type_ });
         budget::ensure_fits(&data, budget)?;
         Ok(data)
     }

@@ -23,6 +23,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
 use super::{ResolveMode, Root};
+use crate::contract::types::tool_adapter::ByteCount;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// A refusal with a fixed message.
@@ -89,16 +90,6 @@ pub(super) enum Kind {
     Dir,
 }
 
-impl Kind {
-    /// The wire `type`.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Kind::File => "file",
-            Kind::Dir => "directory",
-        }
-    }
-}
-
 /// What an operation needs the path to name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Want {
@@ -142,6 +133,11 @@ pub(super) fn single_link(st: &Stat) -> Result<(), AdapterError> {
 pub(super) fn size_of(st: &Stat) -> u64 {
     #[allow(clippy::useless_conversion)] // `st_size` is `c_long` or `i64` depending on the target
     u64::try_from(i64::from(st.st_size)).unwrap_or(0)
+}
+
+/// A file's length from its metadata, as the generated `ByteCount`.
+pub(super) fn byte_count(st: &Stat) -> ByteCount {
+    ByteCount(i64::try_from(size_of(st)).unwrap_or(i64::MAX))
 }
 
 /// `(device, inode)` of a file.
