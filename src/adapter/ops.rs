@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::faults::{self, Fault, Faults};
-use super::fs::Root;
+use super::fs::{Cancel, Root};
 use super::session::Job;
 use crate::contract::types::tool_adapter::{
     ByteCount, FsEditRequest, FsListRequest, FsReadRequest, FsSearchRequest, FsStatRequest, FsWriteRequest,
@@ -19,6 +19,15 @@ use crate::contract::{validate_relative_path, AdapterCode, AdapterError, PathSid
 /// Execute `job` (blocking).
 pub fn execute(root: &Root, job: &Job) -> Result<Value, AdapterError> {
     run(root, job, Faults::NONE)
+}
+
+/// [`execute`] of a job the caller gives up: the payload is decoded by moving its strings,
+/// so a large `fs.write` content is not copied.
+pub fn execute_owned(root: &Root, job: Job) -> Result<Value, AdapterError> {
+    let Job { operation, payload, budget, cancel, .. } = job;
+    let undecodable = undecodable(&payload);
+    let request = Request::decode_owned(operation, payload).map_err(|_| undecodable)?;
+    run_request(root, request, budget, &cancel, Faults::NONE)
 }
 
 /// [`execute`] with fault switches (test aid: production passes [`Faults::NONE`]). `dir` is
@@ -127,7 +136,9 @@ pub fn try_inline(root: &Root, job: &Job) -> Option<Result<Value, AdapterError>>
     if job.operation != ToolOperation::FsRead {
         return Some(execute(root, job));
     }
-    let Ok(Request::Read(r)) = Request::decode(job) else { return Some(execute(root, job)) };
+    let Ok(Request::Read(r)) = Request::decode(job.operation, &job.payload) else {
+        return Some(execute(root, job));
+    };
     let Ok(path) = tool_path(&r.path) else { return Some(execute(root, job)) };
     root.read_small(&path, offset(r.offset), r.max_bytes.map(u64::from), job.budget, INLINE_SCAN_BYTES)
 }
@@ -145,15 +156,27 @@ enum Request {
 impl Request {
     /// Decode `job.payload` (already judged by `contract::frame::check_invoke_payload`, so
     /// this fails only for a payload a fault switch let through).
-    fn decode(job: &Job) -> Result<Request, serde_json::Error> {
-        let p = &job.payload;
-        Ok(match job.operation {
+    fn decode(op: ToolOperation, p: &Value) -> Result<Request, serde_json::Error> {
+        Ok(match op {
             ToolOperation::FsList => Request::List(FsListRequest::deserialize(p)?),
             ToolOperation::FsStat => Request::Stat(FsStatRequest::deserialize(p)?),
             ToolOperation::FsRead => Request::Read(FsReadRequest::deserialize(p)?),
             ToolOperation::FsSearch => Request::Search(FsSearchRequest::deserialize(p)?),
             ToolOperation::FsWrite => Request::Write(FsWriteRequest::deserialize(p)?),
             ToolOperation::FsEdit => Request::Edit(FsEditRequest::deserialize(p)?),
+        })
+    }
+
+    /// [`Request::decode`], moving the payload's strings instead of copying them.
+    fn decode_owned(op: ToolOperation, p: Value) -> Result<Request, serde_json::Error> {
+        use serde_json::from_value;
+        Ok(match op {
+            ToolOperation::FsList => Request::List(from_value(p)?),
+            ToolOperation::FsStat => Request::Stat(from_value(p)?),
+            ToolOperation::FsRead => Request::Read(from_value(p)?),
+            ToolOperation::FsSearch => Request::Search(from_value(p)?),
+            ToolOperation::FsWrite => Request::Write(from_value(p)?),
+            ToolOperation::FsEdit => Request::Edit(from_value(p)?),
         })
     }
 
@@ -181,9 +204,9 @@ fn offset(o: Option<ByteCount>) -> Option<u64> {
 
 /// Why a payload did not decode: a path that breaks the path rule is `invalid_path` (what a
 /// fault switch such as `dotdot-allowed` lets through), anything else `invalid_request`.
-fn undecodable(job: &Job) -> AdapterError {
+fn undecodable(payload: &Value) -> AdapterError {
     let bad = AdapterError::new(AdapterCode::InvalidRequest, "payload does not match the operation");
-    match job.payload.get("path").and_then(Value::as_str) {
+    match payload.get("path").and_then(Value::as_str) {
         Some(path) => match validate_relative_path(path, PathSide::Adapter, "payload.path") {
             Err(e) => AdapterError::new(AdapterCode::InvalidPath, e.message),
             Ok(_) => bad,
@@ -193,9 +216,18 @@ fn undecodable(job: &Job) -> AdapterError {
 }
 
 fn run(root: &Root, job: &Job, faults: Faults) -> Result<Value, AdapterError> {
-    let request = Request::decode(job).map_err(|_| undecodable(job))?;
+    let request = Request::decode(job.operation, &job.payload).map_err(|_| undecodable(&job.payload))?;
+    run_request(root, request, job.budget, &job.cancel, faults)
+}
+
+fn run_request(
+    root: &Root,
+    request: Request,
+    budget: usize,
+    cancel: &Cancel,
+    faults: Faults,
+) -> Result<Value, AdapterError> {
     let path = tool_path(request.path())?;
-    let (budget, cancel) = (job.budget, &job.cancel);
     match request {
         Request::List(r) => root.list(&path, r.max_entries.map(u64::from), budget, cancel),
         Request::Stat(_) => root.stat(&path, budget, cancel),
