@@ -530,3 +530,157 @@ fn ten_connections_of_one_grant_hold_the_memory_of_one() {
         "ten connections of one grant hold more than twice one's in-flight memory: {one} -> {ten} KiB"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// F9: a FIFO or device swapped in under a name is never opened.
+
+/// How many `IN_OPEN` events of the FIFO watched by the inotify descriptor `ino` are queued
+/// (an `O_PATH` open raises none; identical unread events are coalesced, so this counts
+/// bursts of opens), draining the queue.
+fn opens_seen(ino: &std::os::fd::OwnedFd) -> usize {
+    let mut n = 0;
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(ino, &mut buf) {
+            Ok(len) => {
+                let mut i = 0;
+                while i + 16 <= len {
+                    let mask = u32::from_ne_bytes(buf[i + 4..i + 8].try_into().unwrap());
+                    let name_len = u32::from_ne_bytes(buf[i + 12..i + 16].try_into().unwrap()) as usize;
+                    if mask & rustix::fs::inotify::ReadFlags::OPEN.bits() != 0 {
+                        n += 1;
+                    }
+                    i += 16 + name_len;
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) => return n,
+            Err(e) => panic!("inotify read: {e}"),
+        }
+    }
+}
+
+/// `x.txt` (a regular file) and `p` (a FIFO) swap names as fast as `renameat2(RENAME_EXCHANGE)`
+/// allows while `fs.read`, `fs.search` (the file, and the root as a directory search) and
+/// `fs.edit` of `x.txt` run: between the adapter's look at the name and its open, the name
+/// often changes type. The FIFO is never opened (no `IN_OPEN` on its inode — an `O_PATH`
+/// descriptor raises none — and a non-blocking writer never finds a reader: `ENXIO` every
+/// time), and every answer is either the file's or the typed refusal
+/// `unsupported_file_type` (not retryable).
+#[test]
+fn a_fifo_swapped_in_under_a_name_is_never_opened() {
+    use rustix::fs::{inotify, FileType, Mode, OFlags, RenameFlags, CWD};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let a = Adapter::start(Opts::default());
+    let (file, fifo) = (a.root.join("x.txt"), a.root.join("p"));
+    std::fs::write(&file, "one needle\n").unwrap();
+    rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+    let ino = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+    inotify::add_watch(&ino, &fifo, inotify::WatchFlags::OPEN).unwrap();
+    // The FIFO itself, whatever its name: the writer probe reopens it through /proc.
+    let pinned = rustix::fs::open(&fifo, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+    let probe_path = format!("/proc/self/fd/{}", pinned.as_raw_fd());
+    // The witnesses work: a reader of our own is seen by both.
+    {
+        let reader = rustix::fs::open(&probe_path, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).unwrap();
+        let writer = rustix::fs::open(&probe_path, OFlags::WRONLY | OFlags::NONBLOCK, Mode::empty());
+        assert!(writer.is_ok(), "a writer must find our reader: {writer:?}");
+        drop((reader, writer));
+        // Identical unread events are coalesced: at least one.
+        assert!(opens_seen(&ino) >= 1, "inotify must see our own reader and writer");
+    }
+    assert_eq!(
+        rustix::fs::open(&probe_path, OFlags::WRONLY | OFlags::NONBLOCK, Mode::empty()).err(),
+        Some(rustix::io::Errno::NXIO),
+        "without a reader a non-blocking writer gets ENXIO"
+    );
+    assert_eq!(opens_seen(&ino), 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let racer = {
+        let (stop, swaps, file, fifo) = (stop.clone(), swaps.clone(), file.clone(), fifo.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(CWD, &file, CWD, &fifo, RenameFlags::EXCHANGE).unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let writer_found_reader = Arc::new(AtomicUsize::new(0));
+    let prober = {
+        let (stop, found) = (stop.clone(), writer_found_reader.clone());
+        let probe_path = probe_path.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match rustix::fs::open(&probe_path, OFlags::WRONLY | OFlags::NONBLOCK, Mode::empty()) {
+                    Ok(_) => {
+                        found.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => assert_eq!(e, rustix::io::Errno::NXIO),
+                }
+            }
+        })
+    };
+
+    let mut c = a.bound();
+    let ops = [
+        ("fs.read", json!({"path": "x.txt"})),
+        ("fs.search", json!({"path": "x.txt", "query": "needle"})),
+        ("fs.search", json!({"path": ".", "query": "needle"})),
+        // An edit and a write that read the file and then refuse: one that succeeded would
+        // rename a new file over whatever the name is at that moment, the FIFO included.
+        ("fs.edit", json!({"path": "x.txt", "edits": [{"oldText": "absent", "newText": "x"}]})),
+        ("fs.write", json!({"path": "x.txt", "content": "x", "expectedDigest": "0".repeat(64)})),
+    ];
+    // What each operation answers for the regular file.
+    let file_answer = ["ok", "ok", "ok", "edit_not_found", "digest_mismatch"];
+    let mut refused = [0usize; 5];
+    let mut answered = [0usize; 5];
+    let mut opens = 0;
+    for i in 0..500 {
+        opens += opens_seen(&ino);
+        for (k, (op, payload)) in ops.iter().enumerate() {
+            let r = call(&mut c, &format!("r{i}-{k}"), op, payload.clone());
+            let code = if r["ok"] == true { "ok" } else { r["error"]["code"].as_str().unwrap_or("?") };
+            if code == file_answer[k] {
+                answered[k] += 1;
+                if *op == "fs.read" {
+                    assert_eq!(r["data"]["content"], "one needle\n", "{r}");
+                }
+                if k == 2 {
+                    // The directory search found the file or skipped the FIFO under its name.
+                    assert!(r["data"]["matches"].as_array().unwrap().len() <= 1, "{r}");
+                }
+                continue;
+            }
+            assert_eq!(code, "unsupported_file_type", "{op} {payload}: {r}");
+            assert_eq!(r["error"]["retryable"], false, "{r}");
+            refused[k] += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+    prober.join().unwrap();
+    opens += opens_seen(&ino);
+    eprintln!(
+        "swaps {}, answered {answered:?}, refused {refused:?}, FIFO opens {opens}, writer found a reader {}",
+        swaps.load(Ordering::Relaxed),
+        writer_found_reader.load(Ordering::Relaxed)
+    );
+    // The race was really run: the file and the FIFO each met the requests.
+    assert!(swaps.load(Ordering::Relaxed) > 1000, "the racer barely ran");
+    for k in [0, 1, 3, 4] {
+        assert!(refused[k] > 0 && answered[k] > 0, "{}: answered {answered:?}, refused {refused:?}", ops[k].0);
+    }
+    // A directory search skips what is not a regular file: it never fails for it.
+    assert_eq!(refused[2], 0);
+    assert_eq!(opens, 0, "the adapter opened the FIFO {opens} times");
+    assert_eq!(writer_found_reader.load(Ordering::Relaxed), 0, "a writer found the adapter reading the FIFO");
+    // Afterwards the file is intact, under whichever name it ended.
+    let t = FileType::from_raw_mode(rustix::fs::lstat(&file).unwrap().st_mode);
+    let f = if t == FileType::RegularFile { &file } else { &fifo };
+    assert_eq!(std::fs::read_to_string(f).unwrap(), "one needle\n");
+}

@@ -1,19 +1,33 @@
-//! Run one validated job against a confined root: read the payload fields (already checked
-//! by `contract::frame::check_invoke_payload`) and call the filesystem operation.
+//! Run one validated job against a confined root: decode the payload (already checked by
+//! `contract::frame::check_invoke_payload`) into the generated `Fs*Request` type of its
+//! operation and call the filesystem operation.
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::faults::{self, Fault, Faults};
-use super::fs::Root;
+use super::fs::{Cancel, Root};
 use super::session::Job;
-use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{validate_relative_path, AdapterCode, AdapterError, PathSide};
+use crate::contract::types::tool_adapter::{
+    ByteCount, FsEditRequest, FsListRequest, FsReadRequest, FsSearchRequest, FsStatRequest, FsWriteRequest,
+    RelativePath, ToolOperation,
+};
+use crate::contract::{validate_relative_path, AdapterCode, AdapterError, PathSide, ToolPath};
 
 /// Execute `job` (blocking).
 pub fn execute(root: &Root, job: &Job) -> Result<Value, AdapterError> {
     run(root, job, Faults::NONE)
+}
+
+/// [`execute`] of a job the caller gives up: the payload is decoded by moving its strings,
+/// so a large `fs.write` content is not copied.
+pub fn execute_owned(root: &Root, job: Job) -> Result<Value, AdapterError> {
+    let Job { operation, payload, budget, cancel, .. } = job;
+    let undecodable = undecodable(&payload);
+    let request = Request::decode_owned(operation, payload).map_err(|_| undecodable)?;
+    run_request(root, request, budget, &cancel, Faults::NONE)
 }
 
 /// [`execute`] with fault switches (test aid: production passes [`Faults::NONE`]). `dir` is
@@ -128,53 +142,117 @@ pub fn try_inline(root: &Root, job: &Job) -> Option<Result<Value, AdapterError>>
     if job.operation != ToolOperation::FsRead {
         return Some(execute(root, job));
     }
-    let p = &job.payload;
-    let path = match p
-        .get("path")
-        .and_then(Value::as_str)
-        .map(|s| validate_relative_path(s, PathSide::Adapter, "payload.path"))
-    {
-        Some(Ok(path)) => path,
-        _ => return Some(execute(root, job)),
+    let Ok(Request::Read(r)) = Request::decode(job.operation, &job.payload) else {
+        return Some(execute(root, job));
     };
-    let u = |k: &str| p.get(k).and_then(Value::as_u64);
-    root.read_small(&path, u("offset"), u("maxBytes"), job.budget, INLINE_SCAN_BYTES)
+    let Ok(path) = tool_path(&r.path) else { return Some(execute(root, job)) };
+    root.read_small(&path, offset(r.offset), r.max_bytes.map(u64::from), job.budget, INLINE_SCAN_BYTES)
+}
+
+/// An invoke's payload decoded into the generated request type of its operation.
+enum Request {
+    List(FsListRequest),
+    Stat(FsStatRequest),
+    Read(FsReadRequest),
+    Search(FsSearchRequest),
+    Write(FsWriteRequest),
+    Edit(FsEditRequest),
+}
+
+impl Request {
+    /// Decode `job.payload` (already judged by `contract::frame::check_invoke_payload`, so
+    /// this fails only for a payload a fault switch let through).
+    fn decode(op: ToolOperation, p: &Value) -> Result<Request, serde_json::Error> {
+        Ok(match op {
+            ToolOperation::FsList => Request::List(FsListRequest::deserialize(p)?),
+            ToolOperation::FsStat => Request::Stat(FsStatRequest::deserialize(p)?),
+            ToolOperation::FsRead => Request::Read(FsReadRequest::deserialize(p)?),
+            ToolOperation::FsSearch => Request::Search(FsSearchRequest::deserialize(p)?),
+            ToolOperation::FsWrite => Request::Write(FsWriteRequest::deserialize(p)?),
+            ToolOperation::FsEdit => Request::Edit(FsEditRequest::deserialize(p)?),
+        })
+    }
+
+    /// [`Request::decode`], moving the payload's strings instead of copying them.
+    fn decode_owned(op: ToolOperation, p: Value) -> Result<Request, serde_json::Error> {
+        use serde_json::from_value;
+        Ok(match op {
+            ToolOperation::FsList => Request::List(from_value(p)?),
+            ToolOperation::FsStat => Request::Stat(from_value(p)?),
+            ToolOperation::FsRead => Request::Read(from_value(p)?),
+            ToolOperation::FsSearch => Request::Search(from_value(p)?),
+            ToolOperation::FsWrite => Request::Write(from_value(p)?),
+            ToolOperation::FsEdit => Request::Edit(from_value(p)?),
+        })
+    }
+
+    fn path(&self) -> &RelativePath {
+        match self {
+            Request::List(r) => &r.path,
+            Request::Stat(r) => &r.path,
+            Request::Read(r) => &r.path,
+            Request::Search(r) => &r.path,
+            Request::Write(r) => &r.path,
+            Request::Edit(r) => &r.path,
+        }
+    }
+}
+
+/// The adapter-side path rule on a schema-valid path (it adds the byte and component limits).
+fn tool_path(path: &RelativePath) -> Result<ToolPath, AdapterError> {
+    validate_relative_path(path, PathSide::Adapter, "payload.path")
+        .map_err(|e| AdapterError::new(AdapterCode::InvalidPath, e.message))
+}
+
+fn offset(o: Option<ByteCount>) -> Option<u64> {
+    o.map(|o| u64::try_from(o.0).unwrap_or(0))
+}
+
+/// Why a payload did not decode: a path that breaks the path rule is `invalid_path` (what a
+/// fault switch such as `dotdot-allowed` lets through), anything else `invalid_request`.
+fn undecodable(payload: &Value) -> AdapterError {
+    let bad = AdapterError::new(AdapterCode::InvalidRequest, "payload does not match the operation");
+    match payload.get("path").and_then(Value::as_str) {
+        Some(path) => match validate_relative_path(path, PathSide::Adapter, "payload.path") {
+            Err(e) => AdapterError::new(AdapterCode::InvalidPath, e.message),
+            Ok(_) => bad,
+        },
+        None => bad,
+    }
 }
 
 fn run(root: &Root, job: &Job, faults: Faults) -> Result<Value, AdapterError> {
-    let p = &job.payload;
-    let bad = || AdapterError::new(AdapterCode::InvalidRequest, "payload does not match the operation");
-    let path = p.get("path").and_then(Value::as_str).ok_or_else(bad)?;
-    let path = validate_relative_path(path, PathSide::Adapter, "payload.path")
-        .map_err(|e| AdapterError::new(AdapterCode::InvalidPath, e.message))?;
-    let u = |k: &str| p.get(k).and_then(Value::as_u64);
-    let b = |k: &str| p.get(k).and_then(Value::as_bool);
-    let s = |k: &str| p.get(k).and_then(Value::as_str);
-    let (budget, cancel) = (job.budget, &job.cancel);
-    match job.operation {
-        ToolOperation::FsList => root.list(&path, u("maxEntries"), budget, cancel),
-        ToolOperation::FsStat => root.stat(&path, budget, cancel),
-        ToolOperation::FsRead => root.read(&path, u("offset"), u("maxBytes"), budget, cancel),
-        ToolOperation::FsSearch => root.search(&path, s("query").ok_or_else(bad)?, u("maxResults"), budget, cancel),
-        ToolOperation::FsWrite => root.write(
+    let request = Request::decode(job.operation, &job.payload).map_err(|_| undecodable(&job.payload))?;
+    run_request(root, request, job.budget, &job.cancel, faults)
+}
+
+fn run_request(
+    root: &Root,
+    request: Request,
+    budget: usize,
+    cancel: &Cancel,
+    faults: Faults,
+) -> Result<Value, AdapterError> {
+    let path = tool_path(request.path())?;
+    match request {
+        Request::List(r) => root.list(&path, r.max_entries.map(u64::from), budget, cancel),
+        Request::Stat(_) => root.stat(&path, budget, cancel),
+        Request::Read(r) => root.read(&path, offset(r.offset), r.max_bytes.map(u64::from), budget, cancel),
+        Request::Search(r) => root.search(&path, &r.query, r.max_results.map(u64::from), budget, cancel),
+        Request::Write(r) => root.write(
             &path,
-            s("content").ok_or_else(bad)?,
-            b("create"),
-            b("overwrite"),
-            s("expectedDigest").filter(|_| !faults.has(Fault::WriteIgnoresDigest)),
+            &r.content,
+            r.create,
+            r.overwrite,
+            r.expected_digest.as_deref().map(String::as_str).filter(|_| !faults.has(Fault::WriteIgnoresDigest)),
             budget,
             cancel,
         ),
-        ToolOperation::FsEdit => {
-            let edits: Vec<(String, String)> = p
-                .get("edits")
-                .and_then(Value::as_array)
-                .ok_or_else(bad)?
-                .iter()
-                .map(|e| Some((e.get("oldText")?.as_str()?.to_string(), e.get("newText")?.as_str()?.to_string())))
-                .collect::<Option<_>>()
-                .ok_or_else(bad)?;
-            let digest = s("expectedDigest").filter(|_| !faults.has(Fault::EditIgnoresDigest));
+        Request::Edit(r) => {
+            let edits: Vec<(String, String)> =
+                r.edits.into_iter().map(|e| (String::from(e.old_text), e.new_text)).collect();
+            let digest =
+                r.expected_digest.as_deref().map(String::as_str).filter(|_| !faults.has(Fault::EditIgnoresDigest));
             root.edit(&path, &edits, digest, budget, cancel)
         }
     }

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use super::faults::{self, Fault, Faults};
 use super::fs::{GrantDigests, Guard, PinError, Root};
 use super::grants;
-use super::ops::{execute_with, try_inline};
+use super::ops::{execute_owned, execute_with, try_inline};
 use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
@@ -444,8 +444,13 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
         while started.elapsed() < delay && !job.cancel.is_cancelled() {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
-        let out = execute_with(&r.root, &r.dir, &job, r.faults);
-        let _ = tx.send((job.request_id.clone(), out, started));
+        let request_id = job.request_id.clone();
+        let out = if r.faults.is_empty() {
+            execute_owned(&r.root, job)
+        } else {
+            execute_with(&r.root, &r.dir, &job, r.faults)
+        };
+        let _ = tx.send((request_id, out, started));
     });
     None
 }

@@ -17,7 +17,7 @@ use crate::contract::frame::{
     extra_keys_only, judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind,
 };
 use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{AdapterCode, AdapterError};
+use crate::contract::{AdapterCode, AdapterError, Code};
 use crate::wire::{decode_strict, encode_line, json_len};
 
 /// Largest first line read before a binding exists: the compact `bind` frame with every
@@ -84,7 +84,7 @@ impl BindRefusal {
             BindRefusal::UnknownHandle => "unknown_handle",
             BindRefusal::WrongAdapter => "wrong_adapter",
             BindRefusal::WrongIdentity => "wrong_identity",
-            BindRefusal::OperationNotGranted => "operation_not_granted",
+            BindRefusal::OperationNotGranted => AdapterCode::OperationNotGranted.as_str(),
             BindRefusal::LimitAboveCeiling => "limit_above_ceiling",
         }
     }
@@ -307,7 +307,7 @@ impl Session {
 
     /// A framing error on the input (oversize line): close.
     pub fn handle_line_error(&mut self) -> Vec<Action> {
-        self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid"))
+        self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()))
     }
 
     /// End of input: revocation (SPEC §4.5).
@@ -381,7 +381,7 @@ impl Session {
                 self.handle_invoke(now, request_id, key, op, payload)
             }
             // Adapter-to-daemon kinds never pass a to-adapter judgement.
-            _ => self.close(CloseReason::ProtocolViolation("adapter_protocol_invalid")),
+            _ => self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str())),
         }
     }
 

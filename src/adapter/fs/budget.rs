@@ -1,8 +1,10 @@
 //! The response budget: the compact JSON serialization of a result's `data` must not exceed
 //! the caller's byte budget (SPEC §4.5 "never send a line over `maxResponseBytes`").
 
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
+use crate::contract::types::tool_adapter::{FsListData, FsListEntry, FsSearchData, FsSearchMatch};
 use crate::contract::{AdapterCode, AdapterError};
 
 /// The refusal when not even one entry, match or character fits.
@@ -10,8 +12,21 @@ pub(super) fn too_large() -> AdapterError {
     AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response size limit")
 }
 
+/// The `data` of a result, from the generated `Fs*Data` value that describes it. Serializing
+/// a generated type into a `Value` cannot fail (no maps with non-string keys, no floats).
+pub(super) fn data<T: Serialize>(typed: &T) -> Value {
+    serde_json::to_value(typed).unwrap_or(Value::Null)
+}
+
+/// A generated string type (a name, path, timestamp, digest, match text) from a string the
+/// adapter built. The adapter only builds strings that satisfy the contract; one that does
+/// not is refused (`io_error`) rather than sent.
+pub(super) fn typed<T: TryFrom<String>>(s: String) -> Result<T, AdapterError> {
+    T::try_from(s).map_err(|_| AdapterError::new(AdapterCode::IoError, "a result value broke the contract"))
+}
+
 /// Compact JSON length of `v`.
-pub(super) fn json_len(v: &Value) -> usize {
+pub(super) fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
     // Counted, not written. Serializing a `Value` cannot fail (its keys are strings).
     crate::wire::json_len(v).unwrap_or(usize::MAX)
 }
@@ -34,11 +49,12 @@ pub(super) fn escaped_char_len(c: char) -> usize {
     }
 }
 
-/// A bounded array result (`fs.list` entries, `fs.search` matches): at most `limit` items,
-/// and `{"<key>": [...], "truncated": b}` at most `budget` bytes.
-pub(super) struct Bounded {
-    key: &'static str,
-    items: Vec<Value>,
+/// A bounded array result (`fs.list` entries, `fs.search` matches): at most `limit` items of
+/// type `T`, and the `data` object `D` that `make(items, truncated)` builds at most `budget`
+/// bytes.
+pub(super) struct Bounded<T, D> {
+    make: fn(Vec<T>, bool) -> D,
+    items: Vec<T>,
     /// Sum of the items' lengths plus the commas between them.
     items_len: usize,
     limit: usize,
@@ -46,17 +62,33 @@ pub(super) struct Bounded {
     truncated: bool,
 }
 
-impl Bounded {
+/// `fs.list` entries.
+pub(super) type Entries = Bounded<FsListEntry, FsListData>;
+/// `fs.search` matches.
+pub(super) type Matches = Bounded<FsSearchMatch, FsSearchData>;
+
+impl Entries {
+    /// An empty `fs.list` result.
+    pub(super) fn entries(limit: usize, budget: usize) -> Self {
+        Bounded::new(|entries, truncated| FsListData { entries, truncated }, limit, budget)
+    }
+}
+
+impl Matches {
+    /// An empty `fs.search` result.
+    pub(super) fn matches(limit: usize, budget: usize) -> Self {
+        Bounded::new(|matches, truncated| FsSearchData { matches, truncated }, limit, budget)
+    }
+}
+
+impl<T: Serialize, D: Serialize> Bounded<T, D> {
     /// An empty collection.
-    pub(super) fn new(key: &'static str, limit: usize, budget: usize) -> Self {
-        Self { key, items: Vec::new(), items_len: 0, limit, budget, truncated: false }
+    pub(super) fn new(make: fn(Vec<T>, bool) -> D, limit: usize, budget: usize) -> Self {
+        Self { make, items: Vec::new(), items_len: 0, limit, budget, truncated: false }
     }
 
     fn base_len(&self, truncated: bool) -> usize {
-        let mut m = Map::new();
-        m.insert(self.key.into(), Value::Array(Vec::new()));
-        m.insert("truncated".into(), truncated.into());
-        json_len(&Value::Object(m))
+        json_len(&(self.make)(Vec::new(), truncated))
     }
 
     /// Whether more items are still wanted.
@@ -71,7 +103,7 @@ impl Bounded {
 
     /// Offer the next item in order. Returns `false` (and marks the result truncated) when it
     /// is cut by the limit or the budget; no later item is accepted after that.
-    pub(super) fn push(&mut self, item: Value) -> bool {
+    pub(super) fn push(&mut self, item: T) -> bool {
         if self.truncated {
             return false;
         }
@@ -102,10 +134,7 @@ impl Bounded {
         if total > self.budget || (self.items.is_empty() && self.truncated) {
             return Err(too_large());
         }
-        let mut m = Map::new();
-        m.insert(self.key.into(), Value::Array(self.items));
-        m.insert("truncated".into(), self.truncated.into());
-        let data = Value::Object(m);
+        let data = data(&(self.make)(self.items, self.truncated));
         debug_assert_eq!(json_len(&data), total);
         Ok(data)
     }
@@ -114,7 +143,18 @@ impl Bounded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Map};
+
+    fn entries(items: Vec<Value>, truncated: bool) -> Value {
+        let mut m = Map::new();
+        m.insert("entries".into(), Value::Array(items));
+        m.insert("truncated".into(), truncated.into());
+        Value::Object(m)
+    }
+
+    fn matches(items: Vec<Value>, truncated: bool) -> Value {
+        json!({"matches": items, "truncated": truncated})
+    }
 
     #[test]
     fn escaped_lengths_match_serde_json() {
@@ -133,7 +173,7 @@ mod tests {
         let full = json_len(&json!({"entries": items, "truncated": false}));
         let mut prev = 0;
         for budget in 0..full + 3 {
-            let mut b = Bounded::new("entries", 100, budget);
+            let mut b = Bounded::new(entries, 100, budget);
             for it in &items {
                 if !b.push(it.clone()) {
                     break;
@@ -158,8 +198,11 @@ mod tests {
 
     #[test]
     fn empty_result_fits_or_refuses() {
-        assert!(Bounded::new("matches", 10, 5).finish().is_err());
-        let v = Bounded::new("matches", 10, 100).finish().unwrap();
+        assert!(Bounded::new(matches, 10, 5).finish().is_err());
+        assert!(Matches::matches(10, 5).finish().is_err());
+        let v = Bounded::new(matches, 10, 100).finish().unwrap();
+        assert_eq!(v, json!({"matches": [], "truncated": false}));
+        let v = Matches::matches(10, 100).finish().unwrap();
         assert_eq!(v, json!({"matches": [], "truncated": false}));
     }
 }

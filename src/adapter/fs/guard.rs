@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rustix::fs::Stat;
 use sha2::{Digest, Sha256};
 
-use super::read::pread_at;
+use super::pread::pread_at;
 use super::resolve::{self, err};
 use super::{cancelled, Cancel};
 use crate::adapter::grants::MINTED_HANDLE_LEN;

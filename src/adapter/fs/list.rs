@@ -6,12 +6,13 @@ use std::collections::BinaryHeap;
 use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, Dir, FileType};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::budget::Bounded;
+use super::budget::{typed, Entries};
 use super::resolve::{self, err, Want};
 use super::{cancelled, time, Cancel, Root, DEFAULT_MAX_ENTRIES, MAX_ITEMS};
 use crate::contract::frame::is_entry_name;
+use crate::contract::types::tool_adapter::{EntryType, FsListEntry};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// How often (in directory entries) cancellation is checked.
@@ -77,7 +78,7 @@ pub(super) fn list(
     if cancel.is_cancelled() {
         return Err(cancelled());
     }
-    let mut out = Bounded::new("entries", max, budget);
+    let mut out = Entries::entries(max, budget);
     for raw in smallest.into_sorted_vec() {
         let Some(name) = reportable_name(&raw) else { continue };
         // Judge each kept entry on its current metadata; one that vanished or changed
@@ -87,22 +88,18 @@ pub(super) fn list(
             Err(rustix::io::Errno::NOENT) => continue,
             Err(e) => return Err(resolve::map_errno(e)),
         };
-        let mut e = Map::new();
-        e.insert("name".into(), name.into());
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => {
-                e.insert("type".into(), "file".into());
-                e.insert("size".into(), resolve::size_of(&st).into());
-            }
-            FileType::Directory => {
-                e.insert("type".into(), "directory".into());
-            }
+        let (type_, size) = match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => (EntryType::File, Some(resolve::byte_count(&st))),
+            FileType::Directory => (EntryType::Directory, None),
             _ => continue,
-        }
-        if let Some(t) = time::modified_at(&st) {
-            e.insert("modifiedAt".into(), t.into());
-        }
-        if !out.push(Value::Object(e)) {
+        };
+        let entry = FsListEntry {
+            modified_at: time::modified_at(&st).map(typed).transpose()?,
+            name: typed(name.to_string())?,
+            size,
+            type_,
+        };
+        if !out.push(entry) {
             break;
         }
     }

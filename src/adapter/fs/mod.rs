@@ -5,9 +5,11 @@
 //! string: the parent directory is opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
 //! | RESOLVE_NO_MAGICLINKS)` (or, where `openat2` is unavailable, by a component-wise
 //! `openat(O_NOFOLLOW | O_DIRECTORY)` walk), and the last component is looked up with
-//! `fstatat(AT_SYMLINK_NOFOLLOW)` and opened with `openat(O_NOFOLLOW | O_NONBLOCK)` relative
-//! to that parent. A symlink anywhere is refused; FIFOs, sockets and devices are never read
-//! (and, barring a race, never even opened), and never listed.
+//! `fstatat(AT_SYMLINK_NOFOLLOW)` and opened with `openat(O_PATH | O_NOFOLLOW)` relative to
+//! that parent, judged on that descriptor and only then reopened for reading as the same
+//! inode (a regular file through `/proc/self/fd`, so procfs is required). A symlink anywhere
+//! is refused; FIFOs, sockets and devices are never opened, even when one is swapped in
+//! under a name between the look and the open, and never listed.
 //!
 //! The operations are synchronous and blocking; the server runs them on a blocking thread.
 //! Each returns the `data` object of a successful result, whose compact JSON serialization
@@ -24,6 +26,7 @@ mod cancel;
 mod guard;
 mod list;
 mod lock;
+mod pread;
 mod read;
 mod resolve;
 mod search;
@@ -37,6 +40,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use serde_json::Value;
 
+use crate::contract::types::tool_adapter::{ByteCount, EntryType, FsStatData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
@@ -99,6 +103,7 @@ impl Root {
     /// [`Root::open`] with an explicit resolution mode (tests force [`ResolveMode::Walk`] to
     /// exercise the fallback; an operator may too, e.g. under a seccomp filter).
     pub fn open_with(dir: &Path, mode: ResolveMode) -> io::Result<Root> {
+        require_procfs()?;
         let canonical = std::fs::canonicalize(dir)?;
         let fd = rustix::fs::open(
             &canonical,
@@ -123,6 +128,7 @@ impl Root {
     /// ([`PinError::Symlink`]) instead of being followed; the directory reached must be the
     /// one `grant` pinned (`pin`, device and inode), else [`PinError::Changed`].
     pub fn open_pinned(dir: &Path, pin: (u64, u64)) -> Result<Root, PinError> {
+        require_procfs()?;
         let fd = open_no_symlinks(dir)?;
         let id = resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?);
         if id != pin {
@@ -166,14 +172,12 @@ impl Root {
         check_running(cancel)?;
         let (_, st) = self.lookup(path)?;
         let kind = resolve::classify(&st, path.trailing_slash, resolve::Want::Any)?;
-        let mut data = serde_json::Map::new();
-        data.insert("type".into(), kind.as_str().into());
-        let size = if kind == resolve::Kind::File { resolve::size_of(&st) } else { 0 };
-        data.insert("size".into(), size.into());
-        if let Some(t) = time::modified_at(&st) {
-            data.insert("modifiedAt".into(), t.into());
-        }
-        let data = Value::Object(data);
+        let (type_, size) = match kind {
+            resolve::Kind::File => (EntryType::File, resolve::byte_count(&st)),
+            resolve::Kind::Dir => (EntryType::Directory, ByteCount(0)),
+        };
+        let modified_at = time::modified_at(&st).map(budget::typed).transpose()?;
+        let data = budget::data(&FsStatData { modified_at, size, type_ });
         budget::ensure_fits(&data, budget)?;
         Ok(data)
     }
@@ -307,6 +311,19 @@ pub fn open_no_symlinks(dir: &Path) -> Result<OwnedFd, PinError> {
 pub fn pin_of(dir: &Path) -> Result<(u64, u64), PinError> {
     let fd = open_no_symlinks(dir)?;
     Ok(resolve::identity(&rustix::fs::fstat(&fd).map_err(|e| PinError::Io(e.into()))?))
+}
+
+/// A root is only opened where procfs is mounted: a regular file is reopened for reading
+/// through its `/proc/self/fd` entry after its type was judged on an `O_PATH` descriptor, and
+/// reopening it by name instead could open a device swapped in meanwhile (issue 15, F9).
+fn require_procfs() -> io::Result<()> {
+    match resolve::proc_self_fd() {
+        Some(_) => Ok(()),
+        None => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "procfs is not mounted at /proc: the adapter reopens files through /proc/self/fd",
+        )),
+    }
 }
 
 /// Whether `openat2` with the confinement flags works on this kernel and under this

@@ -2,32 +2,16 @@
 
 use std::os::fd::OwnedFd;
 
-use rustix::buffer::spare_capacity;
 use rustix::fs::Stat;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::budget::{self, escaped_char_len};
+use super::budget::{self, data, escaped_char_len};
 use super::guard::FileKey;
+use super::pread::pread_at;
 use super::resolve::{self, err, io_error, Want};
 use super::{Cancel, Root, MAX_READ_BYTES};
+use crate::contract::types::tool_adapter::{ByteCount, FsReadData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
-
-/// `pread` until `len` bytes or end of file (a shorter result means end of file). The
-/// buffer is filled in place, never zeroed first.
-pub(super) fn pread_at(fd: &OwnedFd, offset: u64, len: usize) -> Result<Vec<u8>, AdapterError> {
-    let mut buf = Vec::with_capacity(len);
-    while buf.len() < len {
-        let at = offset + buf.len() as u64;
-        match rustix::io::pread(fd, spare_capacity(&mut buf), at) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(resolve::map_errno(e)),
-        }
-    }
-    buf.truncate(len);
-    Ok(buf)
-}
 
 fn not_utf8() -> AdapterError {
     err(AdapterCode::NotUtf8, "the file is not valid UTF-8 in the requested window")
@@ -143,7 +127,7 @@ fn window(fd: &OwnedFd, st: &Stat, offset: u64, max: u64, budget: usize) -> Resu
     let eof = offset + text.len() as u64 == end_of_file;
     if data_len(escaped_len(text), text.len(), eof) <= budget {
         // `data_len` is exact (unit test), so the result is known to fit.
-        let data = json!({"content": text, "bytesRead": text.len(), "eof": eof});
+        let data = read_data(text.to_string(), text.len(), eof);
         debug_assert!(budget::json_len(&data) <= budget);
         return Ok(data);
     }
@@ -186,8 +170,13 @@ fn escaped_len(text: &str) -> usize {
     text.len() + extra
 }
 
+/// The `data` of an `fs.read` result.
+fn read_data(content: String, bytes_read: usize, eof: bool) -> Value {
+    data(&FsReadData { bytes_read: ByteCount(bytes_read as i64), content, eof })
+}
+
 fn finish(content: String, bytes_read: usize, eof: bool, budget: usize) -> Result<Value, AdapterError> {
-    let data = json!({"content": content, "bytesRead": bytes_read, "eof": eof});
+    let data = read_data(content, bytes_read, eof);
     budget::ensure_fits(&data, budget)?;
     Ok(data)
 }
@@ -219,6 +208,7 @@ fn offset_error(fd: &OwnedFd, offset: u64, window: &[u8]) -> Result<AdapterError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn escaped_len_is_the_sum_of_escaped_char_lens() {

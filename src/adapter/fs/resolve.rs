@@ -11,15 +11,19 @@
 //!   `O_NOFOLLOW` refuses a symlink in each position.
 //!
 //! The last component is then only ever used relative to that directory descriptor, by
-//! `fstatat(AT_SYMLINK_NOFOLLOW)` and `openat(O_NOFOLLOW | O_NONBLOCK)`, so nothing is
-//! checked by path and used by path again.
+//! `fstatat(AT_SYMLINK_NOFOLLOW)` and `openat(O_PATH | O_NOFOLLOW)`, judged with `fstat` on
+//! that descriptor and only then reopened for reading as the same inode ([`open_entry`]),
+//! so nothing is checked by path and used by path again, and a FIFO, socket or device that
+//! raced into the name is never opened.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
 use super::{ResolveMode, Root};
+use crate::contract::types::tool_adapter::ByteCount;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// A refusal with a fixed message.
@@ -86,16 +90,6 @@ pub(super) enum Kind {
     Dir,
 }
 
-impl Kind {
-    /// The wire `type`.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Kind::File => "file",
-            Kind::Dir => "directory",
-        }
-    }
-}
-
 /// What an operation needs the path to name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Want {
@@ -139,6 +133,11 @@ pub(super) fn single_link(st: &Stat) -> Result<(), AdapterError> {
 pub(super) fn size_of(st: &Stat) -> u64 {
     #[allow(clippy::useless_conversion)] // `st_size` is `c_long` or `i64` depending on the target
     u64::try_from(i64::from(st.st_size)).unwrap_or(0)
+}
+
+/// A file's length from its metadata, as the generated `ByteCount`.
+pub(super) fn byte_count(st: &Stat) -> ByteCount {
+    ByteCount(i64::try_from(size_of(st)).unwrap_or(i64::MAX))
 }
 
 /// `(device, inode)` of a file.
@@ -205,12 +204,59 @@ fn read_flags(kind: Kind) -> OFlags {
     }
 }
 
-/// `openat(dir, name)` for reading an entry that was seen as `kind`, then `fstat` the
-/// descriptor: the type is judged on the open descriptor, never on a name.
-pub(super) fn open_entry(dir: impl AsFd, name: &str, kind: Kind) -> Result<(OwnedFd, Stat), Errno> {
-    let fd = rustix::fs::openat(dir, name, read_flags(kind), Mode::empty())?;
-    let st = rustix::fs::fstat(&fd)?;
+/// The process's `/proc/self/fd` directory (`O_PATH`), opened once and kept only when it
+/// really is procfs (`fstatfs` magic), so an entry in it is the kernel's link to an open
+/// descriptor and nothing a mount could fake. `None` without procfs.
+pub(super) fn proc_self_fd() -> Option<BorrowedFd<'static>> {
+    static DIR: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open("/proc/self/fd", flags, Mode::empty()).ok()?;
+        let fs = rustix::fs::fstatfs(&fd).ok()?;
+        (fs.f_type == rustix::fs::PROC_SUPER_MAGIC).then_some(fd)
+    })
+    .as_ref()
+    .map(|fd| fd.as_fd())
+}
+
+/// Open the entry `name` in `dir`, seen as `kind`, for reading, without ever opening a FIFO,
+/// socket or device (issue 15, F9): the name may have been swapped since it was looked at,
+/// and merely opening a device can act (a tape rewinds, a terminal becomes the controlling
+/// one, a FIFO's writer is released). So the name is opened `O_PATH | O_NOFOLLOW` (which
+/// opens no file: it only pins the inode), the type is judged with `fstat` on that
+/// descriptor — a symlink is `symlink_refused`, anything but a regular file or directory
+/// `unsupported_file_type`, a regular file where a directory was seen `not_a_directory` —
+/// and only then is the *same inode* opened for reading: a directory as `.` beneath its
+/// `O_PATH` descriptor, a regular file through its `/proc/self/fd` entry (an inode's type
+/// never changes, so this opens a regular file). Device and inode are compared once more
+/// on the reading descriptor, which is returned with its metadata.
+pub(super) fn open_entry(dir: impl AsFd, name: &str, kind: Kind) -> Result<(OwnedFd, Stat), AdapterError> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let pinned = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(map_errno)?;
+    let seen = rustix::fs::fstat(&pinned).map_err(map_errno)?;
+    let fd = match FileType::from_raw_mode(seen.st_mode) {
+        FileType::Directory => rustix::fs::openat(&pinned, ".", read_flags(Kind::Dir), Mode::empty()),
+        FileType::RegularFile if kind == Kind::Dir => return Err(not_a_directory()),
+        FileType::RegularFile => reopen_file(&pinned),
+        FileType::Symlink => return Err(symlink_refused()),
+        _ => return Err(unsupported()),
+    }
+    .map_err(map_errno)?;
+    let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
+    if identity(&st) != identity(&seen) {
+        // Not reachable with a genuine procfs; never read another file than the one judged.
+        return Err(io_error());
+    }
     Ok((fd, st))
+}
+
+/// Open the regular file behind the `O_PATH` descriptor `pinned` for reading, through its
+/// `/proc/self/fd` entry. The entry is a magic link to the open file itself, not a name that
+/// can be swapped, so it is followed (no `O_NOFOLLOW`, which would refuse it).
+fn reopen_file(pinned: &OwnedFd) -> Result<OwnedFd, Errno> {
+    let proc = proc_self_fd().ok_or(Errno::NOSYS)?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    rustix::fs::openat(proc, pinned.as_raw_fd().to_string(), flags, Mode::empty())
 }
 
 impl Root {
@@ -294,8 +340,9 @@ impl Root {
     }
 
     /// Open an existing regular file or directory for reading, judged against `want`. The
-    /// type is checked on the name first (so a FIFO or device is not even opened) and again
-    /// on the open descriptor (authoritative).
+    /// type is checked on the name first, then on an `O_PATH` descriptor before anything is
+    /// opened for reading ([`open_entry`]: a FIFO or device is never opened), and again on
+    /// the reading descriptor.
     pub(super) fn open_existing(&self, path: &ToolPath, want: Want) -> Result<(OwnedFd, Stat, Kind), AdapterError> {
         let (target, st) = self.lookup(path)?;
         let kind = classify(&st, path.trailing_slash, want)?;
@@ -306,10 +353,7 @@ impl Root {
                 let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
                 (fd, st)
             }
-            Target::Child { parent, name } => open_entry(&parent, name, kind).map_err(|e| match e {
-                Errno::LOOP => symlink_refused(),
-                e => map_errno(e),
-            })?,
+            Target::Child { parent, name } => open_entry(&parent, name, kind)?,
         };
         let kind = classify(&st, path.trailing_slash, want)?;
         Ok((fd, st, kind))

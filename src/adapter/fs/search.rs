@@ -13,7 +13,8 @@
 //! classified by type) and its files are handed out in path order, in batches, to a few
 //! scanner threads, which open each one by its path beneath the root (the parent directory
 //! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` or the component walk, kept while
-//! consecutive files share it, then the file with `openat(O_NOFOLLOW)`), check it is a
+//! consecutive files share it, then the file with `O_PATH | O_NOFOLLOW`, judged before it
+//! is reopened for reading, so a FIFO or device is never opened), check it is a
 //! regular file and scan it. Their results come back tagged with the batch number and are
 //! merged on the calling thread strictly in path order (match texts are read there too,
 //! after opening the file again), so the outcome is the sequential one. At most
@@ -33,15 +34,17 @@ use std::sync::Mutex;
 use memchr::memmem::Finder;
 use rustix::buffer::spare_capacity;
 use rustix::fs::{Dir, FileType, Stat};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::budget::Bounded;
+use super::budget::{typed, Matches};
 use super::guard::{handle_in_content, FileKey, Guard};
 use super::list::{entry_type, reportable_name};
-use super::read::{is_continuation, pread_at};
+use super::pread::pread_at;
+use super::read::is_continuation;
 use super::resolve::{self, err, open_entry, Access, Kind, Want};
 use super::{cancelled, Cancel, Root, DEFAULT_MAX_RESULTS, MAX_ITEMS, MAX_MATCH_TEXT_CHARS};
 use crate::contract::path::MAX_PATH_BYTES;
+use crate::contract::types::tool_adapter::FsSearchMatch;
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// Bytes read per chunk.
@@ -74,7 +77,7 @@ pub(super) fn search(
     }
     let (fd, st, kind) = root.open_existing(path, Want::Any)?;
     let q = Query { finder: Finder::new(query.as_bytes()), root, guard: root.guard.as_ref() };
-    let mut out = Bounded::new("matches", max as usize, budget);
+    let mut out = Matches::matches(max as usize, budget);
     match kind {
         Kind::File => {
             // One more than still fits under the limit tells whether the result is cut.
@@ -99,13 +102,18 @@ pub(super) fn search(
 
 /// Report one text file's matches, in order, as far as the limit and budget allow; nothing
 /// if the file changed under the search (a line no longer where the scan saw it).
-fn emit(out: &mut Bounded, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<(), AdapterError> {
+fn emit(out: &mut Matches, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<(), AdapterError> {
     let mut found = Vec::with_capacity(raw.len());
     for m in raw {
         let Some(text) = match_text(fd, m)? else {
             return Ok(()); // the file changed under the search: treat it as not text
         };
-        found.push(json!({"path": rel, "line": m.line, "column": m.column, "text": text}));
+        found.push(FsSearchMatch {
+            column: nonzero(m.column)?,
+            line: nonzero(m.line)?,
+            path: typed(rel.to_string())?,
+            text: typed(text)?,
+        });
     }
     for v in found {
         if !out.push(v) {
@@ -113,6 +121,11 @@ fn emit(out: &mut Bounded, fd: &OwnedFd, rel: &str, raw: &[RawMatch]) -> Result<
         }
     }
     Ok(())
+}
+
+/// A 1-based line or column as the generated type's `NonZeroU64`.
+fn nonzero(n: u64) -> Result<std::num::NonZeroU64, AdapterError> {
+    std::num::NonZeroU64::new(n).ok_or_else(|| err(AdapterCode::IoError, "a result value broke the contract"))
 }
 
 /// What a search looks for and where: the query, the root every file and directory of the
@@ -203,8 +216,8 @@ struct ParentCache {
 impl ParentCache {
     /// Open an entry of the tree that was seen as a regular file, by its path beneath the
     /// root: the parent directory with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the
-    /// component walk), the file with `openat(O_NOFOLLOW)` on it, judged on the open
-    /// descriptor. `Ok(None)` when it changed under the walk ([`changed_under_walk`]).
+    /// component walk), the file with [`open_entry`] on it (judged on an `O_PATH` descriptor
+    /// before it is opened for reading: a FIFO or device swapped in is never opened). `Ok(None)` when it changed under the walk ([`changed_under_walk`]).
     fn open_file(&mut self, root: &Root, job: &FileJob) -> Result<Option<(OwnedFd, Stat)>, AdapterError> {
         let name = &job.rel[job.name_at..];
         let opened = if job.name_at == 0 {
@@ -224,7 +237,7 @@ impl ParentCache {
             let Some(dir) = &self.fd else { return Ok(None) };
             open_entry(dir, name, Kind::File)
         };
-        let (fd, st) = match opened.map_err(resolve::map_errno) {
+        let (fd, st) = match opened {
             Ok(x) => x,
             Err(e) if changed_under_walk(&e) => return Ok(None),
             Err(e) => return Err(e),
@@ -274,7 +287,7 @@ fn scan_entry(
 
 /// Merge one scanned file into the result; `Ok(true)` once no more matches are wanted.
 fn merge(
-    out: &mut Bounded,
+    out: &mut Matches,
     scanned: Scanned,
     query: &Query<'_>,
     parents: &mut ParentCache,
@@ -344,7 +357,7 @@ fn tree(
     dir: OwnedFd,
     prefix: String,
     query: &Query<'_>,
-    out: &mut Bounded,
+    out: &mut Matches,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
     let mut walker = Walker { stack: vec![read_frame(dir, prefix)?] };
@@ -400,7 +413,7 @@ fn sequential(
     walker: &mut Walker,
     pending: Vec<FileJob>,
     query: &Query<'_>,
-    out: &mut Bounded,
+    out: &mut Matches,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
     let mut buf = Vec::new();
@@ -482,7 +495,7 @@ impl Pipeline {
         &mut self,
         walker: &mut Walker,
         first: Vec<FileJob>,
-        out: &mut Bounded,
+        out: &mut Matches,
         query: &Query<'_>,
         cancel: &Cancel,
     ) -> Result<(), AdapterError> {
@@ -527,7 +540,7 @@ impl Pipeline {
     }
 
     /// Wait for one batch's results and merge what is in order; `Ok(true)` once done.
-    fn wait(&mut self, out: &mut Bounded, query: &Query<'_>, parents: &mut ParentCache) -> Result<bool, AdapterError> {
+    fn wait(&mut self, out: &mut Matches, query: &Query<'_>, parents: &mut ParentCache) -> Result<bool, AdapterError> {
         let done = self.done_rx.recv().map_err(|_| resolve::io_error())?;
         self.arrived(done, out, query, parents)
     }
@@ -535,7 +548,7 @@ impl Pipeline {
     fn arrived(
         &mut self,
         done: Done,
-        out: &mut Bounded,
+        out: &mut Matches,
         query: &Query<'_>,
         parents: &mut ParentCache,
     ) -> Result<bool, AdapterError> {
@@ -1045,7 +1058,7 @@ mod tests {
         let fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
         let root = Root::open(root).unwrap();
         let finder = Finder::new(query.as_bytes());
-        let mut out = Bounded::new("matches", max, budget);
+        let mut out = Matches::matches(max, budget);
         let cancel = Cancel::new();
         let done = if parallel {
             tree(fd, String::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel)
@@ -1088,7 +1101,7 @@ mod tests {
         let fd = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
         let root = Root::open(dir.path()).unwrap();
         let finder = Finder::new(b"needle");
-        let mut out = Bounded::new("matches", 10_000, 1 << 30);
+        let mut out = Matches::matches(10_000, 1 << 30);
         let cancel = Cancel::new();
         cancel.cancel();
         assert!(tree(fd, String::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel).is_err());

@@ -21,16 +21,17 @@ use std::sync::OnceLock;
 use memchr::memmem;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::budget;
+use super::budget::{self, data, typed};
 use super::lock::PathLock;
-use super::read::pread_at;
+use super::pread::pread_at;
 use super::resolve::{self, err, io_error, map_errno, Access, Kind, Want};
 use super::{cancelled, Cancel, Root, MAX_EDIT_FILE_BYTES};
 use crate::contract::frame::MAX_CONTENT_BYTES;
 use crate::contract::text::is_digest;
+use crate::contract::types::tool_adapter::{ByteCount, FsEditData, FsWriteData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 /// Permission bits of a file `fs.write` creates (the umask is not applied).
@@ -48,6 +49,16 @@ pub(super) struct WriteOptions<'a> {
     pub(super) overwrite: bool,
     /// Replace only the version with this digest.
     pub(super) expected_digest: Option<&'a str>,
+}
+
+/// The `data` of an `fs.write` result.
+fn write_data(created: bool, bytes_written: usize, digest: String) -> Result<Value, AdapterError> {
+    Ok(data(&FsWriteData { bytes_written: ByteCount(bytes_written as i64), created, digest: typed(digest)? }))
+}
+
+/// The `data` of an `fs.edit` result.
+fn edit_data(replacements: usize, digest: String) -> Result<Value, AdapterError> {
+    Ok(data(&FsEditData { digest: typed(digest)?, replacements: replacements as i64 }))
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -131,7 +142,7 @@ fn current(parent: &OwnedFd, name: &str, trailing_slash: bool) -> Result<Option<
 
 /// Open the existing regular file `name` for reading, judged again on the descriptor.
 fn open_current(parent: &OwnedFd, name: &str) -> Result<(OwnedFd, Stat), AdapterError> {
-    let (fd, st) = resolve::open_entry(parent, name, Kind::File).map_err(map_errno)?;
+    let (fd, st) = resolve::open_entry(parent, name, Kind::File)?;
     resolve::classify(&st, false, Want::File)?;
     Ok((fd, st))
 }
@@ -150,7 +161,7 @@ pub(super) fn write(
     check_digest_arg(opts.expected_digest)?;
     // The result's size is known now (`created:false` is the longer form): refuse before
     // any side effect rather than after.
-    let longest = json!({"created": false, "bytesWritten": content.len(), "digest": "0".repeat(64)});
+    let longest = write_data(false, content.len(), "0".repeat(64))?;
     budget::ensure_fits(&longest, budget)?;
     let (parent, name) = mutation_target(root, path)?;
     let _lock = PathLock::acquire(root.id, path.canonical());
@@ -180,7 +191,7 @@ pub(super) fn write(
         anonymous: true,
     };
     commit.replace(bytes, cancel)?;
-    Ok(json!({"created": existing.is_none(), "bytesWritten": bytes.len(), "digest": digest(bytes)}))
+    write_data(existing.is_none(), bytes.len(), digest(bytes))
 }
 
 pub(super) fn edit(
@@ -198,7 +209,7 @@ pub(super) fn edit(
         return Err(err(AdapterCode::InvalidRequest, "oldText must not be empty"));
     }
     check_digest_arg(expected_digest)?;
-    let longest = json!({"replacements": edits.len(), "digest": "0".repeat(64)});
+    let longest = edit_data(edits.len(), "0".repeat(64))?;
     budget::ensure_fits(&longest, budget)?;
     let (parent, name) = mutation_target(root, path)?;
     let _lock = PathLock::acquire(root.id, path.canonical());
@@ -235,7 +246,7 @@ pub(super) fn edit(
     let owner = Some((st.st_uid, st.st_gid));
     let commit = Commit { parent: &parent, name, perm: st.st_mode & 0o777, owner, no_replace: false, anonymous: true };
     commit.replace(text.as_bytes(), cancel)?;
-    Ok(json!({"replacements": edits.len(), "digest": digest(text.as_bytes())}))
+    edit_data(edits.len(), digest(text.as_bytes()))
 }
 
 /// The byte position of the single occurrence of `old` in `text`; overlapping occurrences
