@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use pi_conform::adapter::faults::{Fault, Faults};
 use pi_conform::conform::adapter::catalogue_with_vectors;
 use pi_conform::conform::case::{CaseMeta, Level, Status};
-use pi_conform::conform::killmatrix::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty};
+use pi_conform::conform::killmatrix::{killed_ids, must_clause_kills, parse_kill_matrix, run_faulty, FaultSwitch};
 
 const EXPECTED: &str = include_str!("../conformance/kill-matrix.txt");
 
@@ -56,12 +56,6 @@ const SAMPLE: &[&str] = &[
     "adapter.revoke.replies-and-closes",
     "adapter.secret.file-content",
 ];
-
-/// `(fault, case)` kills that depend on timing, left out of `conformance/kill-matrix.txt` and
-/// ignored when they happen: under `not-found-retryable`, `adapter.confine.swap-race` fails
-/// only if one of its reads lands in the moment the directory is gone (measured: 1 run in 6
-/// to 3 in 5, depending on load). Its own fault, `follow-symlinks`, kills it every time.
-const TIMING_DEPENDENT: &[(&str, &str)] = &[("not-found-retryable", "adapter.confine.swap-race")];
 
 fn expected() -> BTreeMap<String, BTreeSet<String>> {
     parse_kill_matrix::<Fault>(EXPECTED).expect("conformance/kill-matrix.txt parses")
@@ -139,7 +133,10 @@ fn each_fault_kills_exactly_its_expected_cases() {
             problems.push(format!("fault {fault}: harness error in {}: {}", r.id, r.reason));
         }
         let mut got = killed_ids::<Fault>(&report);
-        got.retain(|id| !TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
+        // Kills that depend on timing (under not-found-retryable, adapter.confine.swap-race fails
+        // only if a read lands in the moment the directory is gone; its own fault,
+        // follow-symlinks, kills it every time) are neither required nor refused.
+        got.retain(|id| !<Fault as FaultSwitch>::TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
         let missing: Vec<&String> = want.difference(&got).collect();
         if !missing.is_empty() {
             problems.push(format!("fault {fault} ({}): expected to fail but passed: {missing:?}", fault.clause()));
