@@ -157,8 +157,12 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
             }
         }
     }
-    // The live judgement must still be the vector's.
-    let live = match parse_command(&doc, &HostContext { host_instance_id: &c.host }) {
+    // The live judgement must still be the vector's, made on the bytes that go on the wire
+    // (as a daemon reads them: an integral float such as `2.0` is the integer 2).
+    let line = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
+    let judged = crate::wire::decode_strict(&line)
+        .map_err(|_| "the rewritten document does not decode as strict JSON".to_string())?;
+    let live = match parse_command(&judged, &HostContext { host_instance_id: &c.host }) {
         Ok(_) => "accepted".to_string(),
         Err(e) => format!("error:{}", e.error.code.as_str()),
     };
@@ -168,7 +172,7 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
             "rewritten to the live host and session, the document is {live} by the contract, not the vector's {want}"
         ));
     }
-    Ok((serde_json::to_vec(&doc).map_err(|e| e.to_string())?, want))
+    Ok((line, want))
 }
 
 fn expected_token(v: &Vector) -> String {
