@@ -6,52 +6,13 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
 
 /// SHA-256 of the operation and the payload with object keys sorted (so key order, which is
-/// not significant in JSON, does not change the fingerprint).
-pub fn fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
-    fn canonical(v: &Value, out: &mut Vec<u8>) {
-        match v {
-            Value::Object(m) => {
-                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                out.push(b'{');
-                for (i, (k, v)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    // Writing a string into a Vec cannot fail.
-                    let _ = serde_json::to_writer(&mut *out, k);
-                    out.push(b':');
-                    canonical(v, out);
-                }
-                out.push(b'}');
-            }
-            Value::Array(a) => {
-                out.push(b'[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    canonical(x, out);
-                }
-                out.push(b']');
-            }
-            other => {
-                let _ = serde_json::to_writer(&mut *out, other);
-            }
-        }
-    }
-    let mut buf = Vec::with_capacity(128);
-    buf.extend_from_slice(op.to_string().as_bytes());
-    buf.push(0);
-    canonical(payload, &mut buf);
-    Sha256::digest(&buf).into()
-}
+/// not significant in JSON, does not change the fingerprint): the contract's
+/// [`invoke_fingerprint`](crate::contract::fingerprint::invoke_fingerprint), its one home.
+pub use crate::contract::fingerprint::invoke_fingerprint as fingerprint;
 
 /// What a key is doing.
 #[derive(Clone, Debug, PartialEq)]
@@ -203,6 +164,7 @@ impl IdempotencyCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::types::tool_adapter::ToolOperation;
     use serde_json::json;
 
     #[test]

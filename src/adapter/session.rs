@@ -16,6 +16,7 @@ use crate::contract::descriptor::{bound_frame, Limits};
 use crate::contract::frame::{
     extra_keys_only, judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind,
 };
+use crate::contract::operation::is_mutating;
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError, Code};
 use crate::wire::{decode_strict, encode_line, json_len};
@@ -237,10 +238,6 @@ pub struct Session {
     closed: bool,
     counters: Counters,
     faults: Faults,
-}
-
-fn is_mutating(op: ToolOperation) -> bool {
-    matches!(op, ToolOperation::FsWrite | ToolOperation::FsEdit)
 }
 
 impl Session {

@@ -10,56 +10,15 @@ pub(super) fn modified_at(st: &Stat) -> Option<String> {
     format_utc(secs, nsec)
 }
 
-/// Format seconds since the Unix epoch plus nanoseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`
-/// (milliseconds, as JavaScript's `toISOString` does).
-pub(super) fn format_utc(secs: i64, nsec: u64) -> Option<String> {
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    if !(0..=9999).contains(&y) {
-        return None;
-    }
-    let (hh, mm, ss) = (sod / 3600, sod % 3600 / 60, sod % 60);
-    let ms = nsec.min(999_999_999) / 1_000_000;
-    // Written digit by digit: this runs for every stat and listed entry, and the formatting
-    // machinery of `format!` cost more than the calendar arithmetic.
-    let mut out = *b"0000-00-00T00:00:00.000Z";
-    let mut put = |at: usize, width: usize, mut v: u64| {
-        for i in (at..at + width).rev() {
-            out[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
-    };
-    // Every field is non-negative and within its width here (y in 0..=9999).
-    put(0, 4, y as u64);
-    put(5, 2, u64::from(m));
-    put(8, 2, u64::from(d));
-    put(11, 2, hh as u64);
-    put(14, 2, mm as u64);
-    put(17, 2, ss as u64);
-    put(20, 3, ms);
-    Some(out.iter().map(|&b| b as char).collect())
-}
-
-/// Proleptic Gregorian (year, month, day) of a day count from 1970-01-01
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11]
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
+/// The formatting itself has one home, `util::utc` (the calendar is shared with the
+/// reports and the reference daemon).
+use crate::util::utc::format_millis as format_utc;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::contract::text::is_timestamp;
+    use crate::util::utc::civil_from_days;
 
     #[test]
     fn known_instants() {
