@@ -9,7 +9,7 @@
 //! - the validator: the crate's whole judgement of the same line as `pi-conform validate`
 //!   runs it (`judge::judge_line` with the kind given: for frames and descriptors the one-pass
 //!   accept path of `contract::onepass`, else the full path); the `v2 open` command is judged
-//!   by `parse_command` on the strictly decoded value.
+//!   by `judge_command` (the verdict `validate` gives) on the strictly decoded value.
 //!
 //! It reports lines per second for both and the ratio validator/floor (higher is better; the
 //! target is ≥ 0.3). Each repetition alternates the two in blocks, and the reported ratio is
@@ -40,7 +40,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use pi_conform::contract::command::{parse_command, HostContext};
+use pi_conform::contract::command::{judge_command, HostContext};
 use pi_conform::contract::descriptor::{admit_descriptor, ExpectedBinding};
 use pi_conform::contract::frame::{judge_adapter_frame, Binding, Direction};
 use pi_conform::contract::schema::with_schema_confirmation;
@@ -101,9 +101,9 @@ fn main() {
         ("fs.stat result (to daemon)", compact(&stat_result), frame(Direction::ToDaemon)),
         ("fs.read 4 KiB result (to daemon)", compact(&read_result), frame(Direction::ToDaemon)),
         (
-            "v2 open command (parse_command)",
+            "v2 open command (judge_command)",
             compact(&open),
-            Box::new(|line: &[u8]| pi_conform::wire::decode_line(line).is_ok_and(|v| parse_command(&v, &host).is_ok())),
+            Box::new(|line: &[u8]| pi_conform::wire::decode_line(line).is_ok_and(|v| judge_command(&v, &host).is_ok())),
         ),
     ];
 

@@ -224,20 +224,23 @@ pub fn command(data: &[u8]) {
     let Ok(value) = decode_strict(data) else { return };
     let host = HostContext { host_instance_id: HOST };
     let handle = handle_at(&value, "/payload/resources/tools/descriptor/binding/capabilityHandle");
-    match parse_command(&value, &host) {
+    let judged = crate::contract::judge_command(&value, &host).map_err(|e| e.error.code);
+    let parsed = parse_command(&value, &host);
+    assert_eq!(judged, parsed.as_ref().map(drop).map_err(|e| e.error.code), "judge and typed parse disagree");
+    match parsed {
         Ok(c) => {
             assert!(schema::is_valid(Entry::Command, &value), "accepted command violates the schema");
-            assert!(crate::contract::command::OPERATIONS.contains(&c.operation.as_str()), "unknown operation accepted");
+            assert!(crate::contract::command::OPERATIONS.contains(&c.operation()), "unknown operation accepted");
             assert!(matches!(c.version.major, 1 | 2), "accepted command has major {}", c.version.major);
             assert!(value.get("protocolVersion").and_then(Value::as_str) == Some(c.version.text.as_str()));
-            assert!(value.get("requestId").and_then(Value::as_str) == Some(c.request_id.as_str()));
+            assert!(value.get("requestId").and_then(Value::as_str) == Some(c.request_id()));
             if let Some(d) = &c.descriptor {
-                assert!(c.version.major == 2 && c.operation == "open", "a descriptor outside a v2 open");
+                assert!(c.version.major == 2 && c.operation() == "open", "a descriptor outside a v2 open");
                 let dv = value.pointer("/payload/resources/tools/descriptor").expect("admitted descriptor is present");
                 let exp = ExpectedBinding {
                     host_instance_id: HOST,
-                    session_id: c.session_id.as_deref().unwrap_or_default(),
-                    generation: c.generation.map_or(-1, |g| g as i64),
+                    session_id: c.session_id().unwrap_or_default(),
+                    generation: c.generation().map_or(-1, |g| g as i64),
                 };
                 let again = admit_descriptor(dv, Some(&exp));
                 assert!(again.is_ok_and(|a| same_descriptor(&a, d)), "open's descriptor is not admitted on its own");

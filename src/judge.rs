@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition};
 use crate::contract::onepass;
-use crate::contract::{admit_descriptor, parse_command, validate_event, validate_relative_path, validate_response};
+use crate::contract::{admit_descriptor, judge_command, validate_event, validate_relative_path, validate_response};
 use crate::contract::{Code, ContractError, ExpectedBinding, HostContext, PathSide};
 use crate::wire::{decode_strict, LineError};
 
@@ -194,7 +194,7 @@ fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
 pub fn judge_value(value: &Value, kind: Kind, ctx: &Context) -> Verdict {
     let host = HostContext { host_instance_id: &ctx.host_instance_id };
     match kind {
-        Kind::Command => match parse_command(value, &host) {
+        Kind::Command => match judge_command(value, &host) {
             Ok(_) => Verdict::Valid,
             Err(e) => Verdict::from_error(&e.error, None),
         },

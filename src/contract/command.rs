@@ -76,33 +76,126 @@ pub struct Version {
     pub major: u8,
 }
 
-/// A command that passed every rule.
+/// A command that passed every rule: a thin view over the generated command type, with what
+/// the rules learned on the way (the accepted version, the admitted descriptor).
 #[derive(Clone, Debug)]
 pub struct Command {
     /// The accepted version.
     pub version: Version,
-    /// `requestId`.
-    pub request_id: String,
-    /// One of [`OPERATIONS`].
-    pub operation: String,
-    /// `sessionId`, when given.
-    pub session_id: Option<String>,
-    /// `generation`, when given.
-    pub generation: Option<u64>,
-    /// `idempotencyKey`, when given.
-    pub idempotency_key: Option<String>,
-    /// The payload object (forward-tolerant: unknown fields kept).
-    pub payload: Map<String, Value>,
+    /// The command, decoded into the generated type of its operation (forward tolerant:
+    /// unknown members are not kept).
+    pub body: protocol_v2::Command,
     /// The admitted descriptor of a v2 host-adapter open.
     pub descriptor: Option<Descriptor>,
 }
 
-/// The generated type of a command value that [`parse_command`] accepted (decoded on demand:
-/// dispatch never needs it, and the schema and the generated types agree on every vector,
-/// tests/agreement.rs).
+impl Command {
+    /// `requestId`.
+    pub fn request_id(&self) -> &str {
+        use protocol_v2::Command as C;
+        match &self.body {
+            C::HandshakeCommand(c) => &c.request_id,
+            C::OpenCommand(c) => &c.request_id,
+            C::WakeCommand(c) => &c.request_id,
+            C::SteerCommand(c) => &c.request_id,
+            C::FollowUpCommand(c) => &c.request_id,
+            C::StatusCommand(c) => &c.request_id,
+            C::AbortCommand(c) => &c.request_id,
+            C::AttachCommand(c) => &c.request_id,
+            C::DetachCommand(c) => &c.request_id,
+            C::CloseCommand(c) => &c.request_id,
+            C::DrainCommand(c) => &c.request_id,
+        }
+    }
+
+    /// `sessionId`, when the operation has one.
+    pub fn session_id(&self) -> Option<&str> {
+        use protocol_v2::Command as C;
+        match &self.body {
+            C::HandshakeCommand(_) | C::DrainCommand(_) => None,
+            C::StatusCommand(c) => c.session_id.as_deref().map(String::as_str),
+            C::OpenCommand(c) => Some(&c.session_id),
+            C::WakeCommand(c) => Some(&c.session_id),
+            C::SteerCommand(c) => Some(&c.session_id),
+            C::FollowUpCommand(c) => Some(&c.session_id),
+            C::AbortCommand(c) => Some(&c.session_id),
+            C::AttachCommand(c) => Some(&c.session_id),
+            C::DetachCommand(c) => Some(&c.session_id),
+            C::CloseCommand(c) => Some(&c.session_id),
+        }
+    }
+
+    /// `generation`, when the operation has one (checked to be 0..2^53-1).
+    pub fn generation(&self) -> Option<u64> {
+        use protocol_v2::Command as C;
+        let g = match &self.body {
+            C::HandshakeCommand(_) | C::StatusCommand(_) | C::DrainCommand(_) => return None,
+            C::OpenCommand(c) => &c.generation,
+            C::WakeCommand(c) => &c.generation,
+            C::SteerCommand(c) => &c.generation,
+            C::FollowUpCommand(c) => &c.generation,
+            C::AbortCommand(c) => &c.generation,
+            C::AttachCommand(c) => &c.generation,
+            C::DetachCommand(c) => &c.generation,
+            C::CloseCommand(c) => &c.generation,
+        };
+        u64::try_from(g.0).ok()
+    }
+
+    /// `idempotencyKey` of a wake, steer or followUp.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        use protocol_v2::Command as C;
+        match &self.body {
+            C::WakeCommand(c) => Some(&c.idempotency_key),
+            C::SteerCommand(c) => Some(&c.idempotency_key),
+            C::FollowUpCommand(c) => Some(&c.idempotency_key),
+            _ => None,
+        }
+    }
+
+    /// The operation's name: one of [`OPERATIONS`].
+    pub fn operation(&self) -> &'static str {
+        use protocol_v2::Command as C;
+        match &self.body {
+            C::HandshakeCommand(_) => "handshake",
+            C::OpenCommand(_) => "open",
+            C::WakeCommand(_) => "wake",
+            C::SteerCommand(_) => "steer",
+            C::FollowUpCommand(_) => "followUp",
+            C::StatusCommand(_) => "status",
+            C::AbortCommand(_) => "abort",
+            C::AttachCommand(_) => "attach",
+            C::DetachCommand(_) => "detach",
+            C::CloseCommand(_) => "close",
+            C::DrainCommand(_) => "drain",
+        }
+    }
+}
+
+/// The generated type of a command value that passed the rules of [`judge_command`], decoded
+/// straight into the variant its `operation` names (no trial of the eleven variants in turn).
+/// The schema and the generated types agree on every vector and perturbation
+/// (tests/agreement.rs), so after the rules this never fails; if it did, the command is refused
+/// as `invalid_field` rather than dispatched half-read.
 pub fn typed_command(value: &Value) -> Result<protocol_v2::Command, ContractError> {
-    <protocol_v2::Command as serde::Deserialize>::deserialize(value)
-        .map_err(|_| err(Code::InvalidField, "command", "command does not decode"))
+    use protocol_v2::Command as C;
+    fn de<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, ContractError> {
+        T::deserialize(v).map_err(|_| err(Code::InvalidField, "command", "command does not decode"))
+    }
+    Ok(match value.get("operation").and_then(Value::as_str).unwrap_or_default() {
+        "handshake" => C::HandshakeCommand(de(value)?),
+        "open" => C::OpenCommand(de(value)?),
+        "wake" => C::WakeCommand(de(value)?),
+        "steer" => C::SteerCommand(de(value)?),
+        "followUp" => C::FollowUpCommand(de(value)?),
+        "status" => C::StatusCommand(de(value)?),
+        "abort" => C::AbortCommand(de(value)?),
+        "attach" => C::AttachCommand(de(value)?),
+        "detach" => C::DetachCommand(de(value)?),
+        "close" => C::CloseCommand(de(value)?),
+        "drain" => C::DrainCommand(de(value)?),
+        _ => return Err(err(Code::UnknownOperation, "operation", "operation is not one of the eleven")),
+    })
 }
 
 /// A refused command, with what the reply needs besides the error (SPEC §2.2).
@@ -133,25 +226,37 @@ fn err(code: Code, field: &str, msg: &str) -> ContractError {
 }
 
 /// Parse and check one command value (already strict-decoded), in the order of SPEC §2.1 and
-/// §3.2. Every refusal is typed; none contains the handle.
+/// §3.2, and decode it into the generated type of its operation. Every refusal is typed; none
+/// contains the handle.
 pub fn parse_command(value: &Value, host: &HostContext<'_>) -> Result<Command, CommandError> {
+    let (version, descriptor) = check_command(value, host).map_err(|e| refusal(value, e))?;
+    let body = typed_command(value).map_err(|e| refusal(value, e))?;
+    Ok(Command { version, body, descriptor })
+}
+
+/// The verdict of [`parse_command`] without the typed decode (the judges' path: `validate`
+/// and the vectors need the verdict, not the command).
+pub fn judge_command(value: &Value, host: &HostContext<'_>) -> Result<(), CommandError> {
+    check_command(value, host).map(drop).map_err(|e| refusal(value, e))
+}
+
+/// A refusal of `value` with what its reply needs (SPEC §2.2).
+fn refusal(value: &Value, error: ContractError) -> CommandError {
     let echo_version =
         value.get("protocolVersion").and_then(Value::as_str).filter(|s| is_major_minor(s)).unwrap_or("1.0").to_string();
     let request_id = value.get("requestId").and_then(Value::as_str).filter(|s| units_in(s, 128)).map(str::to_string);
-    let fail = |error: ContractError| {
-        let close = error.code == Code::IncompatibleProtocol;
-        CommandError {
-            error,
-            echo_version: echo_version.clone(),
-            request_id: request_id.clone(),
-            session_id: value.get("sessionId").and_then(Value::as_str).filter(|s| units_in(s, 256)).map(str::to_string),
-            close,
-        }
-    };
-    check_command(value, host).map_err(fail)
+    let close = error.code == Code::IncompatibleProtocol;
+    CommandError {
+        error,
+        echo_version,
+        request_id,
+        session_id: value.get("sessionId").and_then(Value::as_str).filter(|s| units_in(s, 256)).map(str::to_string),
+        close,
+    }
 }
 
-fn check_command(value: &Value, host: &HostContext<'_>) -> Result<Command, ContractError> {
+/// The rules: the accepted version and the admitted descriptor.
+fn check_command(value: &Value, host: &HostContext<'_>) -> Result<(Version, Option<Descriptor>), ContractError> {
     let obj = value.as_object().ok_or_else(|| err(Code::InvalidField, "command", "command must be a JSON object"))?;
     let version = route_version(obj.get("protocolVersion"))?;
     let mut descriptor = None;
@@ -159,23 +264,15 @@ fn check_command(value: &Value, host: &HostContext<'_>) -> Result<Command, Contr
         descriptor = v2_open_prelude(obj, host)?;
     }
     check_envelope(obj)?;
-    let operation = obj["operation"].as_str().unwrap_or_default().to_string();
-    let payload = obj["payload"].as_object().cloned().unwrap_or_default();
-    check_payload(&operation, &payload, version.major, descriptor.is_some())?;
+    let operation = obj["operation"].as_str().unwrap_or_default();
+    let empty = Map::new();
+    let payload = obj["payload"].as_object().unwrap_or(&empty);
+    check_payload(operation, payload, version.major, descriptor.is_some())?;
     // The schema must agree with the rules above.
     if let Some(v) = schema::confirm_accepted(Entry::Command, value) {
         return Err(err(Code::InvalidField, &v.dotted(""), "command violates the schema"));
     }
-    Ok(Command {
-        version,
-        request_id: obj["requestId"].as_str().unwrap_or_default().to_string(),
-        operation,
-        session_id: obj.get("sessionId").and_then(Value::as_str).map(str::to_string),
-        generation: obj.get("generation").and_then(Value::as_u64),
-        idempotency_key: obj.get("idempotencyKey").and_then(Value::as_str).map(str::to_string),
-        payload,
-        descriptor,
-    })
+    Ok((version, descriptor))
 }
 
 /// Version routing exactly as Pi Daemon 0.3.3 (SPEC §2.1): `^2\.[0-9]+$` is v2 at once (no

@@ -189,8 +189,8 @@ impl Connection {
             }
         };
         let version = faults::echo_version(&command.version.text, self.faults);
-        let rid = command.request_id.clone();
-        let sid = command.session_id.clone();
+        let rid = command.request_id().to_string();
+        let sid = command.session_id().map(str::to_string);
         let refusal = if self.in_flight.contains(&rid) {
             Some(DErr::of(DaemonCode::DuplicateRequestId, "this requestId is already in flight on this connection"))
         } else if self.in_flight.len() >= MAX_IN_FLIGHT {
@@ -292,7 +292,7 @@ mod tests {
         c.handle_line(line(&status("2.7", "r1")));
         assert!(c.poll_transmit().is_none());
         let d = c.poll_dispatch().expect("dispatched");
-        assert_eq!(d.command.operation, "status");
+        assert!(matches!(d.command.body, crate::contract::types::protocol_v2::Command::StatusCommand(_)));
         assert_eq!(d.reply, ReplyTo { version: "2.7".into(), request_id: "r1".into(), session_id: None });
         assert_eq!(c.in_flight(), 1);
         c.handle_response(d.reply, Ok(json!({"x": 1})));

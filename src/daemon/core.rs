@@ -17,7 +17,8 @@ use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
-use crate::contract::command::{Command, OPERATIONS};
+use crate::contract::command::OPERATIONS;
+use crate::contract::types::protocol_v2::{OpenCommand, OpenPayload};
 use crate::contract::{CapabilityHandle, Code, DaemonCode, Descriptor};
 
 /// Bounds of the daemon socket (SPEC §1.1).
@@ -346,11 +347,9 @@ impl<L: LinkState + Clone> HostCore<L> {
     }
 
     /// The live generation a command names, or `stale_generation` / `session_not_found`.
-    pub fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
-        let sid = cmd.session_id.clone().unwrap_or_default();
-        let generation = cmd.generation.unwrap_or(0);
-        match self.sessions.get(&sid) {
-            Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid, generation)),
+    pub fn live(&self, sid: &str, generation: u64) -> Result<(String, u64), DErr> {
+        match self.sessions.get(sid) {
+            Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid.to_string(), generation)),
             Some(x) if x.state == SState::Active && generation < x.generation => {
                 Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open")
                     .detail("currentGeneration", json!(x.generation))
@@ -477,8 +476,8 @@ impl<L: LinkState + Clone> HostCore<L> {
     }
 
     /// `status`: the host snapshot, or one active session with its link's telemetry.
-    pub fn status(&self, cmd: &Command, now: Instant, active_turns: usize) -> Result<Value, DErr> {
-        let Some(sid) = &cmd.session_id else { return Ok(self.snapshot(now, active_turns)) };
+    pub fn status(&self, session: Option<&str>, now: Instant, active_turns: usize) -> Result<Value, DErr> {
+        let Some(sid) = session else { return Ok(self.snapshot(now, active_turns)) };
         match self.sessions.get(sid).filter(|x| x.state == SState::Active) {
             Some(x) => {
                 let mut r = x.resource();
@@ -495,13 +494,19 @@ impl<L: LinkState + Clone> HostCore<L> {
     /// retained-policy rules of a same-generation open, an already active generation, a
     /// tool-less generation made active again, or a new session entered (dormant until bound
     /// when it has tools) replacing an older generation.
-    pub fn admit_open(&mut self, cmd: &Command) -> Result<OpenPlan<L>, DErr> {
-        let sid = cmd.session_id.clone().unwrap_or_default();
-        let generation = cmd.generation.unwrap_or(0);
-        let p = &cmd.payload;
-        let summary = cmd.descriptor.as_ref().map(Descriptor::policy_summary);
-        let mode = p.get("session").and_then(|s| s.get("mode")).and_then(Value::as_str).unwrap_or("new").to_string();
-        let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("/").to_string();
+    /// `version` is the accepted `protocolVersion`, `descriptor` the admitted one of a v2
+    /// host-adapter open.
+    pub fn admit_open(
+        &mut self,
+        version: &str,
+        open: &OpenCommand,
+        descriptor: Option<&Descriptor>,
+    ) -> Result<OpenPlan<L>, DErr> {
+        let sid = open.session_id.to_string();
+        let generation = u64::try_from(open.generation.0).unwrap_or(0);
+        let summary = descriptor.map(Descriptor::policy_summary);
+        let mode = open.payload.session.mode.to_string();
+        let cwd = open.payload.cwd.to_string();
         let mut old_link = None;
         let mut carried_wakes = 0;
         if let Some(x) = self.sessions.get_mut(&sid) {
@@ -539,7 +544,7 @@ impl<L: LinkState + Clone> HostCore<L> {
                 }
                 if x.policy.is_none() {
                     x.state = SState::Active;
-                    x.open_version = cmd.version.text.clone();
+                    x.open_version = version.to_string();
                     return Ok(OpenPlan::Reactivated {
                         record: durable_record(x),
                         answer: json!({"created": false, "session": x.resource()}),
@@ -554,7 +559,7 @@ impl<L: LinkState + Clone> HostCore<L> {
         let sess = Session {
             id: sid.clone(),
             generation,
-            open_version: cmd.version.text.clone(),
+            open_version: version.to_string(),
             cwd,
             mode,
             policy: summary.clone(),
@@ -645,8 +650,8 @@ impl<L: LinkState + Clone> HostCore<L> {
     }
 
     /// `abort`: flag the running turn of a live generation; whether there was one.
-    pub fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
-        let (sid, _) = self.live(cmd)?;
+    pub fn abort(&self, sid: &str, generation: u64) -> Result<Value, DErr> {
+        let (sid, _) = self.live(sid, generation)?;
         let aborted = self
             .sessions
             .get(&sid)
@@ -694,15 +699,15 @@ impl<L: LinkState + Clone> HostCore<L> {
 /// accepts relative forms as Pi Daemon 0.3.3's validator does (it then resolves them against
 /// its own working directory, and fails the open); the reference daemon fails the open at once
 /// with a cause naming the field, before anything touches the filesystem.
-pub fn check_absolute_paths(p: &Map<String, Value>, major: u8) -> Result<(), DErr> {
+pub fn check_absolute_paths(p: &OpenPayload, major: u8) -> Result<(), DErr> {
     // v1 ignores sessionDir.
-    let session = p.get("session").filter(|_| major == 2);
+    let session_dir = p.session.session_dir.as_deref().filter(|_| major == 2);
     for (field, v) in [
-        ("payload.cwd", p.get("cwd")),
-        ("payload.agentDir", p.get("agentDir")),
-        ("payload.session.sessionDir", session.and_then(|s| s.get("sessionDir"))),
+        ("payload.cwd", Some(&*p.cwd)),
+        ("payload.agentDir", p.agent_dir.as_deref()),
+        ("payload.session.sessionDir", session_dir),
     ] {
-        if v.and_then(Value::as_str).is_some_and(|s| !s.starts_with('/')) {
+        if v.is_some_and(|s| !s.starts_with('/')) {
             return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session").detail(
                 "cause",
                 json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
@@ -734,19 +739,19 @@ mod tests {
         }
     }
 
-    fn cmd(v: Value) -> Command {
-        parse_command(&v, &HostContext { host_instance_id: HOST }).expect("a valid command")
-    }
-
-    fn open(sid: &str, generation: u64, mode: &str) -> Command {
-        cmd(json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": sid,
+    /// An open command through the contract, as the shell hands it over.
+    fn open(sid: &str, generation: u64, mode: &str) -> OpenCommand {
+        let v = json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": sid,
             "generation": generation, "payload": {"cwd": "/w", "session": {"mode": mode},
-            "resources": crate::contract::resources_with_tools(json!("none"))}}))
+            "resources": crate::contract::resources_with_tools(json!("none"))}});
+        match parse_command(&v, &HostContext { host_instance_id: HOST }).expect("a valid command").body {
+            crate::contract::types::protocol_v2::Command::OpenCommand(o) => o,
+            other => panic!("not an open: {other:?}"),
+        }
     }
 
-    fn named(op: &str, sid: &str, generation: u64) -> Command {
-        cmd(json!({"protocolVersion": "2.0", "requestId": "r", "operation": op, "sessionId": sid,
-            "generation": generation, "payload": {}}))
+    fn admit(core: &mut HostCore<FakeLink>, o: &OpenCommand) -> Result<OpenPlan<FakeLink>, DErr> {
+        core.admit_open("2.0", o, None)
     }
 
     fn session(sid: &str, generation: u64, state: &str, policy: Option<Value>) -> SessionRecord {
@@ -835,9 +840,9 @@ mod tests {
         let t0 = Instant::now();
         let loaded = Loaded { sessions: vec![session("tools", 3, "active", Some(json!({"a": 1})))], wakes: vec![] };
         let mut core = HostCore::<FakeLink>::recover(HOST.into(), loaded, DaemonFaults::NONE, t0, 0).core;
-        let e = core.admit_open(&open("tools", 3, "new")).err().expect("refused");
+        let e = admit(&mut core, &open("tools", 3, "new")).err().expect("refused");
         assert_eq!((e.code.as_str(), e.retryable), ("tool_adapter_reprovision_required", true));
-        let e = core.live(&named("status", "tools", 3)).unwrap_err();
+        let e = core.live("tools", 3).unwrap_err();
         assert_eq!(e.code, "session_not_found", "a dormant generation is not live");
     }
 
@@ -845,33 +850,33 @@ mod tests {
     fn open_admission_new_reopen_stale_and_replacement() {
         let mut core = empty(Instant::now());
         let Ok(OpenPlan::Bind { old_link: None, rebind_existing: false, record: Some(rec) }) =
-            core.admit_open(&open("s", 2, "new"))
+            admit(&mut core, &open("s", 2, "new"))
         else {
             panic!("a new durable session is bound with its record queued")
         };
         assert_eq!((rec.session_id.as_str(), rec.generation, rec.state.as_str()), ("s", 2, "active"));
-        assert_eq!(core.live(&named("status", "s", 2)).unwrap(), ("s".to_string(), 2));
+        assert_eq!(core.live("s", 2).unwrap(), ("s".to_string(), 2));
         // The same generation again: answered at once, not created.
-        let Ok(OpenPlan::Done(answer)) = core.admit_open(&open("s", 2, "new")) else { panic!("answered") };
+        let Ok(OpenPlan::Done(answer)) = admit(&mut core, &open("s", 2, "new")) else { panic!("answered") };
         assert_eq!(answer["created"], false);
         assert_eq!(answer["session"]["generation"], 2);
         // A lower generation: stale, with both numbers.
-        let e = core.admit_open(&open("s", 1, "new")).err().unwrap();
+        let e = admit(&mut core, &open("s", 1, "new")).err().unwrap();
         assert_eq!(e.code, "stale_generation");
         assert_eq!(e.details["currentGeneration"], 2);
         assert_eq!(e.details["receivedGeneration"], 1);
-        let e = core.live(&named("abort", "s", 1)).unwrap_err();
+        let e = core.live("s", 1).unwrap_err();
         assert_eq!(e.code, "stale_generation");
         // A higher generation replaces it and hands its link back for revocation.
         core.sessions.get_mut("s").unwrap().link = Some(FakeLink("old", false));
-        let Ok(OpenPlan::Bind { old_link, rebind_existing: false, .. }) = core.admit_open(&open("s", 3, "memory"))
+        let Ok(OpenPlan::Bind { old_link, rebind_existing: false, .. }) = admit(&mut core, &open("s", 3, "memory"))
         else {
             panic!("replaced")
         };
         assert_eq!(old_link, Some(FakeLink("old", false)));
-        assert_eq!(core.live(&named("status", "s", 2)).unwrap_err().code, "stale_generation");
+        assert_eq!(core.live("s", 2).unwrap_err().code, "stale_generation");
         // A memory session queues no record.
-        let Ok(OpenPlan::Bind { record: None, .. }) = core.admit_open(&open("m", 1, "memory")) else {
+        let Ok(OpenPlan::Bind { record: None, .. }) = admit(&mut core, &open("m", 1, "memory")) else {
             panic!("memory session")
         };
     }
@@ -879,12 +884,12 @@ mod tests {
     #[test]
     fn bound_forget_and_close_return_what_the_shell_must_do() {
         let mut core = empty(Instant::now());
-        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
         let handle = crate::contract::CapabilityHandle::new("h".repeat(43));
         let (replaced, record) = core.bound("s", 1, FakeLink("a", false), handle.clone(), "2.0").unwrap();
         assert_eq!((replaced, record), (None, None), "nothing a restart reads changed");
         assert_eq!(core.handles(), vec![handle.clone()]);
-        let st = core.status(&named("status", "s", 1), Instant::now(), 0).unwrap();
+        let st = core.status(Some("s"), Instant::now(), 0).unwrap();
         assert_eq!(st["session"]["toolQueue"], json!({"link": "a"}));
         let (replaced, record) = core.bound("s", 1, FakeLink("b", false), handle.clone(), "2.3").unwrap();
         assert_eq!(replaced, Some(FakeLink("a", false)));
@@ -895,19 +900,19 @@ mod tests {
         let CloseWrite::Put(r) = write else { panic!("retained") };
         assert_eq!(r.state, "closed");
         assert!(core.handles().is_empty());
-        let _ = core.admit_open(&open("t", 1, "new")).ok().unwrap();
+        let _ = admit(&mut core, &open("t", 1, "new")).ok().unwrap();
         assert_eq!(core.close("t", false), (None, CloseWrite::Remove));
-        let _ = core.admit_open(&open("u", 1, "new")).ok().unwrap();
+        let _ = admit(&mut core, &open("u", 1, "new")).ok().unwrap();
         core.sessions.get_mut("u").unwrap().link = Some(FakeLink("u", false));
         assert_eq!(core.forget("u", 2), None, "another generation is left alone");
         assert_eq!(core.forget("u", 1), Some(FakeLink("u", false)));
-        assert_eq!(core.status(&named("status", "u", 1), Instant::now(), 0).unwrap_err().code, "session_not_found");
+        assert_eq!(core.status(Some("u"), Instant::now(), 0).unwrap_err().code, "session_not_found");
     }
 
     #[test]
     fn events_take_the_next_sequence_and_oversized_ones_are_dropped() {
         let mut core = empty(Instant::now());
-        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
         let line = core.event("s", 1, "opened", Some("o"), json!({"created": true})).unwrap();
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(
@@ -927,16 +932,16 @@ mod tests {
     #[test]
     fn turns_are_exclusive_and_abortable() {
         let mut core = empty(Instant::now());
-        let _ = core.admit_open(&open("s", 1, "new")).ok().unwrap();
+        let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
         let flag = core.begin_turn("s").unwrap();
         let e = core.begin_turn("s").unwrap_err();
         assert_eq!((e.code.as_str(), e.retryable), ("session_busy", true));
         assert_eq!(core.resource("s").unwrap()["busy"], true);
-        assert_eq!(core.abort(&named("abort", "s", 1)).unwrap(), json!({"aborted": true}));
+        assert_eq!(core.abort("s", 1).unwrap(), json!({"aborted": true}));
         assert!(flag.load(std::sync::atomic::Ordering::Relaxed));
         assert_eq!(core.abort_all_turns(), 1);
         core.end_turn("s");
-        assert_eq!(core.abort(&named("abort", "s", 1)).unwrap(), json!({"aborted": false}));
+        assert_eq!(core.abort("s", 1).unwrap(), json!({"aborted": false}));
         assert_eq!(core.begin_turn("nope").unwrap_err().code, "session_not_found");
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
@@ -20,6 +20,7 @@ use super::faults::{DaemonFault, DaemonFaults};
 use super::link::{AdapterLink, CallError, PendingCall};
 use super::store::{Pending, Store, StoreError, WakeRecord};
 use crate::contract::command::Command;
+use crate::contract::types::protocol_v2::{self, EnvGeneration, OpenCommand, OpenPayload, WakeCommand};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{validate_relative_path, AdapterCode, Code, DaemonCode, PathSide};
 
@@ -281,30 +282,34 @@ impl Host {
 
     /// Dispatch one accepted command for connection `conn`.
     pub async fn dispatch(self: &Arc<Self>, conn: u64, cmd: Command) -> Result<Value, DErr> {
+        use protocol_v2::Command as C;
         self.count("commands");
-        match cmd.operation.as_str() {
-            "handshake" => Ok(self.handshake(cmd.version.major == 2)),
-            "open" => self.open(cmd).await,
-            "wake" => self.wake(cmd).await,
-            "steer" | "followUp" => self.queue_message(&cmd),
-            "status" => self.status(&cmd),
-            "abort" => self.abort(&cmd),
-            "attach" => self.attach(conn, &cmd, true),
-            "detach" => self.attach(conn, &cmd, false),
-            "close" => self.close(&cmd).await,
-            "drain" => self.drain(&cmd).await,
-            _ => Err(DErr::contract(Code::UnknownOperation, "operation is not one of the eleven")),
+        match &cmd.body {
+            C::HandshakeCommand(_) => Ok(self.handshake(cmd.version.major == 2)),
+            C::OpenCommand(open) => self.open(&cmd, open).await,
+            C::WakeCommand(wake) => self.wake(wake).await,
+            C::SteerCommand(c) => self.queue_message(&c.session_id, &c.generation),
+            C::FollowUpCommand(c) => self.queue_message(&c.session_id, &c.generation),
+            C::StatusCommand(c) => self.status(c.session_id.as_deref().map(String::as_str)),
+            C::AbortCommand(c) => self.core().abort(&c.session_id, generation(&c.generation)),
+            C::AttachCommand(c) => self.attach(conn, &c.session_id, generation(&c.generation), true),
+            C::DetachCommand(c) => self.attach(conn, &c.session_id, generation(&c.generation), false),
+            C::CloseCommand(c) => {
+                let retain = c.payload.retain_session.unwrap_or(true);
+                self.close(&c.session_id, generation(&c.generation), retain, &c.request_id).await
+            }
+            C::DrainCommand(c) => self.drain(c.payload.timeout_ms).await,
         }
     }
 
-    fn live(&self, cmd: &Command) -> Result<(String, u64), DErr> {
-        self.core().live(cmd)
+    fn live(&self, sid: &str, generation: u64) -> Result<(String, u64), DErr> {
+        self.core().live(sid, generation)
     }
 
-    async fn open(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
-        let sid = cmd.session_id.clone().unwrap_or_default();
-        let generation = cmd.generation.unwrap_or(0);
-        let p = &cmd.payload;
+    async fn open(self: &Arc<Self>, cmd: &Command, open: &OpenCommand) -> Result<Value, DErr> {
+        let sid = open.session_id.to_string();
+        let generation = generation(&open.generation);
+        let p = &open.payload;
         check_absolute_paths(p, cmd.version.major)?;
         // v1 ignores sessionDir (its form was checked by the command rules; SPEC §3.1).
         if cmd.version.major == 2 {
@@ -314,7 +319,7 @@ impl Host {
         // are written in the order of the changes), durable before the answer.
         let plan = {
             let mut core = self.core();
-            match core.admit_open(&cmd)? {
+            match core.admit_open(&cmd.version.text, open, cmd.descriptor.as_ref())? {
                 OpenPlan::Done(answer) => return Ok(answer),
                 OpenPlan::Reactivated { record, answer } => Err((record.map(|r| self.store.queue_session(&r)), answer)),
                 OpenPlan::Bind { old_link, rebind_existing, record } => {
@@ -386,7 +391,7 @@ impl Host {
         if rebind_existing {
             return Ok(json!({"created": false, "session": self.core().resource(&sid)}));
         }
-        self.emit(&sid, generation, "opened", Some(&cmd.request_id), json!({"created": true}));
+        self.emit(&sid, generation, "opened", Some(&open.request_id), json!({"created": true}));
         Ok(json!({"created": true, "session": self.core().resource(&sid)}))
     }
 
@@ -399,15 +404,15 @@ impl Host {
         durable(pending).await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
     }
 
-    async fn wake(self: &Arc<Self>, cmd: Command) -> Result<Value, DErr> {
+    async fn wake(self: &Arc<Self>, cmd: &WakeCommand) -> Result<Value, DErr> {
         if self.core().draining {
             return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
         }
-        let (sid, generation) = self.live(&cmd)?;
-        let key = cmd.idempotency_key.clone().unwrap_or_default();
-        let payload = Value::Object(cmd.payload.clone());
-        let fp = fingerprint(&json!({"prompt": payload["prompt"], "source": payload.get("source")}));
-        let wait = payload.get("waitForTerminal").and_then(Value::as_bool).unwrap_or(true);
+        let (sid, generation) = self.live(&cmd.session_id, generation(&cmd.generation))?;
+        let key = cmd.idempotency_key.to_string();
+        let payload = &cmd.payload;
+        let fp = fingerprint(&json!({"prompt": &*payload.prompt, "source": payload.source.as_deref()}));
+        let wait = payload.wait_for_terminal.unwrap_or(true);
         let rkey = (sid.clone(), generation, key.clone());
         // A running wake with this key: join it.
         let running = self.wakes_running.lock().ok().and_then(|w| w.get(&rkey).cloned());
@@ -484,8 +489,8 @@ impl Host {
             w.insert(rkey.clone(), rx.clone());
         }
         let host = self.clone();
-        let prompt = payload["prompt"].as_str().unwrap_or("").to_string();
-        let request_id = cmd.request_id.clone();
+        let prompt = payload.prompt.to_string();
+        let request_id = cmd.request_id.to_string();
         let task = tokio::spawn(async move {
             host.active_turns.send_modify(|n| *n += 1);
             let outcome = host.run_turn(&sid, generation, &key, &prompt, &request_id, &abort).await;
@@ -509,15 +514,14 @@ impl Host {
         });
         if !wait {
             drop(task);
-            let (sid, generation, key) =
-                (cmd.session_id.unwrap_or_default(), generation, cmd.idempotency_key.unwrap_or_default());
+            let (sid, generation, key) = (cmd.session_id.to_string(), generation, cmd.idempotency_key.to_string());
             return Ok(
                 json!({"ticket": {"sessionId": sid, "generation": generation, "idempotencyKey": key, "state": "accepted"}}),
             );
         }
         let _ = task.await;
         let outcome = rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost")));
-        self.wake_reply(cmd.session_id.as_deref().unwrap_or(""), outcome)
+        self.wake_reply(&cmd.session_id, outcome)
     }
 
     fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
@@ -650,26 +654,18 @@ impl Host {
         link.start(op, payload, call_id).map_err(call_error)
     }
 
-    fn queue_message(&self, cmd: &Command) -> Result<Value, DErr> {
-        self.live(cmd)?;
+    fn queue_message(&self, sid: &str, generation: &EnvGeneration) -> Result<Value, DErr> {
+        self.live(sid, self::generation(generation))?;
         Ok(json!({"queued": true}))
     }
 
-    fn status(&self, cmd: &Command) -> Result<Value, DErr> {
+    fn status(&self, session: Option<&str>) -> Result<Value, DErr> {
         let turns = *self.active_turns.borrow();
-        self.core().status(cmd, Instant::now(), turns)
+        self.core().status(session, Instant::now(), turns)
     }
 
-    fn abort(&self, cmd: &Command) -> Result<Value, DErr> {
-        self.core().abort(cmd)
-    }
-
-    fn attach(&self, conn: u64, cmd: &Command, on: bool) -> Result<Value, DErr> {
-        let (sid, generation) = if on {
-            self.live(cmd)?
-        } else {
-            (cmd.session_id.clone().unwrap_or_default(), cmd.generation.unwrap_or(0))
-        };
+    fn attach(&self, conn: u64, sid: &str, generation: u64, on: bool) -> Result<Value, DErr> {
+        let (sid, generation) = if on { self.live(sid, generation)? } else { (sid.to_string(), generation) };
         let seq = self.core().sequence(&sid);
         let mut c = self.conns.lock().map_err(|_| poisoned())?;
         if let Some(e) = c.get_mut(&conn) {
@@ -683,10 +679,9 @@ impl Host {
         Ok(json!({k: true, "generation": generation, "sequence": seq}))
     }
 
-    async fn close(&self, cmd: &Command) -> Result<Value, DErr> {
-        let (sid, generation) = self.live(cmd)?;
-        let retain = cmd.payload.get("retainSession").and_then(Value::as_bool).unwrap_or(true);
-        self.emit(&sid, generation, "sessionClosed", Some(&cmd.request_id), json!({"retained": retain}));
+    async fn close(&self, sid: &str, generation: u64, retain: bool, request_id: &str) -> Result<Value, DErr> {
+        let (sid, generation) = self.live(sid, generation)?;
+        self.emit(&sid, generation, "sessionClosed", Some(request_id), json!({"retained": retain}));
         let (link, pending) = {
             let mut core = self.core();
             let (link, write) = core.close(&sid, retain);
@@ -710,8 +705,8 @@ impl Host {
         Ok(json!({"closed": true}))
     }
 
-    async fn drain(&self, cmd: &Command) -> Result<Value, DErr> {
-        let timeout = cmd.payload.get("timeoutMs").and_then(Value::as_u64).unwrap_or(30_000);
+    async fn drain(&self, timeout_ms: Option<i64>) -> Result<Value, DErr> {
+        let timeout = timeout_ms.and_then(|t| u64::try_from(t).ok()).unwrap_or(30_000);
         self.core().draining = true;
         let mut turns = self.active_turns.subscribe();
         let idle = tokio::time::timeout(Duration::from_millis(timeout), turns.wait_for(|n| *n == 0)).await;
@@ -775,10 +770,15 @@ fn body_to_err(v: Option<&Value>) -> DErr {
     e
 }
 
+/// A command's `generation` (checked by the contract to be 0..2^53-1).
+fn generation(g: &EnvGeneration) -> u64 {
+    u64::try_from(g.0).unwrap_or(0)
+}
+
 /// `session.sessionDir` must lie inside `<agentDir>/sessions` and, when it exists, be an
 /// owner-controlled real directory (SPEC §3.1).
-fn check_session_dir(p: &Map<String, Value>) -> Result<(), DErr> {
-    let Some(dir) = p.get("session").and_then(|s| s.get("sessionDir")).and_then(Value::as_str) else { return Ok(()) };
+fn check_session_dir(p: &OpenPayload) -> Result<(), DErr> {
+    let Some(dir) = p.session.session_dir.as_deref() else { return Ok(()) };
     let bad = || {
         DErr::contract(
             Code::InvalidField,
@@ -786,12 +786,12 @@ fn check_session_dir(p: &Map<String, Value>) -> Result<(), DErr> {
         )
         .detail("field", json!("payload.session.sessionDir"))
     };
-    let agent = p.get("agentDir").and_then(Value::as_str).ok_or_else(bad)?;
+    let agent = p.agent_dir.as_deref().ok_or_else(bad)?;
     let base = format!("{}/sessions/", agent.trim_end_matches('/'));
     if !dir.starts_with(&base) || dir.split('/').any(|c| c == ".." || c == ".") {
         return Err(bad());
     }
-    let cwd = p.get("cwd").and_then(Value::as_str).unwrap_or("");
+    let cwd: &str = &p.cwd;
     let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
     if inside(dir, cwd) || inside(cwd, dir) || inside(cwd, agent) {
         return Err(bad());
