@@ -646,3 +646,45 @@ fn kill_9_during_a_wake_makes_it_indeterminate_until_reconciled() {
     let hs = c.call(cmd("2.0", "hs2", "handshake", json!({})));
     assert_eq!(hs["data"]["host"]["ready"], true, "{hs}");
 }
+
+#[test]
+fn a_wake_record_written_with_the_legacy_fingerprint_keeps_its_idempotency_after_restart() {
+    use sha2::{Digest, Sha256};
+    let sha = |b: &[u8]| hex::encode(Sha256::digest(b));
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    let dir = tempfile::tempdir().unwrap();
+    let open = |rid: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": "fp", "generation": 1,
+        "payload": {"cwd": dir.path(), "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}})
+    };
+    let wake = |rid: &str, prompt: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "wake", "sessionId": "fp", "generation": 1,
+        "idempotencyKey": "k1", "payload": {"prompt": prompt}})
+    };
+    assert_eq!(c.call(open("o1"))["ok"], true);
+    let first = c.call(wake("w1", "legacy hello"));
+    assert_eq!(first["data"]["result"]["text"], "legacy hello", "{first}");
+    d.kill9();
+    // The one wake record on disk carries the current form: the contract's canonical JSON.
+    let records: Vec<PathBuf> =
+        walk(&d.state.join("wakes")).into_iter().filter(|p| !p.ends_with("manifest.json")).collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap();
+    assert_eq!(rec["state"], "completed");
+    assert_eq!(rec["fingerprint"], sha(br#"{"prompt":"legacy hello","source":null}"#));
+    // Rewrite it as a daemon before the switch wrote it: a comma after every member.
+    rec["fingerprint"] = json!(sha(br#"{"prompt":"legacy hello","source":null,}"#));
+    std::fs::write(&records[0], serde_json::to_vec(&rec).unwrap()).unwrap();
+    d.spawn();
+    let mut c = d.client();
+    assert_eq!(c.call(open("o2"))["ok"], true);
+    let again = c.call(wake("w2", "legacy hello"));
+    assert_eq!(again["ok"], true, "the same payload matches the legacy record: {again}");
+    assert_eq!(again["data"]["result"], first["data"]["result"], "the journaled result, not a new turn");
+    let conflict = c.call(wake("w3", "another prompt"));
+    assert_eq!(conflict["error"]["code"], "idempotency_conflict", "{conflict}");
+    // The record was not rewritten by the replay.
+    let now: Value = serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap();
+    assert_eq!(now["fingerprint"], rec["fingerprint"]);
+}

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
@@ -145,39 +144,6 @@ impl<L> Session<L> {
         }
         v
     }
-}
-
-/// The SHA-256 of the canonical form of `v` (object keys sorted), in hex: a wake's payload
-/// fingerprint.
-pub fn fingerprint(v: &Value) -> String {
-    fn canon(v: &Value, out: &mut Vec<u8>) {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                out.push(b'{');
-                for k in keys {
-                    out.extend(serde_json::to_vec(k).unwrap_or_default());
-                    out.push(b':');
-                    canon(&m[k], out);
-                    out.push(b',');
-                }
-                out.push(b'}');
-            }
-            Value::Array(a) => {
-                out.push(b'[');
-                for x in a {
-                    canon(x, out);
-                    out.push(b',');
-                }
-                out.push(b']');
-            }
-            o => out.extend(serde_json::to_vec(o).unwrap_or_default()),
-        }
-    }
-    let mut b = Vec::new();
-    canon(v, &mut b);
-    hex::encode(Sha256::digest(&b))
 }
 
 /// `secs` after the Unix epoch as RFC 3339 UTC (`2026-12-03T17:19:23Z`).
@@ -968,11 +934,9 @@ mod tests {
     }
 
     #[test]
-    fn utc_formatting_and_fingerprints() {
+    fn utc_formatting() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_796_320_763), "2026-12-03T17:59:23Z");
-        assert_eq!(fingerprint(&json!({"a": 1, "b": [1, 2]})), fingerprint(&json!({"b": [1, 2], "a": 1})));
-        assert_ne!(fingerprint(&json!({"a": 1})), fingerprint(&json!({"a": 2})));
     }
 }

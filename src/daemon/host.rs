@@ -12,11 +12,12 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
-use super::core::{check_absolute_paths, fingerprint, CloseWrite, HostCore, LinkState, OpenPlan};
+use super::core::{check_absolute_paths, CloseWrite, HostCore, LinkState, OpenPlan};
 pub use super::core::{
     DErr, MAX_CONNECTIONS, MAX_EVENT_BYTES, MAX_IN_FLIGHT, MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_RESPONSE_BYTES,
 };
 use super::faults::{DaemonFault, DaemonFaults};
+use super::journal::WakeFingerprint;
 use super::link::{AdapterLink, CallError, PendingCall};
 use super::store::{Pending, Store, StoreError, WakeRecord};
 use crate::contract::command::Command;
@@ -411,14 +412,14 @@ impl Host {
         let (sid, generation) = self.live(&cmd.session_id, generation(&cmd.generation))?;
         let key = cmd.idempotency_key.to_string();
         let payload = &cmd.payload;
-        let fp = fingerprint(&json!({"prompt": &*payload.prompt, "source": payload.source.as_deref()}));
+        let fp = WakeFingerprint::of(&payload.prompt, payload.source.as_deref().map(String::as_str));
         let wait = payload.wait_for_terminal.unwrap_or(true);
         let rkey = (sid.clone(), generation, key.clone());
         // A running wake with this key: join it.
         let running = self.wakes_running.lock().ok().and_then(|w| w.get(&rkey).cloned());
         if let Some(mut rx) = running {
             let rec = self.store.wake(&sid, generation, &key).ok().flatten();
-            if rec.as_ref().is_some_and(|r| r.fingerprint != fp) {
+            if rec.as_ref().is_some_and(|r| !fp.matches(&r.fingerprint)) {
                 return Err(DErr::new(
                     AdapterCode::IdempotencyConflict.as_str(),
                     "this idempotency key was used with another payload",
@@ -438,7 +439,7 @@ impl Host {
             .wake(&sid, generation, &key)
             .map_err(|_| DErr::of(DaemonCode::InternalError, "journal unreadable"))?
         {
-            if rec.fingerprint != fp {
+            if !fp.matches(&rec.fingerprint) {
                 return Err(DErr::new(
                     AdapterCode::IdempotencyConflict.as_str(),
                     "this idempotency key was used with another payload",
@@ -458,7 +459,7 @@ impl Host {
             session_id: sid.clone(),
             generation,
             idempotency_key: key.clone(),
-            fingerprint: fp,
+            fingerprint: fp.hex().to_string(),
             state: "queued".into(),
             result: None,
             error: None,

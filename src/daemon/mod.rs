@@ -6,6 +6,7 @@ pub mod endpoint;
 pub mod faults;
 pub mod host;
 pub mod ids;
+pub mod journal;
 pub mod link;
 pub mod runtime;
 pub mod server;
