@@ -38,6 +38,7 @@ const CORE_FILES: &[&str] = &[
     "src/daemon/core.rs",
     "src/daemon/journal.rs",
     "src/daemon/runtime.rs",
+    "src/daemon/turn.rs",
 ];
 
 /// What a core file must not name: file, socket, process and thread I/O, the async runtime,

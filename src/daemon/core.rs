@@ -197,6 +197,8 @@ pub struct HostCore<L> {
     indeterminate: usize,
     failed_wakes: usize,
     counters: BTreeMap<&'static str, u64>,
+    /// The session generations each open connection is attached to (event delivery).
+    attachments: HashMap<u64, HashSet<(String, u64)>>,
     faults: DaemonFaults,
 }
 
@@ -292,6 +294,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             indeterminate,
             failed_wakes: failed,
             counters: BTreeMap::new(),
+            attachments: HashMap::new(),
             faults,
         };
         Recovered { core, sessions: session_writes, wakes: wake_writes }
@@ -356,6 +359,55 @@ impl<L: LinkState + Clone> HostCore<L> {
             line = crate::wire::encode_line(&rec);
         }
         Some(line)
+    }
+
+    /// The next event of a session generation as a line (see [`HostCore::event`]) and the
+    /// connections attached to that generation, which it is delivered to.
+    pub fn deliver(
+        &mut self,
+        sid: &str,
+        generation: u64,
+        event: &str,
+        request_id: Option<&str>,
+        data: Value,
+    ) -> Option<(Vec<u8>, Vec<u64>)> {
+        let line = self.event(sid, generation, event, request_id, data)?;
+        let key = (sid.to_string(), generation);
+        let mut to: Vec<u64> = self.attachments.iter().filter(|(_, a)| a.contains(&key)).map(|(c, _)| *c).collect();
+        to.sort_unstable();
+        Some((line, to))
+    }
+
+    /// A connection opened: it may attach.
+    pub fn open_conn(&mut self, conn: u64) {
+        self.attachments.entry(conn).or_default();
+    }
+
+    /// A connection closed: its attachments end.
+    pub fn close_conn(&mut self, conn: u64) {
+        self.attachments.remove(&conn);
+    }
+
+    /// Whether a connection is attached to any session (an attached connection is never
+    /// reclaimed as idle).
+    pub fn is_attached(&self, conn: u64) -> bool {
+        self.attachments.get(&conn).is_some_and(|a| !a.is_empty())
+    }
+
+    /// `attach` (`on`) a live generation to a connection, or `detach` it: the answer with the
+    /// session's current sequence. A connection that closed meanwhile attaches nothing.
+    pub fn attach(&mut self, conn: u64, sid: &str, generation: u64, on: bool) -> Result<Value, DErr> {
+        let key = if on { self.live(sid, generation)? } else { (sid.to_string(), generation) };
+        let seq = self.sequence(sid);
+        if let Some(a) = self.attachments.get_mut(&conn) {
+            if on {
+                a.insert(key);
+            } else {
+                a.remove(&key);
+            }
+        }
+        let k = if on { "attached" } else { "detached" };
+        Ok(json!({k: true, "generation": generation, "sequence": seq}))
     }
 
     /// The host snapshot at `now` with `active_turns` running (handshake and host status;
@@ -893,6 +945,31 @@ mod tests {
         assert_eq!(v["sequence"], 2);
         assert_eq!(v["data"]["error"]["code"], "outbound_record_too_large");
         assert_eq!(core.sequence("s"), 2);
+    }
+
+    #[test]
+    fn events_go_to_the_connections_attached_to_that_generation() {
+        let mut core = empty(Instant::now());
+        let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
+        core.open_conn(7);
+        core.open_conn(8);
+        core.open_conn(9);
+        assert!(!core.is_attached(7));
+        assert_eq!(core.attach(7, "s", 1, true).unwrap(), json!({"attached": true, "generation": 1, "sequence": 0}));
+        let _ = core.attach(9, "s", 1, true).unwrap();
+        assert_eq!(core.attach(8, "s", 2, true).unwrap_err().code, "session_not_found", "only a live generation");
+        assert!(core.is_attached(7) && !core.is_attached(8));
+        let (line, to) = core.deliver("s", 1, "opened", Some("o"), json!({})).unwrap();
+        assert_eq!(to, vec![7, 9]);
+        assert_eq!(serde_json::from_slice::<Value>(&line).unwrap()["sequence"], 1);
+        assert_eq!(core.attach(9, "s", 1, false).unwrap(), json!({"detached": true, "generation": 1, "sequence": 1}));
+        core.close_conn(7);
+        assert!(!core.is_attached(7));
+        assert_eq!(core.deliver("s", 1, "x", None, json!({})).unwrap().1, Vec::<u64>::new());
+        // A connection that closed before its attach was answered attaches nothing.
+        let _ = core.attach(7, "s", 1, true).unwrap();
+        assert!(!core.is_attached(7));
+        assert!(core.deliver("s", 5, "x", None, json!({})).is_none(), "another generation has no events");
     }
 
     #[test]

@@ -3,13 +3,12 @@
 //! agent, durable wakes on the store's writer, event delivery to attached connections (SPEC
 //! §2, §3.4, §6). The socket shell is `daemon::server`, the envelope rules `daemon::conn`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, watch};
 
 use super::core::{check_absolute_paths, CloseWrite, HostCore, LinkState, OpenPlan};
@@ -17,13 +16,13 @@ pub use super::core::{
     DErr, MAX_CONNECTIONS, MAX_EVENT_BYTES, MAX_IN_FLIGHT, MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_RESPONSE_BYTES,
 };
 use super::faults::{DaemonFault, DaemonFaults};
-use super::journal::WakeFingerprint;
-use super::link::{AdapterLink, CallError, PendingCall};
+use super::journal::{self, WakeFingerprint, WakeStep};
+use super::link::{AdapterLink, PendingCall};
 use super::store::{Pending, Store, StoreError, WakeRecord};
+use super::turn::{call_error, Turn};
 use crate::contract::command::Command;
 use crate::contract::types::protocol_v2::{self, EnvGeneration, OpenCommand, OpenPayload, WakeCommand};
-use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{validate_relative_path, AdapterCode, Code, DaemonCode, PathSide};
+use crate::contract::{Code, DaemonCode};
 
 /// A record for one connection's writer.
 #[derive(Debug)]
@@ -38,7 +37,6 @@ pub struct Out {
 pub struct ConnEntry {
     tx: mpsc::UnboundedSender<Out>,
     queued: Arc<AtomicUsize>,
-    attachments: HashSet<(String, u64)>,
     activity: Arc<ConnActivity>,
 }
 
@@ -141,10 +139,6 @@ impl LinkState for AdapterLink {
     }
 }
 
-fn poisoned() -> DErr {
-    DErr::of(DaemonCode::InternalError, "state lock poisoned")
-}
-
 impl Host {
     /// Start a host over a state directory: load the catalog and apply restart recovery
     /// (SPEC §6, [`HostCore::recover`]): host-adapter sessions are quarantined, queued wakes
@@ -206,22 +200,26 @@ impl Host {
         queued: Arc<AtomicUsize>,
         activity: Arc<ConnActivity>,
     ) -> Option<u64> {
+        // Lock order: the connections, then the core (never the other way round).
         let mut c = self.conns.lock().ok()?;
+        let mut core = self.core();
         if c.len() >= MAX_CONNECTIONS {
             let mut idle: Vec<(u64, u64)> = c
                 .iter()
-                .filter(|(_, e)| e.attachments.is_empty())
+                .filter(|(id, _)| !core.is_attached(**id))
                 .map(|(id, e)| (e.activity.last_read_ms.load(Ordering::Relaxed), *id))
                 .collect();
             // Silent longest first.
             idle.sort_unstable();
             let victim = idle.into_iter().map(|(_, id)| id).find(|id| c[id].activity.try_reclaim())?;
             c.remove(&victim);
-            self.count("idleConnectionsReclaimed");
+            core.close_conn(victim);
+            core.count("idleConnectionsReclaimed");
             tracing::info!(connection = victim, "connection cap reached: reclaimed the longest idle connection");
         }
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        c.insert(id, ConnEntry { tx, queued, attachments: HashSet::new(), activity });
+        c.insert(id, ConnEntry { tx, queued, activity });
+        core.open_conn(id);
         Some(id)
     }
 
@@ -235,6 +233,7 @@ impl Host {
         if let Ok(mut c) = self.conns.lock() {
             c.remove(&id);
         }
+        self.core().close_conn(id);
     }
 
     /// Every capability handle the host holds (for the outgoing scan).
@@ -252,13 +251,12 @@ impl Host {
         tx.send(out).is_ok()
     }
 
+    /// Deliver the next event of a session generation to the connections attached to it.
     fn emit(&self, sid: &str, generation: u64, event: &str, request_id: Option<&str>, data: Value) {
-        let Some(line) = self.core().event(sid, generation, event, request_id, data) else { return };
+        let Some((line, to)) = self.core().deliver(sid, generation, event, request_id, data) else { return };
         if let Ok(c) = self.conns.lock() {
-            for e in c.values() {
-                if e.attachments.contains(&(sid.to_string(), generation)) {
-                    let _ = Host::push(&e.tx, &e.queued, Out { line: line.clone(), close: false });
-                }
+            for e in to.iter().filter_map(|id| c.get(id)) {
+                let _ = Host::push(&e.tx, &e.queued, Out { line: line.clone(), close: false });
             }
         }
     }
@@ -415,55 +413,29 @@ impl Host {
         let fp = WakeFingerprint::of(&payload.prompt, payload.source.as_deref().map(String::as_str));
         let wait = payload.wait_for_terminal.unwrap_or(true);
         let rkey = (sid.clone(), generation, key.clone());
-        // A running wake with this key: join it.
         let running = self.wakes_running.lock().ok().and_then(|w| w.get(&rkey).cloned());
-        if let Some(mut rx) = running {
-            let rec = self.store.wake(&sid, generation, &key).ok().flatten();
-            if rec.as_ref().is_some_and(|r| !fp.matches(&r.fingerprint)) {
-                return Err(DErr::new(
-                    AdapterCode::IdempotencyConflict.as_str(),
-                    "this idempotency key was used with another payload",
-                ));
+        // A running key's record is read only to compare payloads; an unreadable journal fails
+        // a new or settled key.
+        let record = match self.store.wake(&sid, generation, &key) {
+            Ok(r) => r,
+            Err(_) if running.is_some() => None,
+            Err(_) => return Err(DErr::of(DaemonCode::InternalError, "journal unreadable")),
+        };
+        match (journal::admit_wake(&fp, record.as_ref(), running.is_some()), running) {
+            (WakeStep::Conflict(e), _) => return Err(e),
+            (WakeStep::Replay(outcome), _) => return self.wake_reply(&sid, outcome),
+            (WakeStep::Join, Some(mut rx)) => {
+                if !wait {
+                    return Ok(journal::ticket(&sid, generation, &key));
+                }
+                let _ = rx.wait_for(Option::is_some).await;
+                let outcome = rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost")));
+                return self.wake_reply(&sid, outcome);
             }
-            if !wait {
-                return Ok(
-                    json!({"ticket": {"sessionId": sid, "generation": generation, "idempotencyKey": key, "state": "accepted"}}),
-                );
-            }
-            let _ = rx.wait_for(Option::is_some).await;
-            return self
-                .wake_reply(&sid, rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost"))));
-        }
-        if let Some(rec) = self
-            .store
-            .wake(&sid, generation, &key)
-            .map_err(|_| DErr::of(DaemonCode::InternalError, "journal unreadable"))?
-        {
-            if !fp.matches(&rec.fingerprint) {
-                return Err(DErr::new(
-                    AdapterCode::IdempotencyConflict.as_str(),
-                    "this idempotency key was used with another payload",
-                ));
-            }
-            return match rec.state.as_str() {
-                "completed" => self.wake_reply(&sid, Ok(rec.result.unwrap_or(Value::Null))),
-                "failed" => Err(body_to_err(rec.error.as_ref())),
-                _ => Err(DErr::of(
-                    DaemonCode::RequestIndeterminate,
-                    "this wake's outcome is unknown; it is never replayed",
-                )),
-            };
+            (WakeStep::Join, None) | (WakeStep::Start, _) => {}
         }
         let abort = self.core().begin_turn(&sid)?;
-        let mut rec = WakeRecord {
-            session_id: sid.clone(),
-            generation,
-            idempotency_key: key.clone(),
-            fingerprint: fp.hex().to_string(),
-            state: "queued".into(),
-            result: None,
-            error: None,
-        };
+        let mut rec = journal::queued(&sid, generation, &key, &fp);
         let journal = |r: &WakeRecord| {
             let pending = self.store.queue_wake(r);
             async move {
@@ -480,7 +452,7 @@ impl Host {
             self.end_turn(&sid);
             return Err(e);
         }
-        rec.state = "accepted".into();
+        journal::accept(&mut rec);
         if let Err(e) = journal(&rec).await {
             self.end_turn(&sid);
             return Err(e);
@@ -492,22 +464,14 @@ impl Host {
         let host = self.clone();
         let prompt = payload.prompt.to_string();
         let request_id = cmd.request_id.to_string();
+        let (tsid, tkey) = (sid.clone(), key.clone());
         let task = tokio::spawn(async move {
             host.active_turns.send_modify(|n| *n += 1);
-            let outcome = host.run_turn(&sid, generation, &key, &prompt, &request_id, &abort).await;
+            let outcome = host.run_turn(&tsid, generation, &tkey, &prompt, &request_id, &abort).await;
             host.active_turns.send_modify(|n| *n -= 1);
-            match &outcome {
-                Ok(r) => {
-                    rec.state = "completed".into();
-                    rec.result = Some(r.clone());
-                }
-                Err(e) => {
-                    rec.state = "failed".into();
-                    rec.error = Some(e.body());
-                }
-            }
+            journal::settle(&mut rec, &outcome);
             let _ = host.store.queue_wake(&rec).durable().await;
-            host.end_turn(&sid);
+            host.end_turn(&tsid);
             if let Ok(mut w) = host.wakes_running.lock() {
                 w.remove(&rkey);
             }
@@ -515,14 +479,11 @@ impl Host {
         });
         if !wait {
             drop(task);
-            let (sid, generation, key) = (cmd.session_id.to_string(), generation, cmd.idempotency_key.to_string());
-            return Ok(
-                json!({"ticket": {"sessionId": sid, "generation": generation, "idempotencyKey": key, "state": "accepted"}}),
-            );
+            return Ok(journal::ticket(&sid, generation, &key));
         }
         let _ = task.await;
         let outcome = rx.borrow().clone().unwrap_or(Err(DErr::of(DaemonCode::InternalError, "lost")));
-        self.wake_reply(&cmd.session_id, outcome)
+        self.wake_reply(&sid, outcome)
     }
 
     fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
@@ -534,15 +495,9 @@ impl Host {
         self.core().end_turn(sid);
     }
 
-    /// The scripted agent: `TOOL <fs_x> <json>` lines become tool calls through the adapter;
-    /// other lines are echoed as assistant text.
-    ///
-    /// Consecutive read-only calls (`fs_list`, `fs_stat`, `fs_read`, `fs_search`) run
-    /// concurrently: every call of such a run is started (admitted, in prompt order) before
-    /// any is awaited, so the adapter client's limits decide what is sent, queued or refused
-    /// with `adapter_queue_capacity` (SPEC §4.4). Any other line — `fs_write`, `fs_edit`, an
-    /// unknown tool, text — is a barrier: it runs alone, after everything before it ended.
-    /// `toolCalls` keeps prompt order.
+    /// Run one turn of the scripted agent ([`Turn`], which decides everything): deliver its
+    /// events, start each batch of calls on the session's link (admission is synchronous, see
+    /// [`AdapterLink::start`]) before awaiting any of them, hand the outcomes back in order.
     async fn run_turn(
         &self,
         sid: &str,
@@ -552,107 +507,40 @@ impl Host {
         request_id: &str,
         abort: &AtomicBool,
     ) -> Result<Value, DErr> {
-        self.emit(sid, generation, "promptAccepted", Some(request_id), json!({}));
-        self.emit(sid, generation, "agentStart", Some(request_id), json!({}));
         let link = self.core().link(sid);
-        let mut text = Vec::new();
-        let mut calls = Vec::new();
-        let call_prefix = &hex::encode(Sha256::digest(format!("{generation}\0{wake_key}").as_bytes()))[..16];
-        let mut aborted = false;
-        let lines: Vec<&str> = prompt.lines().collect();
-        let mut i = 0;
-        while i < lines.len() {
-            if abort.load(Ordering::Relaxed) {
-                aborted = true;
-                break;
-            }
-            let Some(first) = tool_line(lines[i]) else {
-                text.push(lines[i].to_string());
-                i += 1;
-                continue;
-            };
-            // This call, and when it is read-only, the read-only calls right after it.
-            let mut batch = vec![(i, first)];
-            if is_read_only_tool(first.0) {
-                while let Some(next) = lines.get(i + batch.len()).and_then(|l| tool_line(l)) {
-                    if !is_read_only_tool(next.0) {
-                        break;
-                    }
-                    batch.push((i + batch.len(), next));
-                }
-            }
-            i += batch.len();
-            // Start them all in prompt order (admission happens here), then await each.
-            let mut started = Vec::with_capacity(batch.len());
-            for (n, (tool, args)) in batch {
-                let call_id = format!("call-{call_prefix}-{n}");
-                self.emit(
-                    sid,
-                    generation,
-                    "toolCallStart",
-                    Some(request_id),
-                    json!({"toolCallId": call_id, "tool": tool}),
-                );
-                let pending = self.start_tool_call(link.as_ref(), tool, args, &call_id);
-                started.push((call_id, tool, pending));
-            }
-            for (call_id, tool, pending) in started {
+        let mut turn = Turn::new(prompt, generation, wake_key, link.is_some(), self.faults);
+        self.deliver_turn_events(&mut turn, sid, generation, request_id);
+        while let Some(batch) = turn.poll_batch(abort.load(Ordering::Relaxed)) {
+            self.deliver_turn_events(&mut turn, sid, generation, request_id);
+            let started: Vec<(String, Result<PendingCall, DErr>)> = batch
+                .into_iter()
+                .map(|call| {
+                    let pending = match (call.start, link.as_ref()) {
+                        (Ok((op, payload)), Some(l)) => l.start(op, payload, &call.call_id).map_err(call_error),
+                        (Ok(_), None) => Err(DErr::of(DaemonCode::ToolUnavailable, "this session has no tool adapter")),
+                        (Err(e), _) => Err(e),
+                    };
+                    (call.call_id, pending)
+                })
+                .collect();
+            for (call_id, pending) in started {
                 let outcome = match pending {
                     Ok(p) => p.outcome().await.map_err(call_error),
                     Err(e) => Err(e),
                 };
-                let mut entry = json!({"toolCallId": call_id, "tool": tool, "ok": outcome.is_ok()});
-                match outcome {
-                    Ok(d) => entry["data"] = d,
-                    Err(e) => entry["error"] = e.body(),
-                }
-                self.emit(
-                    sid,
-                    generation,
-                    "toolCallEnd",
-                    Some(request_id),
-                    json!({"toolCallId": call_id, "tool": tool, "ok": entry["ok"], "code": entry["error"]["code"]}),
-                );
-                calls.push(entry);
+                turn.handle_outcome(&call_id, outcome);
+                self.deliver_turn_events(&mut turn, sid, generation, request_id);
             }
         }
-        self.emit(sid, generation, "agentEnd", Some(request_id), json!({"aborted": aborted}));
-        self.emit(sid, generation, "sessionIdle", None, json!({}));
-        if aborted {
-            return Err(DErr::of(DaemonCode::Aborted, "the turn was aborted"));
-        }
-        Ok(json!({"text": text.join("\n"), "toolCalls": calls}))
+        let result = turn.finish();
+        self.deliver_turn_events(&mut turn, sid, generation, request_id);
+        result
     }
 
-    /// Check a tool call locally and start it on the link (admission is synchronous, see
-    /// [`AdapterLink::start`]); every refusal comes back here, before any wire write.
-    fn start_tool_call(
-        &self,
-        link: Option<&AdapterLink>,
-        tool: &str,
-        args: &str,
-        call_id: &str,
-    ) -> Result<PendingCall, DErr> {
-        let op: ToolOperation = tool.replacen('_', ".", 1).parse().map_err(|_| {
-            DErr::of(
-                DaemonCode::UnknownTool,
-                "the tool is not one of fs_list fs_stat fs_read fs_search fs_write fs_edit",
-            )
-        })?;
-        let payload: Value = serde_json::from_str(args)
-            .map_err(|_| DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"))?;
-        if !payload.is_object() {
-            return Err(DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"));
+    fn deliver_turn_events(&self, turn: &mut Turn, sid: &str, generation: u64, request_id: &str) {
+        while let Some(e) = turn.poll_event() {
+            self.emit(sid, generation, e.name, e.with_request.then_some(request_id), e.data);
         }
-        if let Some(p) = payload.get("path").and_then(Value::as_str) {
-            let passed = self.faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
-            if !passed {
-                validate_relative_path(p, PathSide::Daemon, "path")
-                    .map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
-            }
-        }
-        let link = link.ok_or_else(|| DErr::of(DaemonCode::ToolUnavailable, "this session has no tool adapter"))?;
-        link.start(op, payload, call_id).map_err(call_error)
     }
 
     fn queue_message(&self, sid: &str, generation: &EnvGeneration) -> Result<Value, DErr> {
@@ -666,18 +554,7 @@ impl Host {
     }
 
     fn attach(&self, conn: u64, sid: &str, generation: u64, on: bool) -> Result<Value, DErr> {
-        let (sid, generation) = if on { self.live(sid, generation)? } else { (sid.to_string(), generation) };
-        let seq = self.core().sequence(&sid);
-        let mut c = self.conns.lock().map_err(|_| poisoned())?;
-        if let Some(e) = c.get_mut(&conn) {
-            if on {
-                e.attachments.insert((sid, generation));
-            } else {
-                e.attachments.remove(&(sid, generation));
-            }
-        }
-        let k = if on { "attached" } else { "detached" };
-        Ok(json!({k: true, "generation": generation, "sequence": seq}))
+        self.core().attach(conn, sid, generation, on)
     }
 
     async fn close(&self, sid: &str, generation: u64, retain: bool, request_id: &str) -> Result<Value, DErr> {
@@ -731,44 +608,6 @@ async fn durable(p: Option<Pending>) -> Result<(), StoreError> {
         Some(p) => p.durable().await,
         None => Ok(()),
     }
-}
-
-/// A `TOOL <tool> <args>` prompt line: the tool and its arguments (`{}` when absent).
-fn tool_line(line: &str) -> Option<(&str, &str)> {
-    let rest = line.strip_prefix("TOOL ")?;
-    Some(rest.split_once(' ').unwrap_or((rest, "{}")))
-}
-
-/// The read-only tools, which a turn runs concurrently.
-fn is_read_only_tool(tool: &str) -> bool {
-    matches!(tool, "fs_list" | "fs_stat" | "fs_read" | "fs_search")
-}
-
-/// An adapter call's error as the turn reports it: code, message, `retryable`, and
-/// `details.indeterminate` / `details.retryAfterMs` when they apply.
-fn call_error(e: CallError) -> DErr {
-    let mut d = DErr::new(&e.code, &e.message);
-    d.retryable = e.retryable;
-    if e.indeterminate {
-        d.details.insert("indeterminate".into(), json!(true));
-    }
-    if let Some(ms) = e.retry_after_ms {
-        d.details.insert("retryAfterMs".into(), json!(ms));
-    }
-    d
-}
-
-fn body_to_err(v: Option<&Value>) -> DErr {
-    let v = v.cloned().unwrap_or(Value::Null);
-    let mut e = DErr::new(
-        v["code"].as_str().unwrap_or(DaemonCode::InternalError.as_str()),
-        v["message"].as_str().unwrap_or("failed"),
-    );
-    e.retryable = v["retryable"].as_bool().unwrap_or(false);
-    if let Some(d) = v["details"].as_object() {
-        e.details = d.clone();
-    }
-    e
 }
 
 /// A command's `generation` (checked by the contract to be 0..2^53-1).

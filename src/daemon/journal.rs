@@ -1,11 +1,109 @@
-//! The wake journal's rules as a sans-I/O core: the fingerprint a wake's key is bound to.
+//! The wake journal's rules as a sans-I/O core: the fingerprint a wake's key is bound to, what
+//! a wake becomes given its key's record (start, join the running one, replay the settled
+//! outcome, or conflict), and the states a record goes through (`queued` → `accepted` →
+//! `completed` | `failed`; SPEC §6 for what a restart makes of them).
 //!
-//! `daemon::store` reads and writes the records; this module only decides. It does no I/O,
-//! reads no clock and draws no randomness.
+//! `daemon::store` reads and writes the records and `daemon::host` waits for them to be
+//! durable; this module only decides. It does no I/O, reads no clock and draws no randomness.
 
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use super::core::DErr;
+use super::store::WakeRecord;
 use crate::contract::fingerprint::fingerprint_hex;
+use crate::contract::{AdapterCode, DaemonCode};
+
+/// What a wake under a key becomes (see [`admit_wake`]).
+#[derive(Debug, PartialEq)]
+pub enum WakeStep {
+    /// The key was used with another payload: `idempotency_conflict`.
+    Conflict(DErr),
+    /// The key's turn is running: wait for it (or answer a ticket).
+    Join,
+    /// The key's turn is settled: its journaled outcome, never run again.
+    Replay(Result<Value, DErr>),
+    /// A new key: start a turn, journaling it first.
+    Start,
+}
+
+/// What a wake with fingerprint `fp` becomes, given its key's record (if any) and whether a
+/// turn of that key is running now. The payload is compared first: a running or settled key
+/// used with another payload is a conflict.
+pub fn admit_wake(fp: &WakeFingerprint, record: Option<&WakeRecord>, running: bool) -> WakeStep {
+    if record.is_some_and(|r| !fp.matches(&r.fingerprint)) {
+        return WakeStep::Conflict(DErr::new(
+            AdapterCode::IdempotencyConflict.as_str(),
+            "this idempotency key was used with another payload",
+        ));
+    }
+    match record {
+        _ if running => WakeStep::Join,
+        Some(r) => WakeStep::Replay(settled(r)),
+        None => WakeStep::Start,
+    }
+}
+
+/// The outcome a record replays: the result of a completed wake, the error body of a failed
+/// one, and `request_indeterminate` for any other state (its outcome is unknown).
+fn settled(r: &WakeRecord) -> Result<Value, DErr> {
+    match r.state.as_str() {
+        "completed" => Ok(r.result.clone().unwrap_or(Value::Null)),
+        "failed" => Err(error_of(r.error.as_ref())),
+        _ => Err(DErr::of(DaemonCode::RequestIndeterminate, "this wake's outcome is unknown; it is never replayed")),
+    }
+}
+
+/// A journaled error body back as an error (`internal_error` when the body is unreadable).
+fn error_of(v: Option<&Value>) -> DErr {
+    let v = v.cloned().unwrap_or(Value::Null);
+    let mut e = DErr::new(
+        v["code"].as_str().unwrap_or(DaemonCode::InternalError.as_str()),
+        v["message"].as_str().unwrap_or("failed"),
+    );
+    e.retryable = v["retryable"].as_bool().unwrap_or(false);
+    if let Some(d) = v["details"].as_object() {
+        e.details = d.clone();
+    }
+    e
+}
+
+/// The first record of a new wake: `queued`, bound to its payload's fingerprint.
+pub fn queued(session_id: &str, generation: u64, key: &str, fp: &WakeFingerprint) -> WakeRecord {
+    WakeRecord {
+        session_id: session_id.to_string(),
+        generation,
+        idempotency_key: key.to_string(),
+        fingerprint: fp.hex().to_string(),
+        state: "queued".into(),
+        result: None,
+        error: None,
+    }
+}
+
+/// The turn was admitted (the session counts the key): `accepted`.
+pub fn accept(r: &mut WakeRecord) {
+    r.state = "accepted".into();
+}
+
+/// The turn ended: `completed` with its result, or `failed` with its error body.
+pub fn settle(r: &mut WakeRecord, outcome: &Result<Value, DErr>) {
+    match outcome {
+        Ok(v) => {
+            r.state = "completed".into();
+            r.result = Some(v.clone());
+        }
+        Err(e) => {
+            r.state = "failed".into();
+            r.error = Some(e.body());
+        }
+    }
+}
+
+/// The answer to a wake that does not wait for its terminal result.
+pub fn ticket(session_id: &str, generation: u64, key: &str) -> Value {
+    json!({"ticket": {"sessionId": session_id, "generation": generation, "idempotencyKey": key, "state": "accepted"}})
+}
 
 /// The fingerprint of a wake's payload, as a journal record stores it and compares it.
 ///
@@ -57,6 +155,41 @@ fn legacy_hex(prompt: &str, source: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_starts_joins_replays_or_conflicts() {
+        let fp = WakeFingerprint::of("p", None);
+        let mut r = queued("s", 2, "k", &fp);
+        assert_eq!((r.state.as_str(), r.fingerprint.as_str()), ("queued", fp.hex()));
+        assert_eq!(admit_wake(&fp, None, false), WakeStep::Start);
+        assert_eq!(admit_wake(&fp, None, true), WakeStep::Join);
+        assert_eq!(admit_wake(&fp, Some(&r), true), WakeStep::Join);
+        let other = WakeFingerprint::of("q", None);
+        for running in [false, true] {
+            let WakeStep::Conflict(e) = admit_wake(&other, Some(&r), running) else { panic!("conflict") };
+            assert_eq!((e.code.as_str(), e.retryable), ("idempotency_conflict", false));
+        }
+        // Queued or accepted but not running (a restart settles them; until then): unknown.
+        let WakeStep::Replay(Err(e)) = admit_wake(&fp, Some(&r), false) else { panic!("replay") };
+        assert_eq!(e.code, "request_indeterminate");
+        accept(&mut r);
+        assert_eq!(r.state, "accepted");
+        settle(&mut r, &Ok(json!({"text": "t"})));
+        assert_eq!((r.state.as_str(), r.result.clone()), ("completed", Some(json!({"text": "t"}))));
+        assert_eq!(admit_wake(&fp, Some(&r), false), WakeStep::Replay(Ok(json!({"text": "t"}))));
+        let mut f = queued("s", 2, "k2", &fp);
+        let err = DErr::of(DaemonCode::Aborted, "the turn was aborted").detail("why", json!(1));
+        settle(&mut f, &Err(err.clone()));
+        assert_eq!(f.state, "failed");
+        assert_eq!(admit_wake(&fp, Some(&f), false), WakeStep::Replay(Err(err)), "the same error body comes back");
+        f.error = Some(json!("garbled"));
+        let WakeStep::Replay(Err(e)) = admit_wake(&fp, Some(&f), false) else { panic!("replay") };
+        assert_eq!((e.code.as_str(), e.message.as_str()), ("internal_error", "failed"));
+        assert_eq!(
+            ticket("s", 2, "k"),
+            json!({"ticket": {"sessionId": "s", "generation": 2, "idempotencyKey": "k", "state": "accepted"}})
+        );
+    }
 
     fn sha(bytes: &[u8]) -> String {
         hex::encode(Sha256::digest(bytes))

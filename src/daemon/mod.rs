@@ -11,3 +11,4 @@ pub mod link;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod turn;
