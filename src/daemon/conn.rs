@@ -12,13 +12,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::faults::{self, DaemonFault, DaemonFaults};
 use super::host::{DErr, MAX_IN_FLIGHT, MAX_RESPONSE_BYTES};
 use super::ids::{uuid_v4, Rng};
+use super::record::response_line;
 use crate::contract::{parse_command, Code, Command, DaemonCode, HostContext};
-use crate::wire::{decode_strict, encode_line, LineError};
+use crate::wire::{decode_strict, LineError};
 
 /// Where the response of a dispatched command goes: the version it echoes, its `requestId`
 /// and `sessionId`.
@@ -63,39 +64,13 @@ pub struct Connection {
     closed: bool,
 }
 
-/// A response record (SPEC §2.2): `data` when ok, the error body otherwise.
-pub fn response(
-    version: &str,
-    request_id: &str,
-    host_id: &str,
-    session_id: Option<&str>,
-    r: Result<Value, DErr>,
-) -> Value {
-    let mut v =
-        json!({"protocolVersion": version, "kind": "response", "requestId": request_id, "hostInstanceId": host_id});
-    if let Some(s) = session_id {
-        v["sessionId"] = json!(s);
-    }
-    match r {
-        Ok(d) => {
-            v["ok"] = json!(true);
-            v["data"] = d;
-        }
-        Err(e) => {
-            v["ok"] = json!(false);
-            v["error"] = e.body();
-        }
-    }
-    v
-}
-
 /// The line written instead of a record that would have carried a capability handle: an
 /// `internal_error` response under a fresh `invalid-<uuid>` id, in the record's version.
 pub fn withheld_line(record: &[u8], host_id: &str, rng: &mut dyn Rng) -> Vec<u8> {
     let v: Value = serde_json::from_slice(record).unwrap_or(Value::Null);
     let e = DErr::of(DaemonCode::InternalError, "a record would have contained a capability handle; withheld");
     let version = v["protocolVersion"].as_str().unwrap_or("1.0");
-    encode_line(&response(version, &format!("invalid-{}", uuid_v4(rng)), host_id, None, Err(e)))
+    response_line(version, &format!("invalid-{}", uuid_v4(rng)), host_id, None, Err(e))
 }
 
 impl Connection {
@@ -117,8 +92,8 @@ impl Connection {
         format!("invalid-{}", uuid_v4(self.rng.as_mut()))
     }
 
-    fn send(&mut self, record: &Value, close: bool) {
-        self.transmits.push_back(Transmit { line: encode_line(record), close });
+    fn send(&mut self, line: Vec<u8>, close: bool) {
+        self.transmits.push_back(Transmit { line, close });
         if close {
             self.closed = true;
         }
@@ -126,8 +101,8 @@ impl Connection {
 
     fn fatal(&mut self, code: Code, message: &str, close: bool) {
         let rid = self.invalid_id();
-        let rec = response("1.0", &rid, &self.host_id, None, Err(DErr::new(code.as_str(), message)));
-        self.send(&rec, close);
+        let line = response_line("1.0", &rid, &self.host_id, None, Err(DErr::new(code.as_str(), message)));
+        self.send(line, close);
     }
 
     /// One line from the decoder (or its error). Ignored once the connection is closed.
@@ -184,8 +159,8 @@ impl Connection {
                     None => self.invalid_id(),
                 };
                 let echo = faults::echo_version(&e.echo_version, self.faults);
-                let rec = response(&echo, &rid, &self.host_id, None, Err(body));
-                return self.send(&rec, e.close);
+                let line = response_line(&echo, &rid, &self.host_id, None, Err(body));
+                return self.send(line, e.close);
             }
         };
         let version = faults::echo_version(&command.version.text, self.faults);
@@ -207,8 +182,8 @@ impl Connection {
             } else {
                 version
             };
-            let rec = response(&version, &rid, &self.host_id, sid.as_deref(), Err(e));
-            return self.send(&rec, false);
+            let line = response_line(&version, &rid, &self.host_id, sid.as_deref(), Err(e));
+            return self.send(line, false);
         }
         self.in_flight.insert(rid.clone());
         self.dispatches.push_back(Dispatch { command, reply: ReplyTo { version, request_id: rid, session_id: sid } });
@@ -218,10 +193,10 @@ impl Connection {
     /// `outbound_record_too_large` past `maxResponseBytes`; its `requestId` is free again.
     pub fn handle_response(&mut self, reply: ReplyTo, result: Result<Value, DErr>) {
         let ReplyTo { version, request_id, session_id } = reply;
-        let mut line = encode_line(&response(&version, &request_id, &self.host_id, session_id.as_deref(), result));
+        let mut line = response_line(&version, &request_id, &self.host_id, session_id.as_deref(), result);
         if line.len() > MAX_RESPONSE_BYTES {
             let e = DErr::of(DaemonCode::OutboundRecordTooLarge, "the response exceeded maxResponseBytes");
-            line = encode_line(&response(&version, &request_id, &self.host_id, session_id.as_deref(), Err(e)));
+            line = response_line(&version, &request_id, &self.host_id, session_id.as_deref(), Err(e));
         }
         self.in_flight.remove(&request_id);
         self.transmits.push_back(Transmit { line, close: false });
@@ -263,6 +238,8 @@ impl Connection {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::util::prng::SplitMix64;
 

@@ -8,17 +8,19 @@
 //! per session is a type parameter `L` it only asks [`LinkState`] questions of.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::faults::{DaemonFault, DaemonFaults};
+pub use super::record::DErr;
+use super::record::{self, event_line, EventOf, Limits, SessionCounts, Snapshot};
 use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
-use crate::contract::command::OPERATIONS;
 use crate::contract::types::protocol_v2::{OpenCommand, OpenPayload};
-use crate::contract::{CapabilityHandle, Code, DaemonCode, Descriptor};
+use crate::contract::{CapabilityHandle, DaemonCode, Descriptor};
 
 /// Bounds of the daemon socket (SPEC §1.1).
 pub const MAX_CONNECTIONS: usize = 64;
@@ -32,53 +34,6 @@ pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Queued outbound bytes per connection before a slow reader is disconnected.
 pub const MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
-
-/// A dispatch error: the protocol's error body.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DErr {
-    /// Code.
-    pub code: String,
-    /// Message (content-free).
-    pub message: String,
-    /// Retryable.
-    pub retryable: bool,
-    /// Details.
-    pub details: Map<String, Value>,
-}
-
-impl DErr {
-    /// An error with a code that is not known here (an adapter's own error code, a journaled
-    /// body): not retryable unless set.
-    pub fn new(code: &str, message: &str) -> Self {
-        DErr { code: code.into(), message: message.into(), retryable: false, details: Map::new() }
-    }
-
-    /// An error of the daemon catalogue, with its default `retryable`.
-    pub fn of(code: DaemonCode, message: &str) -> Self {
-        DErr { retryable: code.default_retryable(), ..Self::new(code.as_str(), message) }
-    }
-
-    /// An error with a validation code of the contract (never retryable).
-    pub fn contract(code: Code, message: &str) -> Self {
-        Self::new(code.as_str(), message)
-    }
-    /// Add one detail.
-    pub fn detail(mut self, k: &str, v: Value) -> Self {
-        self.details.insert(k.into(), v);
-        self
-    }
-    /// The body.
-    pub fn body(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("code".into(), json!(self.code));
-        m.insert("message".into(), json!(self.message));
-        m.insert("retryable".into(), json!(self.retryable));
-        if !self.details.is_empty() {
-            m.insert("details".into(), Value::Object(self.details.clone()));
-        }
-        Value::Object(m)
-    }
-}
 
 /// What the core asks of a session's adapter link.
 pub trait LinkState {
@@ -130,20 +85,47 @@ impl<L> Session<L> {
     }
 
     pub(crate) fn resource(&self) -> Value {
-        let mut v = json!({
-            "sessionId": self.id,
-            "generation": self.generation,
-            "protocolVersion": self.open_version,
-            "state": match self.state { SState::Active => "active", SState::Dormant => "dormant" },
-            "busy": self.turn.is_some(),
-            "sequence": self.seq,
-            "tools": match &self.policy { Some(p) => json!({"mode": "host-adapter", "policy": p}), None => json!("none") },
-        });
-        if let Some(r) = &self.recovery {
-            v["recovery"] = r.clone();
-        }
-        v
+        let r = SessionResource {
+            session_id: &self.id,
+            generation: self.generation,
+            protocol_version: &self.open_version,
+            state: match self.state {
+                SState::Active => "active",
+                SState::Dormant => "dormant",
+            },
+            busy: self.turn.is_some(),
+            sequence: self.seq,
+            tools: match &self.policy {
+                Some(policy) => Tools::HostAdapter { mode: "host-adapter", policy },
+                None => Tools::None("none"),
+            },
+            recovery: self.recovery.as_ref(),
+        };
+        serde_json::to_value(r).unwrap_or(Value::Null)
     }
+}
+
+/// A session's resource (the `session` of open, wake and status answers; SPEC §2.5).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionResource<'a> {
+    session_id: &'a str,
+    generation: u64,
+    protocol_version: &'a str,
+    state: &'static str,
+    busy: bool,
+    sequence: u64,
+    tools: Tools<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recovery: Option<&'a Value>,
+}
+
+/// A session's tools: `"none"`, or the host-adapter policy summary it retains.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Tools<'a> {
+    None(&'static str),
+    HostAdapter { mode: &'static str, policy: &'a Value },
 }
 
 /// `secs` after the Unix epoch as RFC 3339 UTC (`2026-12-03T17:19:23Z`).
@@ -340,23 +322,17 @@ impl<L: LinkState + Clone> HostCore<L> {
     ) -> Option<Vec<u8>> {
         let sess = self.sessions.get_mut(sid).filter(|x| x.generation == generation)?;
         sess.seq += 1;
-        let (version, seq) = (sess.open_version.clone(), sess.seq);
-        let mut rec = json!({
-            "protocolVersion": version, "kind": "event", "event": event, "hostInstanceId": self.id,
-            "sessionId": sid, "generation": generation, "sequence": seq,
-        });
-        if let Some(r) = request_id {
-            rec["requestId"] = json!(r);
-        }
-        rec["data"] = data;
-        let mut line = crate::wire::encode_line(&rec);
+        let of = EventOf {
+            version: &sess.open_version,
+            host_id: &self.id,
+            session_id: sid,
+            generation,
+            sequence: NonZeroU64::new(sess.seq).unwrap_or(NonZeroU64::MIN),
+        };
+        let mut line = event_line(&of, event, request_id, data);
         if line.len() > MAX_EVENT_BYTES {
-            rec = json!({
-                "protocolVersion": version, "kind": "event", "event": "eventDropped", "hostInstanceId": self.id,
-                "sessionId": sid, "generation": generation, "sequence": seq,
-                "data": {"originalEvent": event, "error": DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body()},
-            });
-            line = crate::wire::encode_line(&rec);
+            let error = DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body();
+            line = event_line(&of, "eventDropped", None, json!({"originalEvent": event, "error": error}));
         }
         Some(line)
     }
@@ -413,84 +389,39 @@ impl<L: LinkState + Clone> HostCore<L> {
     /// The host snapshot at `now` with `active_turns` running (handshake and host status;
     /// SPEC §2.4).
     pub fn snapshot(&self, now: Instant, active_turns: usize) -> Value {
+        self.snapshot_of(now, active_turns).to_value()
+    }
+
+    fn snapshot_of(&self, now: Instant, active_turns: usize) -> Snapshot<'_> {
         let s = &self.sessions;
-        let quarantined: Vec<Value> = s
-            .values()
-            .filter(|x| x.recovery.is_some())
-            .map(|x| {
-                let code = DaemonCode::ToolAdapterReprovisionRequired;
-                json!({"sessionId": x.id, "generation": x.generation, "state": "reprovision_required",
-                "code": code.as_str(), "retryable": code.default_retryable()})
-            })
-            .collect();
-        let resident = s.values().filter(|x| x.state == SState::Active).count();
-        let dormant = s.values().filter(|x| x.state == SState::Dormant).count();
-        let indeterminate = self.indeterminate;
-        let phase = if indeterminate > 0 { "degraded" } else { "ready" };
-        // failureCodes maps an error code to a count, `{}` when none (as Pi Daemon 0.3.3).
-        let mut codes = Map::new();
-        if indeterminate > 0 {
-            codes.insert(DaemonCode::RequestIndeterminate.as_str().into(), json!(indeterminate));
+        let count = |state| s.values().filter(|x| x.state == state).count() as u64;
+        Snapshot {
+            host_id: &self.id,
+            draining: self.draining,
+            active_turns: active_turns as u64,
+            started_at: &self.started_at,
+            uptime_ms: u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX),
+            failed_wakes: self.failed_wakes as u64,
+            indeterminate_wakes: self.indeterminate as u64,
+            quarantined: s.values().filter(|x| x.recovery.is_some()).map(|x| (x.id.as_str(), x.generation)).collect(),
+            sessions: SessionCounts { resident: count(SState::Active), dormant: count(SState::Dormant) },
+            counters: &self.counters,
         }
-        let counters: Map<String, Value> = self.counters.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect();
-        json!({
-            "hostInstanceId": self.id,
-            "ready": indeterminate == 0,
-            "durable": true,
-            "draining": self.draining,
-            "activeTurns": active_turns,
-            "queuedTurns": 0,
-            "startedAt": self.started_at,
-            "uptimeMs": u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX),
-            "recovery": {
-                "phase": phase,
-                "failedWakes": self.failed_wakes,
-                "indeterminateWakes": indeterminate,
-                "failureCodes": codes,
-                "quarantinedSessions": quarantined,
-            },
-            "sessions": {"resident": resident, "dormant": dormant},
-            "counters": counters,
-        })
     }
 
     /// The handshake data (SPEC §2.4): v2 adds the host-adapter capabilities.
     pub fn handshake(&self, v2: bool, now: Instant, active_turns: usize) -> Value {
-        let mut caps = json!({"operations": OPERATIONS, "transport": "unix-ndjson", "durable": true});
-        if v2 {
-            let m = caps.as_object_mut().unwrap_or_else(|| unreachable!());
-            m.insert("hostToolAdapter".into(), json!(true));
-            m.insert("hostToolAdapterQueueTelemetry".into(), json!(true));
-            m.insert(
-                "hostToolAdapterRecommendedQueueLimits".into(),
-                json!({"maxConcurrentRequests": 4, "maxQueuedRequests": 16}),
-            );
-            m.insert("hostToolOperationCount".into(), json!(6));
-            m.insert("configuredOpen".into(), json!(true));
-            m.insert("sessionDir".into(), json!(true));
-        }
-        let mut v = json!({
-            "protocolVersion": "1.0",
-            "supportedVersions": ["1.0", "2.0"],
-            "supportedProtocolVersions": ["1.0", "2.0"],
-            "capabilities": caps,
-            "limits": {
-                "maxConnections": MAX_CONNECTIONS,
-                "maxInFlightRequestsPerConnection": MAX_IN_FLIGHT,
-                "maxLineBytes": MAX_LINE_BYTES,
-                "maxEventBytes": MAX_EVENT_BYTES,
-                "maxResponseBytes": MAX_RESPONSE_BYTES,
-                "maxOutboundBytesPerConnection": MAX_OUTBOUND_BYTES,
-                "multiplexer": "requestId",
-            },
-            "host": self.snapshot(now, active_turns),
-        });
-        if self.faults.has(DaemonFault::SupportedVersions033) {
-            if let Some(m) = v.as_object_mut() {
-                m.remove("supportedVersions");
-            }
-        }
-        v
+        let limits = Limits {
+            max_connections: MAX_CONNECTIONS,
+            max_in_flight_requests_per_connection: MAX_IN_FLIGHT,
+            max_line_bytes: MAX_LINE_BYTES,
+            max_event_bytes: MAX_EVENT_BYTES,
+            max_response_bytes: MAX_RESPONSE_BYTES,
+            max_outbound_bytes_per_connection: MAX_OUTBOUND_BYTES,
+            multiplexer: "requestId",
+        };
+        let both_names = !self.faults.has(DaemonFault::SupportedVersions033);
+        record::handshake(v2, limits, &self.snapshot_of(now, active_turns), both_names)
     }
 
     /// `status`: the host snapshot, or one active session with its link's telemetry.

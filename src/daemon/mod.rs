@@ -8,6 +8,7 @@ pub mod host;
 pub mod ids;
 pub mod journal;
 pub mod link;
+pub mod record;
 pub mod runtime;
 pub mod server;
 pub mod store;
