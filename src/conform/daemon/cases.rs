@@ -10,6 +10,7 @@ use super::probe::{BoundMode, InvokeMode};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
+use crate::contract::{Code, DaemonCode};
 
 /// A case implementation.
 pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
@@ -154,7 +155,7 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
         r = conn.recv_for(&rid);
     }
     let out = match r.frame() {
-        Some(v) if v["error"]["code"] == "duplicate_request_id" => match v["protocolVersion"].as_str() {
+        Some(v) if v["error"]["code"] == DaemonCode::DuplicateRequestId.as_str() => match v["protocolVersion"].as_str() {
             Some("2.0") => Outcome::token("duplicate_request_id@2.0"),
             Some(x) => Outcome::with(
                 format!("duplicate_request_id@{x}"),
@@ -182,7 +183,7 @@ fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
     let v = v1_open(c, super::DCtx::host_adapter(&d));
     let r = tryo!(one(c, v));
     let p = if c.probe.seen().connections != before { vec!["a v1 open reached the adapter".into()] } else { vec![] };
-    match refusal(&r, "invalid_field", Some("tools")) {
+    match refusal(&r, Code::InvalidField.as_str(), Some("tools")) {
         Outcome::Observed { token, .. } => Outcome::with(token, p),
         other => other,
     }
@@ -222,12 +223,14 @@ fn private_dir(d: &std::path::Path) -> std::io::Result<()> {
 /// Whether a refusal is one that only comes after admission (`open_failed`, or an `adapter_*`
 /// code): the descriptor was admitted.
 fn admitted_then_failed(r: &Recv) -> bool {
-    r.frame().and_then(|f| f["error"]["code"].as_str()).is_some_and(|c| c == "open_failed" || c.starts_with("adapter_"))
+    r.frame()
+        .and_then(|f| f["error"]["code"].as_str())
+        .is_some_and(|c| c == DaemonCode::OpenFailed.as_str() || c.starts_with("adapter_"))
 }
 
 /// A descriptor check: `member` is the member the fault is put in, `code` the code it must
 /// draw (compared exactly; the field only by its last dotted segment).
-fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
+fn admission(c: &mut DCtx<'_>, code: Code, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
     let mut d = c.descriptor(1, None);
     let host = c.host.clone();
     mutate(&mut d, &host);
@@ -239,7 +242,7 @@ fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mu
     if c.probe.seen().connections != before {
         p.push("a refused descriptor reached the adapter: admission must answer before any connection".into());
     }
-    match refusal(&r, code, Some(member)) {
+    match refusal(&r, code.as_str(), Some(member)) {
         Outcome::Observed { token, .. } => Outcome::with(token, p),
         // Refused only after admission (the open failed later, or an adapter reason): the
         // faulted descriptor was admitted.
@@ -257,38 +260,38 @@ fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mu
     }
 }
 fn adm_1(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_descriptor", "token", |d, _| d["token"] = json!("smuggled"))
+    admission(c, Code::InvalidToolAdapterDescriptor, "token", |d, _| d["token"] = json!("smuggled"))
 }
 fn adm_2(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "unsupported_tool_adapter_version", "protocolVersion", |d, _| d["protocolVersion"] = json!("2.0"))
+    admission(c, Code::UnsupportedToolAdapterVersion, "protocolVersion", |d, _| d["protocolVersion"] = json!("2.0"))
 }
 fn adm_3(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_identity", "adapterId", |d, _| d["adapterId"] = json!("-bad"))
+    admission(c, Code::InvalidToolAdapterIdentity, "adapterId", |d, _| d["adapterId"] = json!("-bad"))
 }
 fn adm_4(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_identity", "adapterVersion", |d, _| d["adapterVersion"] = json!("01.2.0"))
+    admission(c, Code::InvalidToolAdapterIdentity, "adapterVersion", |d, _| d["adapterVersion"] = json!("01.2.0"))
 }
 fn adm_5(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_endpoint", "path", |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
+    admission(c, Code::InvalidToolAdapterEndpoint, "path", |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
 }
 fn adm_6(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_binding", "extra", |d, _| d["binding"]["extra"] = json!(1))
+    admission(c, Code::InvalidToolAdapterBinding, "extra", |d, _| d["binding"]["extra"] = json!(1))
 }
 fn adm_7(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_capability", "capabilityHandle", |d, _| {
+    admission(c, Code::InvalidToolAdapterCapability, "capabilityHandle", |d, _| {
         d["binding"]["capabilityHandle"] = json!("tooShort")
     })
 }
 fn adm_8(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "tool_adapter_binding_mismatch", "hostInstanceId", |d, h| {
+    admission(c, Code::ToolAdapterBindingMismatch, "hostInstanceId", |d, h| {
         d["binding"]["hostInstanceId"] = json!(format!("{h}-previous"))
     })
 }
 fn adm_9(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "unsupported_tool_operation", "operations", |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
+    admission(c, Code::UnsupportedToolOperation, "operations", |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
 }
 fn adm_10(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_limit", "maxConcurrentRequests", |d, _| {
+    admission(c, Code::InvalidToolAdapterLimit, "maxConcurrentRequests", |d, _| {
         d["limits"]["maxConcurrentRequests"] = json!(65)
     })
 }
@@ -296,7 +299,7 @@ fn adm_11(c: &mut DCtx<'_>) -> Outcome {
     // SPEC §3.3: 256 × € in the session id makes `bound` larger than 1024 bytes, so limits
     // 2048/1024 pass the range check and fail the fit check on maxResponseBytes.
     c.session = "\u{20ac}".repeat(256);
-    admission(c, "invalid_tool_adapter_limit", "maxResponseBytes", |d, _| {
+    admission(c, Code::InvalidToolAdapterLimit, "maxResponseBytes", |d, _| {
         d["limits"]["maxRequestBytes"] = json!(2048);
         d["limits"]["maxResponseBytes"] = json!(1024);
     })
@@ -424,7 +427,7 @@ fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
     if let Some(typed) = [code, cause["code"].as_str().unwrap_or("")].into_iter().find(|c| c.starts_with("adapter_")) {
         return Outcome::token(format!("typed:{typed}"));
     }
-    if code == "open_failed" && cause.is_object() {
+    if code == DaemonCode::OpenFailed.as_str() && cause.is_object() {
         return Outcome::with(
             "generic-cause",
             vec![format!(
@@ -475,7 +478,10 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     // Confirm the refusal is about the endpoint: not a parse or admission refusal, and the
     // same open with the socket made private again succeeds (in a fresh session).
     let code = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("").to_string();
-    if code.starts_with("invalid_") || code.starts_with("unsupported_") || code == "tool_adapter_binding_mismatch" {
+    if code.starts_with("invalid_")
+        || code.starts_with("unsupported_")
+        || code == Code::ToolAdapterBindingMismatch.as_str()
+    {
         let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str()).unwrap_or("").to_string();
         return Outcome::Error(format!(
             "inconclusive: the open was refused at parse or admission ({t}, field `{field}`), before the endpoint was looked at"
@@ -564,20 +570,20 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     let v = c.open(1, json!("none"));
-    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
+    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
     let mut d = c.descriptor(1, None);
     d["limits"]["maxQueuedRequests"] = json!(15);
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "session_policy_conflict", None)
+    refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None)
 }
 fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
     let d = c.descriptor(1, None);
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "stale_generation", None)
+    refusal_of(one(c, v), DaemonCode::StaleGeneration.as_str(), None)
 }
 
 // ---------------------------------------------------------------- tool traffic
@@ -654,7 +660,7 @@ fn tools_queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     out
 }
 fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
-    const CODE: &str = "adapter_queue_capacity";
+    const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
     let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
     let limits = json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 1,
@@ -961,7 +967,7 @@ fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
         a.iter().any(|x| {
             x["sessionId"] == c.session.as_str()
                 && x["generation"] == 1
-                && x["code"] == "tool_adapter_reprovision_required"
+                && x["code"] == DaemonCode::ToolAdapterReprovisionRequired.as_str()
         })
     });
     Outcome::token(if listed { "quarantined" } else { "not-listed" })
@@ -972,7 +978,7 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
     }
     let _ = tryo!(restart_flow(c));
     let v = c.open(1, json!("none"));
-    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
+    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -980,7 +986,7 @@ fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     }
     let d = tryo!(restart_flow(c));
     let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "tool_adapter_binding_mismatch", Some("hostInstanceId"))
+    refusal_of(one(c, v), Code::ToolAdapterBindingMismatch.as_str(), Some("hostInstanceId"))
 }
 fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -1090,7 +1096,7 @@ mod tests {
     fn a_refusal_for_another_reason_is_inconclusive_never_a_pass() {
         // The 0.3.3 resources refusal that made bind.endpoint-insecure and v1.tools-object pass.
         let r = refused("invalid_field", Some("extensions"));
-        match refusal(&r, "invalid_field", Some("tools")) {
+        match refusal(&r, Code::InvalidField.as_str(), Some("tools")) {
             Outcome::Error(why) => {
                 assert!(why.contains("inconclusive") && why.contains("extensions") && why.contains("`tools`"), "{why}")
             }
