@@ -142,7 +142,7 @@ impl<'a> DCtx<'a> {
             "adapterVersion": "1.0.0",
             "endpoint": {"transport": "unix", "path": self.probe.socket},
             "binding": {"hostInstanceId": self.host, "sessionId": self.session, "generation": generation, "capabilityHandle": handle},
-            "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
+            "operations": crate::contract::operation::OPERATIONS,
             "limits": limits.unwrap_or_else(|| json!({
                 "maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
                 "maxQueuedRequests": 16, "requestTimeoutMs": 3000, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000
