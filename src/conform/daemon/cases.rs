@@ -10,7 +10,7 @@ use super::probe::{BoundMode, InvokeMode};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
-use crate::contract::{Code, DaemonCode};
+use crate::contract::{Code, DaemonCode, Limits};
 
 /// A case implementation.
 pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
@@ -26,8 +26,7 @@ macro_rules! tryo {
 
 /// The default limits with another `requestTimeoutMs`.
 fn limits_with_timeout(ms: u64) -> Value {
-    json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": ms, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})
+    Limits { request_timeout_ms: ms, ..super::DEFAULT_LIMITS }.to_json()
 }
 
 fn data(r: &Recv) -> Value {
@@ -108,7 +107,7 @@ fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Out
 // ---------------------------------------------------------------- handshake
 
 fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let d = data(&r);
     let has = |k: &str| d[k].as_array().is_some_and(|a| a.contains(&json!("1.0")) && a.contains(&json!("2.0")));
@@ -124,7 +123,7 @@ fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let d = data(&r);
     let mut p = Vec::new();
@@ -138,13 +137,13 @@ fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
 
 fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Silence, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(1500)));
-    let open = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(1500))));
+    let open = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let rid = open["requestId"].as_str().unwrap_or("").to_string();
     let mut conn = tryo!(c.connect());
     conn.send(&open);
     std::thread::sleep(Duration::from_millis(200));
-    let second = c.cmd("2.0", "handshake", json!({"requestId": rid}));
+    let second = tryo!(c.handshake(Some(&rid)));
     conn.send(&second);
     // Up to three steps: on a loaded machine the refusal may take longer than one.
     let mut r = conn.recv_for(&rid);
@@ -172,15 +171,10 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- v1 / v2 resources
 
-fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
-    let rid = c.rid();
-    json!({"protocolVersion": "1.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}})
-}
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
-    let d = c.descriptor(1, None);
+    let d = tryo!(c.descriptor(1, None));
     let before = c.probe.seen().connections;
-    let v = v1_open(c, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open_as("1.0", 1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let p = if c.probe.seen().connections != before { vec!["a v1 open reached the adapter".into()] } else { vec![] };
     match refusal(&r, Code::InvalidField.as_str(), Some("tools")) {
@@ -199,10 +193,7 @@ fn v2_no_tools_storage(c: &mut DCtx<'_>) -> Outcome {
             return Outcome::Error(format!("cannot create {}: {e}", d.display()));
         }
     }
-    let rid = c.rid();
-    let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": cwd, "agentDir": agent, "session": {"mode": "new", "sessionDir": session_dir},
-        "resources": crate::contract::resources_with_tools(json!("none"))}});
+    let v = tryo!(c.open_in(1, &cwd, Some((&agent, &session_dir))));
     tok(one(c, v))
 }
 
@@ -231,11 +222,11 @@ fn admitted_then_failed(r: &Recv) -> bool {
 /// A descriptor check: `member` is the member the fault is put in, `code` the code it must
 /// draw (compared exactly; the field only by its last dotted segment).
 fn admission(c: &mut DCtx<'_>, code: Code, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
-    let mut d = c.descriptor(1, None);
+    let mut d = tryo!(c.descriptor(1, None));
     let host = c.host.clone();
     mutate(&mut d, &host);
     let before = c.probe.seen().connections;
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     std::thread::sleep(Duration::from_millis(50));
     let mut p = Vec::new();
@@ -309,8 +300,8 @@ fn adm_11(c: &mut DCtx<'_>) -> Outcome {
 
 fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let seen = c.probe.seen();
     let mut p = Vec::new();
@@ -335,7 +326,7 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
 }
 fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
     c.probe.set(mode, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(800)));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(800))));
     let seen = open_then_call(c, &d, 1, "fs_stat", &json!({"path": "."}));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let seen = tryo!(seen);
@@ -393,12 +384,12 @@ pub(super) fn open_then_call(
     args: &Value,
 ) -> Result<OpenSeen, Outcome> {
     let first = c.probe.seen().connections;
-    let v = c.open(generation, super::DCtx::host_adapter(d));
+    let v = c.open(generation, super::DCtx::host_adapter(d))?;
     let r = one(c, v)?;
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let open = rtoken(&r);
     let bound = bind_seen_since(c, first);
-    let w = c.wake(generation, tool, args);
+    let w = c.wake(generation, tool, args)?;
     let before = invokes(c).len();
     let _ = one(c, w);
     Ok(OpenSeen { open, bound, reached: invokes(c).len() != before })
@@ -408,8 +399,8 @@ pub(super) fn open_then_call(
 fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::WrongLimits, InvokeMode::Normal);
     let first = c.probe.seen().connections;
-    let d = c.descriptor(1, Some(limits_with_timeout(800)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(800))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let r = tryo!(r);
@@ -464,8 +455,8 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o666));
     let before = c.probe.seen().connections;
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o600));
     let r = tryo!(r);
@@ -488,8 +479,8 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     c.session = format!("{}-control", c.session);
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let control = tryo!(one(c, v));
     if rtoken(&control) != "ok" {
         return Outcome::Error(format!(
@@ -510,7 +501,7 @@ fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
     false
 }
 fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outcome> {
-    let d = c.descriptor(generation, None);
+    let d = c.descriptor(generation, None)?;
     let idx = open_with(c, &d, generation)?;
     Ok((d, idx))
 }
@@ -518,7 +509,7 @@ fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outco
 /// probe connection's index. A refused open is a failed precondition (inconclusive).
 pub(super) fn open_with(c: &mut DCtx<'_>, d: &Value, generation: u64) -> Result<usize, Outcome> {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let v = c.open(generation, super::DCtx::host_adapter(d));
+    let v = c.open(generation, super::DCtx::host_adapter(d))?;
     let r = one(c, v)?;
     if rtoken(&r) != "ok" {
         return Err(precondition_open(&r));
@@ -527,8 +518,7 @@ pub(super) fn open_with(c: &mut DCtx<'_>, d: &Value, generation: u64) -> Result<
 }
 fn revoke_on_close(c: &mut DCtx<'_>) -> Outcome {
     let (_, idx) = tryo!(open_bound(c, 1));
-    let s = c.session.clone();
-    let v = c.cmd("2.0", "close", json!({"sessionId": s, "generation": 1}));
+    let v = tryo!(c.close(1));
     let r = tryo!(one(c, v));
     let t = rtoken(&r);
     Outcome::token(if revoke_seen_within(c, idx, c.target.step) {
@@ -547,7 +537,7 @@ fn revoke_on_replacement(c: &mut DCtx<'_>) -> Outcome {
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let conns = c.probe.seen().connections;
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let mut p = Vec::new();
     if c.probe.seen().connections != conns {
@@ -558,8 +548,8 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
 fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Close, InvokeMode::Normal);
     let first = c.probe.seen().connections;
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let r = tryo!(r);
@@ -569,20 +559,20 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&r)
         ));
     }
-    let v = c.open(1, json!("none"));
+    let v = tryo!(c.open(1, json!("none")));
     refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
-    let mut d = c.descriptor(1, None);
+    let mut d = tryo!(c.descriptor(1, None));
     d["limits"]["maxQueuedRequests"] = json!(15);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None)
 }
 fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     refusal_of(one(c, v), DaemonCode::StaleGeneration.as_str(), None)
 }
 
@@ -593,7 +583,7 @@ pub(super) fn invokes(c: &DCtx<'_>) -> Vec<Value> {
 }
 fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let r = tryo!(one(c, w));
     let Some(inv) = invokes(c).into_iter().last() else {
         return Outcome::with(rtoken(&r), vec!["the wake made no tool call through the adapter".into()]);
@@ -612,14 +602,14 @@ fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let d = c.descriptor(1, Some(limits_with_timeout(300)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         c.probe.set(BoundMode::Exact, InvokeMode::Normal);
         return precondition_open(&r);
     }
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     // The abort is written as the timeout fails the call, so it may reach the probe just
@@ -663,10 +653,15 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
     let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
-    let limits = json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 1,
-        "maxQueuedRequests": 0, "requestTimeoutMs": CAPACITY_TIMEOUT_MS, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000});
-    let d = c.descriptor(1, Some(limits));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let limits = Limits {
+        max_concurrent_requests: 1,
+        max_queued_requests: 0,
+        request_timeout_ms: CAPACITY_TIMEOUT_MS,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         return precondition_open(&r);
@@ -674,15 +669,14 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     let link = c.probe.seen().connections.saturating_sub(1);
     // Attached, so the turn's toolCallEnd events are seen too.
     let mut conn = tryo!(c.connect());
-    let s = c.session.clone();
-    let attach = c.cmd("2.0", "attach", json!({"sessionId": s, "generation": 1}));
+    let attach = tryo!(c.attach(1));
     let _ = c.call(&mut conn, attach);
     let calls = [
         ("fs_stat", json!({"path": "."})),
         ("fs_list", json!({"path": "."})),
         ("fs_search", json!({"path": ".", "query": "pi-conform"})),
     ];
-    let w = c.wake_calls(1, &calls);
+    let w = tryo!(c.wake_calls(1, &calls));
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
     let mut events = Vec::new();
@@ -811,7 +805,7 @@ fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
     let mut calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
     calls.push(("fs_stat", json!({"path": dir})));
     let before = invokes(c).len();
-    let w = c.wake_calls(1, &calls);
+    let w = tryo!(c.wake_calls(1, &calls));
     let r = tryo!(one(c, w));
     let seen = invokes(c);
     if !seen[before.min(seen.len())..].iter().any(|f| f["payload"]["path"] == dir.as_str()) {
@@ -899,13 +893,13 @@ impl CallSeen {
 /// the adapter.
 pub(super) fn call_then_call(c: &mut DCtx<'_>, generation: u64, tool: &str, args: &Value) -> Result<CallSeen, Outcome> {
     let sent = invokes(c).len();
-    let w = c.wake(generation, tool, args);
+    let w = c.wake(generation, tool, args)?;
     let r1 = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let first = r1?;
     let invoked = invokes(c).len() != sent;
     let before = invokes(c).len();
-    let w2 = c.wake(generation, tool, args);
+    let w2 = c.wake(generation, tool, args)?;
     let _ = one(c, w2)?;
     Ok(CallSeen { first, invoked, reached: invokes(c).len() != before })
 }
@@ -920,14 +914,14 @@ fn tools_reflected(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(300)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         return precondition_open(&r);
     }
     c.probe.set(BoundMode::Exact, InvokeMode::ResultAfterAborted);
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = one(c, w);
     std::thread::sleep(Duration::from_millis(100));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -939,7 +933,7 @@ fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
         );
     }
     let before = invokes(c).len();
-    let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = tryo!(one(c, w2));
     let reached = invokes(c).len() != before;
     Outcome::with(
@@ -960,7 +954,7 @@ fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let q = data(&r)["host"]["recovery"]["quarantinedSessions"].clone();
     let listed = q.as_array().is_some_and(|a| {
@@ -977,7 +971,7 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let v = c.open(1, json!("none"));
+    let v = tryo!(c.open(1, json!("none")));
     refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
@@ -985,7 +979,7 @@ fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let d = tryo!(restart_flow(c));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     refusal_of(one(c, v), Code::ToolAdapterBindingMismatch.as_str(), Some("hostInstanceId"))
 }
 fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
@@ -993,10 +987,10 @@ fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let h = tryo!(one(c, v));
     let still = data(&h)["host"]["recovery"]["quarantinedSessions"]
         .as_array()
