@@ -73,7 +73,8 @@ pub fn refusal(r: &Recv, code: &str, member: Option<&str>) -> Outcome {
         Some(m) if last_segment(field) == m => Outcome::token(format!("error:{got}@{m}")),
         None if got == code => Outcome::token(format!("error:{got}")),
         _ => Outcome::Error(format!(
-            "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for              another reason before it judged what this case tests",
+            "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for \
+             another reason before it judged what this case tests",
             if field.is_empty() { String::new() } else { format!(" (field `{field}`)") },
             member.map(|m| format!(" naming `{m}`")).unwrap_or_default(),
         )),
