@@ -55,6 +55,23 @@ fn descriptor(dir: &Path, socket: &Path, root: &Path) -> std::path::PathBuf {
     path
 }
 
+/// Start `pi-conform adapter` against the peer at `socket` with descriptor file `d` and root
+/// `root`; stdout discarded, stderr piped.
+fn spawn_runner(socket: &Path, d: &Path, root: &Path) -> std::process::Child {
+    Command::new(BIN)
+        .arg("adapter")
+        .arg(socket)
+        .arg("--descriptor")
+        .arg(d)
+        .arg("--root")
+        .arg(root)
+        .args(["--color", "never"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Run `pi-conform adapter` against the peer; the exit status, stderr and the child's peak RSS
 /// in KiB (sampled from /proc every 20 ms). A runner still alive after `limit` is killed: a hang.
 fn run_adapter(behave: fn(std::os::unix::net::UnixStream), limit: Duration) -> (Option<i32>, String, i64) {
@@ -64,18 +81,7 @@ fn run_adapter(behave: fn(std::os::unix::net::UnixStream), limit: Duration) -> (
     std::fs::create_dir(&root).unwrap();
     peer(&socket, behave);
     let d = descriptor(dir.path(), &socket, &root);
-    let mut child = Command::new(BIN)
-        .arg("adapter")
-        .arg(&socket)
-        .arg("--descriptor")
-        .arg(&d)
-        .arg("--root")
-        .arg(&root)
-        .args(["--color", "never"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_runner(&socket, &d, &root);
     let mut stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -141,18 +147,7 @@ fn a_peer_whose_backlog_is_full_is_unreachable_not_a_hang() {
         }
     }
     let d = descriptor(dir.path(), &socket, &root);
-    let out = Command::new(BIN)
-        .arg("adapter")
-        .arg(&socket)
-        .arg("--descriptor")
-        .arg(&d)
-        .arg("--root")
-        .arg(&root)
-        .args(["--color", "never"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let out = spawn_runner(&socket, &d, &root);
     let pid = out.id();
     let waiter = std::thread::spawn(move || out.wait_with_output().unwrap());
     let start = Instant::now();

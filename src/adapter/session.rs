@@ -808,7 +808,7 @@ mod tests {
             "protocolVersion": "1.0", "kind": "bind", "adapterId": "a".repeat(128),
             "adapterVersion": "1".repeat(64), "hostInstanceId": wide(128), "sessionId": wide(256),
             "generation": (1u64 << 53) - 1, "capabilityHandle": "A".repeat(512),
-            "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
+            "operations": crate::contract::operation::OPERATIONS,
             "limits": limits,
         });
         assert_eq!(encode_line(&frame).len(), MAX_BIND_LINE);

@@ -21,6 +21,7 @@ pub mod fingerprint;
 pub mod operation;
 pub use descriptor::{admit_descriptor, fit_check, Descriptor, ExpectedBinding, Identity, Limits};
 pub mod command;
+pub mod compose;
 pub use command::{judge_command, parse_command, resources_with_tools, Command, CommandError, HostContext};
 pub mod frame;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};

@@ -978,13 +978,8 @@ mod tests {
             "\u{d7ff}",
             "\u{e000}",
         ];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = crate::util::prng::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for _ in 0..3000 {
             let mut s = String::new();
             while s.len() < (next() % 100) as usize {
@@ -1008,13 +1003,8 @@ mod tests {
     /// bytewise order differs from other orders, and symlinks (never followed). Returns the
     /// number of occurrences of `needle` a search of the root must report.
     fn tree_fixture(root: &std::path::Path) -> usize {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = crate::util::prng::SplitMix64::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: u64| rng.below(n);
         let mut expected = 0;
         for d in 0..9 {
             for e in ["a", "a.b", "a-b", "B", "é"] {

@@ -942,7 +942,7 @@ fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
 
 fn abort_unknown(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
-    conn.send(&c.frame("abort", json!({"requestId": "abort-1", "targetRequestId": "never-sent"})));
+    conn.send(&c.abort("abort-1", "never-sent"));
     let r = conn.recv();
     match r.frame() {
         // The echo of requestId/targetRequestId and aborted:false for a target never invoked
@@ -961,7 +961,7 @@ fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
     if r.frame().is_none() {
         return Outcome::token(token(&r));
     }
-    conn.send(&c.frame("abort", json!({"requestId": "abort-2", "targetRequestId": id})));
+    conn.send(&c.abort("abort-2", &id));
     let a = conn.recv();
     match a.frame() {
         // SPEC 4.5 asks for aborted:false; an adapter that no longer remembers the finished
@@ -984,7 +984,7 @@ fn abort_in_flight(c: &mut Ctx<'_>) -> Outcome {
     let (id, key) = c.ids();
     let content = "z".repeat(200_000);
     let f = c.invoke(&id, &key, "fs.write", json!({"path": "aborted.txt", "content": content}));
-    let a = c.frame("abort", json!({"requestId": "abort-3", "targetRequestId": id}));
+    let a = c.abort("abort-3", &id);
     let mut bytes = serde_json::to_vec(&f).unwrap_or_default();
     bytes.push(b'\n');
     bytes.extend(serde_json::to_vec(&a).unwrap_or_default());
@@ -1138,7 +1138,7 @@ fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
 
 fn revoke_replies_and_closes(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
-    conn.send(&c.frame("revoke", json!({})));
+    conn.send(&c.revoke());
     let r = conn.recv();
     // The identity and closed keys of revoked are judged on every frame.
     match r.frame() {
@@ -1151,7 +1151,7 @@ fn revoke_replies_and_closes(c: &mut Ctx<'_>) -> Outcome {
 }
 fn revoke_nothing_after(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
-    let mut bytes = serde_json::to_vec(&c.frame("revoke", json!({}))).unwrap_or_default();
+    let mut bytes = serde_json::to_vec(&c.revoke()).unwrap_or_default();
     bytes.push(b'\n');
     bytes.extend(
         serde_json::to_vec(&c.invoke("after-1", "after-k", "fs.write", json!({"path": "after.txt", "content": "x"})))

@@ -15,14 +15,16 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use self::conn::{Conn, Recv};
 use self::fixture::Fixture;
 use self::judge::FrameJudge;
 use super::case::{CaseMeta, Outcome, WireLine};
+use crate::contract::compose;
 use crate::contract::descriptor::admit_descriptor;
 use crate::contract::frame::Binding;
+use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::Descriptor;
 
 /// The adapter case catalogue (`conformance/adapter-cases.json`), built in.
@@ -174,31 +176,31 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The identity fields of every frame.
-    pub fn identity(&self) -> Map<String, Value> {
-        let id = &self.target.admitted.identity;
-        let mut m = Map::new();
-        m.insert("protocolVersion".into(), json!(id.protocol_version));
-        m.insert("adapterId".into(), json!(id.adapter_id));
-        m.insert("adapterVersion".into(), json!(id.adapter_version));
-        m.insert("hostInstanceId".into(), json!(id.host_instance_id));
-        m.insert("sessionId".into(), json!(id.session_id));
-        m.insert("generation".into(), json!(id.generation));
-        m
-    }
-
-    /// A frame of `kind` with the identity and `extra` fields.
+    /// A frame of `kind` with the binding's identity and `extra` members, raw: for a frame a
+    /// case breaks on purpose (a well-formed one comes from [`Ctx::invoke`], [`Ctx::abort`],
+    /// [`Ctx::revoke`]).
     pub fn frame(&self, kind: &str, extra: Value) -> Value {
-        let mut m = Map::new();
-        m.insert("protocolVersion".into(), json!("1.0"));
-        m.insert("kind".into(), json!(kind));
-        for (k, v) in self.identity() {
-            m.insert(k, v);
-        }
-        if let Value::Object(e) = extra {
+        let mut f = self.target.admitted.identity.frame(kind, []);
+        if let (Value::Object(m), Value::Object(e)) = (&mut f, extra) {
             m.extend(e);
         }
-        Value::Object(m)
+        f
+    }
+
+    /// An `abort` of `target`, built from the generated type.
+    pub fn abort(&self, request_id: &str, target: &str) -> Value {
+        match compose::abort(&self.target.admitted.identity, request_id, target) {
+            Ok(f) => compose::to_wire(&f),
+            Err(_) => self.frame("abort", json!({"requestId": request_id, "targetRequestId": target})),
+        }
+    }
+
+    /// The `revoke` of the binding, built from the generated type.
+    pub fn revoke(&self) -> Value {
+        match compose::revoke(&self.target.admitted.identity) {
+            Ok(f) => compose::to_wire(&f),
+            Err(_) => self.frame("revoke", json!({})),
+        }
     }
 
     /// The normalized bind of the descriptor.
@@ -230,9 +232,18 @@ impl<'a> Ctx<'a> {
         (format!("req-{}", self.seq), format!("key-{}", self.seq))
     }
 
-    /// An invoke frame.
+    /// An invoke frame: built from the generated types when `op` is an operation and `payload`
+    /// fits its request type, raw otherwise (a payload or an id a case broke on purpose).
     pub fn invoke(&self, id: &str, key: &str, op: &str, payload: Value) -> Value {
-        self.frame("invoke", json!({"requestId": id, "idempotencyKey": key, "operation": op, "payload": payload}))
+        let typed = op
+            .parse::<ToolOperation>()
+            .ok()
+            .and_then(|op| compose::invoke(&self.target.admitted.identity, id, key, op, &payload).ok().flatten());
+        match typed {
+            Some(f) => compose::to_wire(&f),
+            None => self
+                .frame("invoke", json!({"requestId": id, "idempotencyKey": key, "operation": op, "payload": payload})),
+        }
     }
 
     /// Invoke `op` on `conn` with fresh ids and wait for its result.

@@ -10,6 +10,7 @@ use super::probe::{BoundMode, InvokeMode};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
+use crate::contract::{Code, DaemonCode, Limits};
 
 /// A case implementation.
 pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
@@ -25,8 +26,7 @@ macro_rules! tryo {
 
 /// The default limits with another `requestTimeoutMs`.
 fn limits_with_timeout(ms: u64) -> Value {
-    json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-        "maxQueuedRequests": 16, "requestTimeoutMs": ms, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000})
+    Limits { request_timeout_ms: ms, ..super::DEFAULT_LIMITS }.to_json()
 }
 
 fn data(r: &Recv) -> Value {
@@ -73,7 +73,8 @@ pub fn refusal(r: &Recv, code: &str, member: Option<&str>) -> Outcome {
         Some(m) if last_segment(field) == m => Outcome::token(format!("error:{got}@{m}")),
         None if got == code => Outcome::token(format!("error:{got}")),
         _ => Outcome::Error(format!(
-            "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for              another reason before it judged what this case tests",
+            "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for \
+             another reason before it judged what this case tests",
             if field.is_empty() { String::new() } else { format!(" (field `{field}`)") },
             member.map(|m| format!(" naming `{m}`")).unwrap_or_default(),
         )),
@@ -107,7 +108,7 @@ fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Out
 // ---------------------------------------------------------------- handshake
 
 fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let d = data(&r);
     let has = |k: &str| d[k].as_array().is_some_and(|a| a.contains(&json!("1.0")) && a.contains(&json!("2.0")));
@@ -123,7 +124,7 @@ fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let d = data(&r);
     let mut p = Vec::new();
@@ -137,13 +138,13 @@ fn hs_host_snapshot(c: &mut DCtx<'_>) -> Outcome {
 
 fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Silence, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(1500)));
-    let open = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(1500))));
+    let open = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let rid = open["requestId"].as_str().unwrap_or("").to_string();
     let mut conn = tryo!(c.connect());
     conn.send(&open);
     std::thread::sleep(Duration::from_millis(200));
-    let second = c.cmd("2.0", "handshake", json!({"requestId": rid}));
+    let second = tryo!(c.handshake(Some(&rid)));
     conn.send(&second);
     // Up to three steps: on a loaded machine the refusal may take longer than one.
     let mut r = conn.recv_for(&rid);
@@ -154,7 +155,7 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
         r = conn.recv_for(&rid);
     }
     let out = match r.frame() {
-        Some(v) if v["error"]["code"] == "duplicate_request_id" => match v["protocolVersion"].as_str() {
+        Some(v) if v["error"]["code"] == DaemonCode::DuplicateRequestId.as_str() => match v["protocolVersion"].as_str() {
             Some("2.0") => Outcome::token("duplicate_request_id@2.0"),
             Some(x) => Outcome::with(
                 format!("duplicate_request_id@{x}"),
@@ -171,18 +172,13 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- v1 / v2 resources
 
-fn v1_open(c: &mut DCtx<'_>, tools: Value) -> Value {
-    let rid = c.rid();
-    json!({"protocolVersion": "1.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": c.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}})
-}
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
-    let d = c.descriptor(1, None);
+    let d = tryo!(c.descriptor(1, None));
     let before = c.probe.seen().connections;
-    let v = v1_open(c, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open_as("1.0", 1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let p = if c.probe.seen().connections != before { vec!["a v1 open reached the adapter".into()] } else { vec![] };
-    match refusal(&r, "invalid_field", Some("tools")) {
+    match refusal(&r, Code::InvalidField.as_str(), Some("tools")) {
         Outcome::Observed { token, .. } => Outcome::with(token, p),
         other => other,
     }
@@ -198,10 +194,7 @@ fn v2_no_tools_storage(c: &mut DCtx<'_>) -> Outcome {
             return Outcome::Error(format!("cannot create {}: {e}", d.display()));
         }
     }
-    let rid = c.rid();
-    let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": c.session, "generation": 1,
-        "payload": {"cwd": cwd, "agentDir": agent, "session": {"mode": "new", "sessionDir": session_dir},
-        "resources": crate::contract::resources_with_tools(json!("none"))}});
+    let v = tryo!(c.open_in(1, &cwd, Some((&agent, &session_dir))));
     tok(one(c, v))
 }
 
@@ -222,24 +215,26 @@ fn private_dir(d: &std::path::Path) -> std::io::Result<()> {
 /// Whether a refusal is one that only comes after admission (`open_failed`, or an `adapter_*`
 /// code): the descriptor was admitted.
 fn admitted_then_failed(r: &Recv) -> bool {
-    r.frame().and_then(|f| f["error"]["code"].as_str()).is_some_and(|c| c == "open_failed" || c.starts_with("adapter_"))
+    r.frame()
+        .and_then(|f| f["error"]["code"].as_str())
+        .is_some_and(|c| c == DaemonCode::OpenFailed.as_str() || c.starts_with("adapter_"))
 }
 
 /// A descriptor check: `member` is the member the fault is put in, `code` the code it must
 /// draw (compared exactly; the field only by its last dotted segment).
-fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
-    let mut d = c.descriptor(1, None);
+fn admission(c: &mut DCtx<'_>, code: Code, member: &str, mutate: impl FnOnce(&mut Value, &str)) -> Outcome {
+    let mut d = tryo!(c.descriptor(1, None));
     let host = c.host.clone();
     mutate(&mut d, &host);
     let before = c.probe.seen().connections;
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     std::thread::sleep(Duration::from_millis(50));
     let mut p = Vec::new();
     if c.probe.seen().connections != before {
         p.push("a refused descriptor reached the adapter: admission must answer before any connection".into());
     }
-    match refusal(&r, code, Some(member)) {
+    match refusal(&r, code.as_str(), Some(member)) {
         Outcome::Observed { token, .. } => Outcome::with(token, p),
         // Refused only after admission (the open failed later, or an adapter reason): the
         // faulted descriptor was admitted.
@@ -257,38 +252,38 @@ fn admission(c: &mut DCtx<'_>, code: &str, member: &str, mutate: impl FnOnce(&mu
     }
 }
 fn adm_1(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_descriptor", "token", |d, _| d["token"] = json!("smuggled"))
+    admission(c, Code::InvalidToolAdapterDescriptor, "token", |d, _| d["token"] = json!("smuggled"))
 }
 fn adm_2(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "unsupported_tool_adapter_version", "protocolVersion", |d, _| d["protocolVersion"] = json!("2.0"))
+    admission(c, Code::UnsupportedToolAdapterVersion, "protocolVersion", |d, _| d["protocolVersion"] = json!("2.0"))
 }
 fn adm_3(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_identity", "adapterId", |d, _| d["adapterId"] = json!("-bad"))
+    admission(c, Code::InvalidToolAdapterIdentity, "adapterId", |d, _| d["adapterId"] = json!("-bad"))
 }
 fn adm_4(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_identity", "adapterVersion", |d, _| d["adapterVersion"] = json!("01.2.0"))
+    admission(c, Code::InvalidToolAdapterIdentity, "adapterVersion", |d, _| d["adapterVersion"] = json!("01.2.0"))
 }
 fn adm_5(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_endpoint", "path", |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
+    admission(c, Code::InvalidToolAdapterEndpoint, "path", |d, _| d["endpoint"]["path"] = json!("relative/tools.sock"))
 }
 fn adm_6(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_binding", "extra", |d, _| d["binding"]["extra"] = json!(1))
+    admission(c, Code::InvalidToolAdapterBinding, "extra", |d, _| d["binding"]["extra"] = json!(1))
 }
 fn adm_7(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_capability", "capabilityHandle", |d, _| {
+    admission(c, Code::InvalidToolAdapterCapability, "capabilityHandle", |d, _| {
         d["binding"]["capabilityHandle"] = json!("tooShort")
     })
 }
 fn adm_8(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "tool_adapter_binding_mismatch", "hostInstanceId", |d, h| {
+    admission(c, Code::ToolAdapterBindingMismatch, "hostInstanceId", |d, h| {
         d["binding"]["hostInstanceId"] = json!(format!("{h}-previous"))
     })
 }
 fn adm_9(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "unsupported_tool_operation", "operations", |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
+    admission(c, Code::UnsupportedToolOperation, "operations", |d, _| d["operations"] = json!(["fs.read", "fs.read"]))
 }
 fn adm_10(c: &mut DCtx<'_>) -> Outcome {
-    admission(c, "invalid_tool_adapter_limit", "maxConcurrentRequests", |d, _| {
+    admission(c, Code::InvalidToolAdapterLimit, "maxConcurrentRequests", |d, _| {
         d["limits"]["maxConcurrentRequests"] = json!(65)
     })
 }
@@ -296,7 +291,7 @@ fn adm_11(c: &mut DCtx<'_>) -> Outcome {
     // SPEC §3.3: 256 × € in the session id makes `bound` larger than 1024 bytes, so limits
     // 2048/1024 pass the range check and fail the fit check on maxResponseBytes.
     c.session = "\u{20ac}".repeat(256);
-    admission(c, "invalid_tool_adapter_limit", "maxResponseBytes", |d, _| {
+    admission(c, Code::InvalidToolAdapterLimit, "maxResponseBytes", |d, _| {
         d["limits"]["maxRequestBytes"] = json!(2048);
         d["limits"]["maxResponseBytes"] = json!(1024);
     })
@@ -306,8 +301,8 @@ fn adm_11(c: &mut DCtx<'_>) -> Outcome {
 
 fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let seen = c.probe.seen();
     let mut p = Vec::new();
@@ -332,7 +327,7 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
 }
 fn bound_violation(c: &mut DCtx<'_>, mode: BoundMode) -> Outcome {
     c.probe.set(mode, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(800)));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(800))));
     let seen = open_then_call(c, &d, 1, "fs_stat", &json!({"path": "."}));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let seen = tryo!(seen);
@@ -390,12 +385,12 @@ pub(super) fn open_then_call(
     args: &Value,
 ) -> Result<OpenSeen, Outcome> {
     let first = c.probe.seen().connections;
-    let v = c.open(generation, super::DCtx::host_adapter(d));
+    let v = c.open(generation, super::DCtx::host_adapter(d))?;
     let r = one(c, v)?;
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let open = rtoken(&r);
     let bound = bind_seen_since(c, first);
-    let w = c.wake(generation, tool, args);
+    let w = c.wake(generation, tool, args)?;
     let before = invokes(c).len();
     let _ = one(c, w);
     Ok(OpenSeen { open, bound, reached: invokes(c).len() != before })
@@ -405,8 +400,8 @@ pub(super) fn open_then_call(
 fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::WrongLimits, InvokeMode::Normal);
     let first = c.probe.seen().connections;
-    let d = c.descriptor(1, Some(limits_with_timeout(800)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(800))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let r = tryo!(r);
@@ -424,7 +419,7 @@ fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
     if let Some(typed) = [code, cause["code"].as_str().unwrap_or("")].into_iter().find(|c| c.starts_with("adapter_")) {
         return Outcome::token(format!("typed:{typed}"));
     }
-    if code == "open_failed" && cause.is_object() {
+    if code == DaemonCode::OpenFailed.as_str() && cause.is_object() {
         return Outcome::with(
             "generic-cause",
             vec![format!(
@@ -461,8 +456,8 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o666));
     let before = c.probe.seen().connections;
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     let _ = std::fs::set_permissions(&c.probe.socket, std::fs::Permissions::from_mode(0o600));
     let r = tryo!(r);
@@ -475,15 +470,18 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     // Confirm the refusal is about the endpoint: not a parse or admission refusal, and the
     // same open with the socket made private again succeeds (in a fresh session).
     let code = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("").to_string();
-    if code.starts_with("invalid_") || code.starts_with("unsupported_") || code == "tool_adapter_binding_mismatch" {
+    if code.starts_with("invalid_")
+        || code.starts_with("unsupported_")
+        || code == Code::ToolAdapterBindingMismatch.as_str()
+    {
         let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str()).unwrap_or("").to_string();
         return Outcome::Error(format!(
             "inconclusive: the open was refused at parse or admission ({t}, field `{field}`), before the endpoint was looked at"
         ));
     }
     c.session = format!("{}-control", c.session);
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let control = tryo!(one(c, v));
     if rtoken(&control) != "ok" {
         return Outcome::Error(format!(
@@ -504,7 +502,7 @@ fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
     false
 }
 fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outcome> {
-    let d = c.descriptor(generation, None);
+    let d = c.descriptor(generation, None)?;
     let idx = open_with(c, &d, generation)?;
     Ok((d, idx))
 }
@@ -512,7 +510,7 @@ fn open_bound(c: &mut DCtx<'_>, generation: u64) -> Result<(Value, usize), Outco
 /// probe connection's index. A refused open is a failed precondition (inconclusive).
 pub(super) fn open_with(c: &mut DCtx<'_>, d: &Value, generation: u64) -> Result<usize, Outcome> {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let v = c.open(generation, super::DCtx::host_adapter(d));
+    let v = c.open(generation, super::DCtx::host_adapter(d))?;
     let r = one(c, v)?;
     if rtoken(&r) != "ok" {
         return Err(precondition_open(&r));
@@ -521,8 +519,7 @@ pub(super) fn open_with(c: &mut DCtx<'_>, d: &Value, generation: u64) -> Result<
 }
 fn revoke_on_close(c: &mut DCtx<'_>) -> Outcome {
     let (_, idx) = tryo!(open_bound(c, 1));
-    let s = c.session.clone();
-    let v = c.cmd("2.0", "close", json!({"sessionId": s, "generation": 1}));
+    let v = tryo!(c.close(1));
     let r = tryo!(one(c, v));
     let t = rtoken(&r);
     Outcome::token(if revoke_seen_within(c, idx, c.target.step) {
@@ -541,7 +538,7 @@ fn revoke_on_replacement(c: &mut DCtx<'_>) -> Outcome {
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let conns = c.probe.seen().connections;
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     let mut p = Vec::new();
     if c.probe.seen().connections != conns {
@@ -552,8 +549,8 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
 fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Close, InvokeMode::Normal);
     let first = c.probe.seen().connections;
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = one(c, v);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let r = tryo!(r);
@@ -563,21 +560,21 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&r)
         ));
     }
-    let v = c.open(1, json!("none"));
-    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
+    let v = tryo!(c.open(1, json!("none")));
+    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
-    let mut d = c.descriptor(1, None);
+    let mut d = tryo!(c.descriptor(1, None));
     d["limits"]["maxQueuedRequests"] = json!(15);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "session_policy_conflict", None)
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None)
 }
 fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "stale_generation", None)
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    refusal_of(one(c, v), DaemonCode::StaleGeneration.as_str(), None)
 }
 
 // ---------------------------------------------------------------- tool traffic
@@ -587,7 +584,7 @@ pub(super) fn invokes(c: &DCtx<'_>) -> Vec<Value> {
 }
 fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let r = tryo!(one(c, w));
     let Some(inv) = invokes(c).into_iter().last() else {
         return Outcome::with(rtoken(&r), vec!["the wake made no tool call through the adapter".into()]);
@@ -606,14 +603,14 @@ fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let d = c.descriptor(1, Some(limits_with_timeout(300)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         c.probe.set(BoundMode::Exact, InvokeMode::Normal);
         return precondition_open(&r);
     }
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     // The abort is written as the timeout fails the call, so it may reach the probe just
@@ -654,13 +651,18 @@ fn tools_queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     out
 }
 fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
-    const CODE: &str = "adapter_queue_capacity";
+    const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
     let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
-    let limits = json!({"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 1,
-        "maxQueuedRequests": 0, "requestTimeoutMs": CAPACITY_TIMEOUT_MS, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000});
-    let d = c.descriptor(1, Some(limits));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let limits = Limits {
+        max_concurrent_requests: 1,
+        max_queued_requests: 0,
+        request_timeout_ms: CAPACITY_TIMEOUT_MS,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         return precondition_open(&r);
@@ -668,15 +670,14 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     let link = c.probe.seen().connections.saturating_sub(1);
     // Attached, so the turn's toolCallEnd events are seen too.
     let mut conn = tryo!(c.connect());
-    let s = c.session.clone();
-    let attach = c.cmd("2.0", "attach", json!({"sessionId": s, "generation": 1}));
+    let attach = tryo!(c.attach(1));
     let _ = c.call(&mut conn, attach);
     let calls = [
         ("fs_stat", json!({"path": "."})),
         ("fs_list", json!({"path": "."})),
         ("fs_search", json!({"path": ".", "query": "pi-conform"})),
     ];
-    let w = c.wake_calls(1, &calls);
+    let w = tryo!(c.wake_calls(1, &calls));
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
     let mut events = Vec::new();
@@ -805,7 +806,7 @@ fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
     let mut calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
     calls.push(("fs_stat", json!({"path": dir})));
     let before = invokes(c).len();
-    let w = c.wake_calls(1, &calls);
+    let w = tryo!(c.wake_calls(1, &calls));
     let r = tryo!(one(c, w));
     let seen = invokes(c);
     if !seen[before.min(seen.len())..].iter().any(|f| f["payload"]["path"] == dir.as_str()) {
@@ -893,13 +894,13 @@ impl CallSeen {
 /// the adapter.
 pub(super) fn call_then_call(c: &mut DCtx<'_>, generation: u64, tool: &str, args: &Value) -> Result<CallSeen, Outcome> {
     let sent = invokes(c).len();
-    let w = c.wake(generation, tool, args);
+    let w = c.wake(generation, tool, args)?;
     let r1 = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let first = r1?;
     let invoked = invokes(c).len() != sent;
     let before = invokes(c).len();
-    let w2 = c.wake(generation, tool, args);
+    let w2 = c.wake(generation, tool, args)?;
     let _ = one(c, w2)?;
     Ok(CallSeen { first, invoked, reached: invokes(c).len() != before })
 }
@@ -914,14 +915,14 @@ fn tools_reflected(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let d = c.descriptor(1, Some(limits_with_timeout(300)));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         return precondition_open(&r);
     }
     c.probe.set(BoundMode::Exact, InvokeMode::ResultAfterAborted);
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = one(c, w);
     std::thread::sleep(Duration::from_millis(100));
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -933,7 +934,7 @@ fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
         );
     }
     let before = invokes(c).len();
-    let w2 = c.wake(1, "fs_stat", &json!({"path": "."}));
+    let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = tryo!(one(c, w2));
     let reached = invokes(c).len() != before;
     Outcome::with(
@@ -954,14 +955,14 @@ fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
     let q = data(&r)["host"]["recovery"]["quarantinedSessions"].clone();
     let listed = q.as_array().is_some_and(|a| {
         a.iter().any(|x| {
             x["sessionId"] == c.session.as_str()
                 && x["generation"] == 1
-                && x["code"] == "tool_adapter_reprovision_required"
+                && x["code"] == DaemonCode::ToolAdapterReprovisionRequired.as_str()
         })
     });
     Outcome::token(if listed { "quarantined" } else { "not-listed" })
@@ -971,26 +972,26 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let v = c.open(1, json!("none"));
-    refusal_of(one(c, v), "tool_adapter_reprovision_required", None)
+    let v = tryo!(c.open(1, json!("none")));
+    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let d = tryo!(restart_flow(c));
-    let v = c.open(1, super::DCtx::host_adapter(&d));
-    refusal_of(one(c, v), "tool_adapter_binding_mismatch", Some("hostInstanceId"))
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    refusal_of(one(c, v), Code::ToolAdapterBindingMismatch.as_str(), Some("hostInstanceId"))
 }
 fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
         return Outcome::Skip("no --restart-cmd given".into());
     }
     let _ = tryo!(restart_flow(c));
-    let d = c.descriptor(1, None);
-    let v = c.open(1, super::DCtx::host_adapter(&d));
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
-    let v = c.cmd("2.0", "handshake", json!({}));
+    let v = tryo!(c.handshake(None));
     let h = tryo!(one(c, v));
     let still = data(&h)["host"]["recovery"]["quarantinedSessions"]
         .as_array()
@@ -1090,7 +1091,7 @@ mod tests {
     fn a_refusal_for_another_reason_is_inconclusive_never_a_pass() {
         // The 0.3.3 resources refusal that made bind.endpoint-insecure and v1.tools-object pass.
         let r = refused("invalid_field", Some("extensions"));
-        match refusal(&r, "invalid_field", Some("tools")) {
+        match refusal(&r, Code::InvalidField.as_str(), Some("tools")) {
             Outcome::Error(why) => {
                 assert!(why.contains("inconclusive") && why.contains("extensions") && why.contains("`tools`"), "{why}")
             }

@@ -329,8 +329,9 @@ fn tool_for(op: &str) -> (String, Value) {
 /// Replay the `to-daemon` frame vector `v`.
 pub fn run(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
     match prepare(c, set, v) {
-        Ok(p) => replay(c, v, p),
-        Err(why) => Outcome::Skip(why),
+        Ok(Ok(p)) => replay(c, v, p),
+        Ok(Err(why)) => Outcome::Skip(why),
+        Err(o) => o,
     }
 }
 
@@ -346,8 +347,21 @@ struct Prepared {
     op: String,
 }
 
-fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Prepared, String> {
-    let vd = vector_descriptor(set, v)?;
+/// `Ok(Err(why))`: the vector cannot be replayed (a skip); `Err`: the runner could not build
+/// the live descriptor.
+fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Result<Prepared, String>, Outcome> {
+    let vd = match vector_descriptor(set, v) {
+        Ok(vd) => vd,
+        Err(why) => return Ok(Err(why)),
+    };
+    let generation = vd["binding"]["generation"].as_u64().unwrap_or(0);
+    let live = c.descriptor(generation, Some(vd["limits"].clone()))?;
+    Ok(prepare_with(set, v, vd, live))
+}
+
+/// [`prepare`] once the live descriptor `d` (the daemon's host, the case session, a fresh
+/// handle) is minted.
+fn prepare_with(set: &VectorSet, v: &Vector, vd: Value, mut d: Value) -> Result<Prepared, String> {
     let vector_binding =
         Binding::from(&admit_descriptor(&vd, None).map_err(|e| format!("the vector's descriptor is refused: {e}"))?);
     let raw = v.raw.is_some() || v.raw_hex.is_some();
@@ -366,7 +380,6 @@ fn prepare(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<Prepared, St
     let generation = vector_binding.identity.generation;
     // The live descriptor: the vector's, with the daemon's host, the case session and a fresh
     // handle, at the probe's endpoint.
-    let mut d = c.descriptor(generation, Some(vd["limits"].clone()));
     for k in ["protocolVersion", "adapterId", "adapterVersion", "operations"] {
         d[k] = vd[k].clone();
     }
@@ -555,8 +568,7 @@ fn abort_then_call(
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
     c.probe.script(ScriptAt::Abort, build);
     let sent_before = invokes(c).len();
-    let w = c.wake(generation, tool, args);
-    let first = one(c, w);
+    let first = c.wake(generation, tool, args).and_then(|w| one(c, w));
     // The abort is written as the timeout fails the call: it may reach the probe just after
     // the daemon answered the wake.
     let t = Instant::now();
@@ -593,8 +605,7 @@ fn abort_then_call(
     // The daemon reads the acknowledgement before the next call is made.
     std::thread::sleep(c.target.step / 5);
     let before = invokes(c).len();
-    let w2 = c.wake(generation, tool, args);
-    if let Err(o) = one(c, w2) {
+    if let Err(o) = c.wake(generation, tool, args).and_then(|w2| one(c, w2)) {
         return o;
     }
     let reached = invokes(c).len() != before;

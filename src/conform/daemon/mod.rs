@@ -18,6 +18,11 @@ use serde_json::{json, Value};
 use self::probe::Probe;
 use super::adapter::conn::{Conn, Recv};
 use super::case::{CaseMeta, Outcome, WireLine};
+use crate::contract::compose;
+use crate::contract::operation::OPERATIONS;
+use crate::contract::types::protocol_v2::{NoneResource, ToolsPolicy};
+use crate::contract::types::tool_adapter::{AdapterLimits, ToolOperation};
+use crate::contract::{CapabilityHandle, Identity, Limits};
 
 /// The prefix of a replayed golden vector's case id (`vector:<vector id>`), in both suites.
 pub const PREFIX: &str = "vector:";
@@ -130,35 +135,86 @@ impl<'a> DCtx<'a> {
         }
     }
 
-    /// Mint a descriptor for the probe, bound to this host, the case session and `generation`.
-    pub fn descriptor(&mut self, generation: u64, limits: Option<Value>) -> Value {
+    /// Mint a descriptor for the probe, bound to this host, the case session and `generation`
+    /// (built from the generated types; `limits` replaces the default limits, raw when a case
+    /// broke them on purpose).
+    pub fn descriptor(&mut self, generation: u64, limits: Option<Value>) -> Result<Value, Outcome> {
         let mut b = [0u8; 32];
         let _ = getrandom::fill(&mut b);
         let handle = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
         self.handles.push(handle.clone());
-        json!({
-            "protocolVersion": "1.0",
-            "adapterId": "pi-conform-probe",
-            "adapterVersion": "1.0.0",
-            "endpoint": {"transport": "unix", "path": self.probe.socket},
-            "binding": {"hostInstanceId": self.host, "sessionId": self.session, "generation": generation, "capabilityHandle": handle},
-            "operations": ["fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"],
-            "limits": limits.unwrap_or_else(|| json!({
-                "maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 4,
-                "maxQueuedRequests": 16, "requestTimeoutMs": 3000, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 60000
-            })),
-        })
+        let id = Identity {
+            protocol_version: "1.0".into(),
+            adapter_id: "pi-conform-probe".into(),
+            adapter_version: "1.0.0".into(),
+            host_instance_id: self.host.clone(),
+            session_id: self.session.clone(),
+            generation,
+        };
+        let ops: Vec<ToolOperation> = OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect();
+        let socket = self.probe.socket.to_string_lossy();
+        let d = compose::limits(&DEFAULT_LIMITS)
+            .and_then(|l| compose::descriptor(&id, &socket, &CapabilityHandle::new(handle), &ops, &l))
+            .map_err(harness)?;
+        let mut d = compose::to_wire(&d);
+        if let Some(l) = limits {
+            d["limits"] = compose::typed_or_raw::<AdapterLimits>(l).map_or_else(|raw| raw, |t| compose::to_wire(&t));
+        }
+        Ok(d)
     }
 
-    /// A v2 open of the case session.
-    pub fn open(&mut self, generation: u64, tools: Value) -> Value {
+    /// A v2 open of the case session with tools policy `tools` (raw when a case broke the
+    /// policy or its descriptor on purpose).
+    pub fn open(&mut self, generation: u64, tools: Value) -> Result<Value, Outcome> {
+        self.open_as("2.0", generation, tools)
+    }
+
+    /// An open of the case session as `version` (`"1.0"` or `"2.0"`); a v2 open carries the
+    /// `--model`, a v1 open none.
+    pub fn open_as(&mut self, version: &str, generation: u64, tools: Value) -> Result<Value, Outcome> {
         let rid = self.rid();
-        let mut v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": self.session, "generation": generation,
-            "payload": {"cwd": self.target.cwd, "session": {"mode": "new"}, "resources": crate::contract::resources_with_tools(tools.clone())}});
-        if let Some(m) = &self.target.model {
-            v["payload"]["model"] = m.clone();
+        let (typed, raw) = match compose::typed_or_raw::<ToolsPolicy>(tools) {
+            Ok(t) => (t, None),
+            Err(raw) => (ToolsPolicy::NoneResource(NoneResource::None), Some(raw)),
+        };
+        let cwd = self.target.cwd.clone();
+        let mut payload = compose::open_payload(&cwd.to_string_lossy(), compose::resources(typed)).map_err(harness)?;
+        if let Some(m) = self.target.model.as_ref().filter(|_| version != "1.0") {
+            payload.model = Some(
+                compose::model(m["provider"].as_str().unwrap_or_default(), m["id"].as_str().unwrap_or_default())
+                    .map_err(harness)?,
+            );
         }
-        v
+        let e = compose::Envelope { version, request_id: &rid };
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        let mut v = compose::to_wire(&compose::open(&e, &s, payload).map_err(harness)?);
+        if let Some(raw) = raw {
+            v["payload"]["resources"]["tools"] = raw;
+        }
+        Ok(v)
+    }
+
+    /// A v2 open of the case session in `cwd` with no tools; `storage` gives an isolated
+    /// `agentDir` and the confined `session.sessionDir` inside it.
+    pub fn open_in(&mut self, generation: u64, cwd: &Path, storage: Option<(&Path, &Path)>) -> Result<Value, Outcome> {
+        let rid = self.rid();
+        let none = ToolsPolicy::NoneResource(NoneResource::None);
+        let mut payload = compose::open_payload(&cwd.to_string_lossy(), compose::resources(none)).map_err(harness)?;
+        if let Some((agent, session_dir)) = storage {
+            let agent = agent.to_string_lossy();
+            let dir = session_dir.to_string_lossy();
+            payload.agent_dir = Some(
+                agent.as_ref().try_into().map_err(|e| harness(compose::ComposeError::new("payload.agentDir", e)))?,
+            );
+            payload.session.session_dir = Some(
+                dir.as_ref()
+                    .try_into()
+                    .map_err(|e| harness(compose::ComposeError::new("payload.session.sessionDir", e)))?,
+            );
+        }
+        let e = compose::Envelope { version: "2.0", request_id: &rid };
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        Ok(compose::to_wire(&compose::open(&e, &s, payload).map_err(harness)?))
     }
 
     /// The tools policy for a descriptor.
@@ -167,33 +223,47 @@ impl<'a> DCtx<'a> {
     }
 
     /// A v2 wake of the case session whose prompt makes one tool call.
-    pub fn wake(&mut self, generation: u64, tool: &str, args: &Value) -> Value {
+    pub fn wake(&mut self, generation: u64, tool: &str, args: &Value) -> Result<Value, Outcome> {
         self.wake_calls(generation, &[(tool, args.clone())])
     }
 
     /// A v2 wake of the case session whose prompt makes these tool calls, in order: the wake
     /// template once per call, one per line (consecutive read-only calls may run concurrently).
-    pub fn wake_calls(&mut self, generation: u64, calls: &[(&str, Value)]) -> Value {
+    pub fn wake_calls(&mut self, generation: u64, calls: &[(&str, Value)]) -> Result<Value, Outcome> {
         let rid = self.rid();
         let prompt: Vec<String> = calls
             .iter()
             .map(|(tool, args)| self.target.wake_template.replace("{tool}", tool).replace("{args}", &args.to_string()))
             .collect();
-        let prompt = prompt.join("\n");
-        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "wake", "sessionId": self.session, "generation": generation,
-            "idempotencyKey": format!("{rid}-wake"), "payload": {"prompt": prompt}})
+        let e = compose::Envelope { version: "2.0", request_id: &rid };
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        compose::wake(&e, &s, &format!("{rid}-wake"), &prompt.join("\n")).map(|w| compose::to_wire(&w)).map_err(harness)
     }
 
-    /// A command with envelope fields and payload.
-    pub fn cmd(&mut self, version: &str, op: &str, extra: Value) -> Value {
+    /// A v2 handshake; `request_id` replaces a fresh one.
+    pub fn handshake(&mut self, request_id: Option<&str>) -> Result<Value, Outcome> {
+        let rid = request_id.map_or_else(|| self.rid(), str::to_string);
+        compose::handshake(&compose::Envelope { version: "2.0", request_id: &rid })
+            .map(|h| compose::to_wire(&h))
+            .map_err(harness)
+    }
+
+    /// A v2 attach to the case session.
+    pub fn attach(&mut self, generation: u64) -> Result<Value, Outcome> {
         let rid = self.rid();
-        let mut v = json!({"protocolVersion": version, "requestId": rid, "operation": op, "payload": {}});
-        if let Value::Object(m) = extra {
-            for (k, x) in m {
-                v[k] = x;
-            }
-        }
-        v
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        compose::attach(&compose::Envelope { version: "2.0", request_id: &rid }, &s)
+            .map(|a| compose::to_wire(&a))
+            .map_err(harness)
+    }
+
+    /// A v2 close of the case session.
+    pub fn close(&mut self, generation: u64) -> Result<Value, Outcome> {
+        let rid = self.rid();
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        compose::close(&compose::Envelope { version: "2.0", request_id: &rid }, &s)
+            .map(|a| compose::to_wire(&a))
+            .map_err(harness)
     }
 
     /// Restart the daemon with the restart command and reconnect; refresh `host`.
@@ -241,13 +311,33 @@ impl<'a> DCtx<'a> {
     }
 }
 
+/// The limits of a minted descriptor unless a case names others.
+pub(crate) const DEFAULT_LIMITS: Limits = Limits {
+    max_request_bytes: 1_048_576,
+    max_response_bytes: 1_048_576,
+    max_concurrent_requests: 4,
+    max_queued_requests: 16,
+    request_timeout_ms: 3000,
+    max_idempotency_keys: 256,
+    idempotency_ttl_ms: 60_000,
+};
+
+/// A command or descriptor the runner could not build from the generated types: a value the
+/// daemon or the options gave it breaks the schema (inconclusive, never a verdict on the
+/// daemon's clause under test).
+fn harness(e: compose::ComposeError) -> Outcome {
+    Outcome::Error(format!("inconclusive: the runner cannot build what this case sends: {e}"))
+}
+
 /// The least time a `--restart-cmd` is given to finish (a daemon may take seconds to start).
 const RESTART_CMD_BUDGET: Duration = Duration::from_secs(60);
 
 /// Read the daemon's hostInstanceId with a v2 handshake.
 pub fn read_host(socket: &Path, step: Duration) -> Result<String, String> {
     let mut c = Conn::connect(socket, "", step, Rc::default(), Rc::default()).map_err(|e| e.to_string())?;
-    c.send(&json!({"protocolVersion": "2.0", "requestId": "pc-hs", "operation": "handshake", "payload": {}}));
+    let hs =
+        compose::handshake(&compose::Envelope { version: "2.0", request_id: "pc-hs" }).map_err(|e| e.to_string())?;
+    c.send(&compose::to_wire(&hs));
     match c.recv() {
         Recv::Frame(v, _) => v["data"]["host"]["hostInstanceId"]
             .as_str()

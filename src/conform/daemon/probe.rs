@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::adapter::fs::{Cancel, Root};
 use crate::adapter::session::Job;
 use crate::conform::adapter::conn::BoundedLines;
-use crate::contract::Binding;
+use crate::contract::{AdapterCode, AdapterError, Binding};
 
 /// How the probe answers `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -355,7 +355,7 @@ fn serve(
                 };
                 let run = || -> Result<Value, Value> {
                     let Some(root) = &root else {
-                        return Err(json!({"code": "io_error", "message": "no root", "retryable": true}));
+                        return Err(AdapterError::new(AdapterCode::IoError, "no root").body());
                     };
                     let job = Job {
                         request_id: f["requestId"].as_str().unwrap_or("").into(),
@@ -414,7 +414,7 @@ fn serve(
                             r[k] = h[k].clone();
                         }
                         r["ok"] = json!(false);
-                        r["error"] = json!({"code": "io_error", "message": "late", "retryable": true});
+                        r["error"] = AdapterError::new(AdapterCode::IoError, "late").body();
                         let _ = send(&mut w, &r);
                     }
                 }

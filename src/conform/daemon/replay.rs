@@ -223,7 +223,8 @@ pub fn run(c: &mut DCtx<'_>, set: &VectorSet, id: &str) -> Outcome {
     if f["ok"] == false && token == want {
         // The version echo: a refusal of a request whose version was accepted carries it (a
         // line the decoder refuses has no version).
-        let decoded = !matches!(code.as_str(), "invalid_json" | "invalid_utf8" | "line_too_large");
+        let wire = Code::from_wire(&code);
+        let decoded = !matches!(wire, Some(Code::InvalidJson | Code::InvalidUtf8 | Code::LineTooLarge));
         let sent: Option<Value> = crate::wire::decode_strict(&line).ok().filter(|_| decoded);
         let version = sent.as_ref().and_then(|s| s["protocolVersion"].as_str()).map(str::to_string);
         let accepted_version = version
@@ -238,8 +239,10 @@ pub fn run(c: &mut DCtx<'_>, set: &VectorSet, id: &str) -> Outcome {
             }
         }
         // Whether the connection closes.
-        let must_close =
-            matches!(code.as_str(), "incompatible_protocol" | "invalid_json" | "invalid_utf8" | "line_too_large");
+        let must_close = matches!(
+            wire,
+            Some(Code::IncompatibleProtocol | Code::InvalidJson | Code::InvalidUtf8 | Code::LineTooLarge)
+        );
         let closed = closes_within(&mut conn, c.target.step, must_close);
         if must_close && !closed {
             problems.push(format!("the connection stays open after {code}; it must close"));

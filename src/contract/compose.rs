@@ -1,0 +1,585 @@
+//! Well-formed frames, descriptors and commands built from the generated types (issue 14
+//! item 1). The runners build what they send through these functions, so a value that breaks
+//! the schema cannot be sent by accident: every generated newtype checks its pattern and
+//! bounds as it is built, and a builder refuses with [`ComposeError`] instead. A deliberately
+//! broken line (a negative case) cannot be expressed by a generated type and is written raw
+//! by the case that sends it ([`typed_or_raw`] tells the two apart for a payload or a policy
+//! a case may have broken on purpose).
+//!
+//! The generated structs serialize their members alphabetically; [`to_wire`] puts them in the
+//! order the protocol text shows them (the envelope first, then the body), the order the
+//! reference implementations write. Member order carries no meaning on the wire; it keeps
+//! transcripts readable and the same as before.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::command::RESOURCES;
+use super::descriptor::{Identity, Limits, LIMITS};
+use super::secret::CapabilityHandle;
+use super::types::protocol_v2 as v2;
+use super::types::tool_adapter as ta;
+use super::types::tool_adapter::ToolOperation;
+
+/// A value a builder was given that its generated type refuses (a harness bug: the runner
+/// sends a broken line only on purpose, raw).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot build `{member}`: {why}")]
+pub struct ComposeError {
+    /// The wire member whose value was refused.
+    pub member: &'static str,
+    /// What the generated type said (never the value itself: it may be a handle).
+    pub why: String,
+}
+
+impl ComposeError {
+    /// A refusal of `member`, saying why.
+    pub fn new(member: &'static str, why: impl std::fmt::Display) -> Self {
+        Self { member, why: why.to_string() }
+    }
+}
+
+fn conv<T, S>(member: &'static str, s: S) -> Result<T, ComposeError>
+where
+    T: TryFrom<S>,
+    T::Error: std::fmt::Display,
+{
+    T::try_from(s).map_err(|e| ComposeError { member, why: e.to_string() })
+}
+
+fn int<T: From<i64>>(member: &'static str, n: u64) -> Result<T, ComposeError> {
+    i64::try_from(n).map(T::from).map_err(|_| ComposeError { member, why: "above i64".into() })
+}
+
+fn nonzero(member: &'static str, n: u64) -> Result<std::num::NonZeroU64, ComposeError> {
+    std::num::NonZeroU64::new(n).ok_or(ComposeError { member, why: "must be at least 1".into() })
+}
+
+// ---------------------------------------------------------------- wire order
+
+/// Top-level member order of an adapter frame.
+const FRAME_ORDER: &[&str] = &[
+    "protocolVersion",
+    "kind",
+    "adapterId",
+    "adapterVersion",
+    "hostInstanceId",
+    "sessionId",
+    "generation",
+    "requestId",
+    "idempotencyKey",
+    "operation",
+    "targetRequestId",
+    "capabilityHandle",
+    "operations",
+    "limits",
+    "ok",
+    "aborted",
+    "data",
+    "error",
+    "payload",
+];
+
+/// Top-level member order of a command.
+const COMMAND_ORDER: &[&str] =
+    &["protocolVersion", "requestId", "operation", "sessionId", "generation", "idempotencyKey", "payload"];
+
+/// Member order of every nested object (and of a descriptor): the descriptor's members, the
+/// open payload's, the model's, the wake payload's and a tool payload's `path` first.
+const NESTED_ORDER: &[&str] = &[
+    "protocolVersion",
+    "adapterId",
+    "adapterVersion",
+    "transport",
+    "endpoint",
+    "hostInstanceId",
+    "sessionId",
+    "generation",
+    "capabilityHandle",
+    "binding",
+    "operations",
+    "limits",
+    "cwd",
+    "agentDir",
+    "session",
+    "mode",
+    "sessionDir",
+    "path",
+    "resources",
+    "descriptor",
+    "model",
+    "provider",
+    "id",
+    "thinkingLevel",
+    "prompt",
+    "source",
+    "waitForTerminal",
+];
+
+fn rank(order: &[&str], key: &str) -> usize {
+    if let Some(i) = order.iter().position(|k| *k == key) {
+        return i;
+    }
+    // The seven limits and the six resource policies in their canonical orders.
+    let base = order.len();
+    if let Some(i) = LIMITS.iter().position(|(k, _, _)| *k == key) {
+        return base + i;
+    }
+    if let Some(i) = RESOURCES.iter().position(|k| *k == key) {
+        return base + LIMITS.len() + i;
+    }
+    usize::MAX
+}
+
+fn reorder(v: Value, order: &[&str]) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut members: Vec<(String, Value)> = m.into_iter().map(|(k, x)| (k, reorder(x, NESTED_ORDER))).collect();
+            // A stable sort: members the lists do not name keep their serialized order, last.
+            members.sort_by_key(|(k, _)| rank(order, k));
+            Value::Object(members.into_iter().collect::<Map<String, Value>>())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(|x| reorder(x, NESTED_ORDER)).collect()),
+        other => other,
+    }
+}
+
+/// The wire value of a generated frame, command or descriptor, its members in wire order.
+pub fn to_wire<T: Serialize>(t: &T) -> Value {
+    let v = serde_json::to_value(t).unwrap_or(Value::Null);
+    let order = match &v {
+        Value::Object(m) if m.contains_key("kind") => FRAME_ORDER,
+        Value::Object(m) if m.contains_key("operation") && m.contains_key("requestId") => COMMAND_ORDER,
+        _ => NESTED_ORDER,
+    };
+    reorder(v, order)
+}
+
+/// `value` decoded into the generated type `T` when it fits it; `Err(value)` unchanged when it
+/// does not (a payload or policy a negative case broke on purpose, which is sent raw).
+pub fn typed_or_raw<T: DeserializeOwned>(value: Value) -> Result<T, Value> {
+    T::deserialize(&value).map_err(|_| value)
+}
+
+// ---------------------------------------------------------------- adapter frames
+
+/// The identity members of every frame of a binding, typed.
+struct Ids {
+    adapter_id: ta::AdapterId,
+    adapter_version: ta::AdapterVersion,
+    host_instance_id: ta::HostInstanceId,
+    session_id: ta::SessionId,
+    generation: ta::Generation,
+}
+
+fn ids(id: &Identity) -> Result<Ids, ComposeError> {
+    if id.protocol_version != ta::AdapterProtocolVersion::X10.to_string() {
+        return Err(ComposeError { member: "protocolVersion", why: "a frame is version 1.0".into() });
+    }
+    Ok(Ids {
+        adapter_id: conv("adapterId", id.adapter_id.as_str())?,
+        adapter_version: conv("adapterVersion", id.adapter_version.as_str())?,
+        host_instance_id: conv("hostInstanceId", id.host_instance_id.as_str())?,
+        session_id: conv("sessionId", id.session_id.as_str())?,
+        generation: int("generation", id.generation)?,
+    })
+}
+
+/// The `limits` object, typed.
+pub fn limits(l: &Limits) -> Result<ta::AdapterLimits, ComposeError> {
+    Ok(ta::AdapterLimits {
+        max_request_bytes: int("maxRequestBytes", l.max_request_bytes)?,
+        max_response_bytes: int("maxResponseBytes", l.max_response_bytes)?,
+        max_concurrent_requests: nonzero("maxConcurrentRequests", l.max_concurrent_requests)?,
+        max_queued_requests: int("maxQueuedRequests", l.max_queued_requests)?,
+        request_timeout_ms: int("requestTimeoutMs", l.request_timeout_ms)?,
+        max_idempotency_keys: nonzero("maxIdempotencyKeys", l.max_idempotency_keys)?,
+        idempotency_ttl_ms: int("idempotencyTtlMs", l.idempotency_ttl_ms)?,
+    })
+}
+
+/// An `abort` of `target`.
+pub fn abort(id: &Identity, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::AbortFrame {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindAbort::Abort,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        request_id: conv("requestId", request_id)?,
+        session_id: i.session_id,
+        target_request_id: conv("targetRequestId", target)?,
+    })
+}
+
+/// A `revoke` of the binding.
+pub fn revoke(id: &Identity) -> Result<ta::RevokeFrame, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::RevokeFrame {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindRevoke::Revoke,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        session_id: i.session_id,
+    })
+}
+
+/// The `revoked` acknowledgement of the binding.
+pub fn revoked(id: &Identity) -> Result<ta::RevokedFrame, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::RevokedFrame {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindRevoked::Revoked,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        session_id: i.session_id,
+    })
+}
+
+/// The `aborted:true` acknowledgement of the abort `request_id` of `target`.
+pub fn aborted(id: &Identity, request_id: &str, target: &str) -> Result<ta::AbortedTrue, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::AbortedTrue {
+        aborted: ta::True(true),
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindAborted::Aborted,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        request_id: conv("requestId", request_id)?,
+        session_id: i.session_id,
+        target_request_id: conv("targetRequestId", target)?,
+    })
+}
+
+/// An `invoke` of `op` with `payload`, when the payload is one the operation's generated
+/// request type accepts: `Ok(None)` when it is not (a payload a case broke on purpose, which
+/// the case sends raw).
+pub fn invoke(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    op: ToolOperation,
+    payload: &Value,
+) -> Result<Option<ta::AdapterFrame>, ComposeError> {
+    let i = ids(id)?;
+    let request_id: ta::RequestId = conv("requestId", request_id)?;
+    let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
+    macro_rules! invoke_of {
+        ($variant:ident, $op:expr) => {
+            match typed_or_raw(payload.clone()) {
+                Ok(payload) => ta::AdapterFrame::$variant(ta::$variant {
+                    adapter_id: i.adapter_id,
+                    adapter_version: i.adapter_version,
+                    generation: i.generation,
+                    host_instance_id: i.host_instance_id,
+                    idempotency_key,
+                    kind: ta::KindInvoke::Invoke,
+                    operation: $op,
+                    payload,
+                    protocol_version: ta::AdapterProtocolVersion::X10,
+                    request_id,
+                    session_id: i.session_id,
+                }),
+                Err(_) => return Ok(None),
+            }
+        };
+    }
+    Ok(Some(match op {
+        ToolOperation::FsList => invoke_of!(InvokeFsList, ta::OpFsList::FsList),
+        ToolOperation::FsStat => invoke_of!(InvokeFsStat, ta::OpFsStat::FsStat),
+        ToolOperation::FsRead => invoke_of!(InvokeFsRead, ta::OpFsRead::FsRead),
+        ToolOperation::FsSearch => invoke_of!(InvokeFsSearch, ta::OpFsSearch::FsSearch),
+        ToolOperation::FsWrite => invoke_of!(InvokeFsWrite, ta::OpFsWrite::FsWrite),
+        ToolOperation::FsEdit => invoke_of!(InvokeFsEdit, ta::OpFsEdit::FsEdit),
+    }))
+}
+
+/// A host tool adapter descriptor for the adapter at `endpoint` (a Unix socket path).
+pub fn descriptor(
+    id: &Identity,
+    endpoint: &str,
+    handle: &CapabilityHandle,
+    operations: &[ToolOperation],
+    limits: &ta::AdapterLimits,
+) -> Result<ta::HostToolAdapterDescriptor, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::HostToolAdapterDescriptor {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        binding: ta::AdapterBinding {
+            capability_handle: handle.clone(),
+            generation: i.generation,
+            host_instance_id: i.host_instance_id,
+            session_id: i.session_id,
+        },
+        endpoint: ta::AdapterEndpoint {
+            path: conv("endpoint.path", endpoint)?,
+            transport: ta::EndpointTransport::Unix,
+        },
+        limits: limits.clone(),
+        operations: ta::ToolOperations(operations.to_vec()),
+        protocol_version: ta::AdapterProtocolVersion::X10,
+    })
+}
+
+// ---------------------------------------------------------------- commands
+
+/// The envelope members every command has.
+pub struct Envelope<'a> {
+    /// `protocolVersion` (`"2.0"`, or `"1.0"` for a v1 command).
+    pub version: &'a str,
+    /// `requestId`.
+    pub request_id: &'a str,
+}
+
+/// `sessionId` and `generation` of a session command.
+pub struct SessionRef<'a> {
+    /// `sessionId`.
+    pub session_id: &'a str,
+    /// `generation`.
+    pub generation: u64,
+}
+
+fn version(e: &Envelope<'_>) -> Result<v2::EnvelopeVersion, ComposeError> {
+    conv("protocolVersion", e.version)
+}
+
+fn rid(e: &Envelope<'_>) -> Result<v2::CommandRequestId, ComposeError> {
+    conv("requestId", e.request_id)
+}
+
+fn sid(s: &SessionRef<'_>) -> Result<v2::EnvSessionId, ComposeError> {
+    conv("sessionId", s.session_id)
+}
+
+/// A `handshake`.
+pub fn handshake(e: &Envelope<'_>) -> Result<v2::HandshakeCommand, ComposeError> {
+    Ok(v2::HandshakeCommand {
+        operation: v2::HandshakeCommandOperation::Handshake,
+        payload: v2::EmptyTolerantPayload(Map::new()),
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+    })
+}
+
+/// The resources of an open: every policy `"none"`, and `tools`.
+pub fn resources(tools: v2::ToolsPolicy) -> v2::OpenResources {
+    let none = v2::NoneResource::None;
+    v2::OpenResources {
+        context_files: none,
+        extensions: none,
+        prompt_templates: none,
+        skills: none,
+        system_prompt: None,
+        themes: none,
+        tools,
+    }
+}
+
+/// The tools policy of a host adapter with `descriptor`.
+pub fn host_adapter(descriptor: ta::HostToolAdapterDescriptor) -> v2::ToolsPolicy {
+    v2::ToolsPolicy::HostAdapterTools(v2::HostAdapterTools { descriptor, mode: v2::HostAdapterToolsMode::HostAdapter })
+}
+
+/// The payload of an open of a new session in `cwd`.
+pub fn open_payload(cwd: &str, resources: v2::OpenResources) -> Result<v2::OpenPayload, ComposeError> {
+    Ok(v2::OpenPayload {
+        agent_dir: None,
+        cwd: conv("payload.cwd", cwd)?,
+        model: None,
+        name: None,
+        resources: Some(resources),
+        session: v2::OpenSession { mode: v2::OpenSessionMode::New, path: None, session_dir: None },
+    })
+}
+
+/// A model selection `{provider, id}`.
+pub fn model(provider: &str, id: &str) -> Result<v2::OpenModel, ComposeError> {
+    Ok(v2::OpenModel {
+        id: conv("payload.model.id", id)?,
+        provider: conv("payload.model.provider", provider)?,
+        thinking_level: None,
+    })
+}
+
+/// An `open`.
+pub fn open(e: &Envelope<'_>, s: &SessionRef<'_>, payload: v2::OpenPayload) -> Result<v2::OpenCommand, ComposeError> {
+    Ok(v2::OpenCommand {
+        generation: int("generation", s.generation)?,
+        operation: v2::OpenCommandOperation::Open,
+        payload,
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+        session_id: sid(s)?,
+    })
+}
+
+/// A `wake` with `prompt`.
+pub fn wake(e: &Envelope<'_>, s: &SessionRef<'_>, key: &str, prompt: &str) -> Result<v2::WakeCommand, ComposeError> {
+    Ok(v2::WakeCommand {
+        generation: int("generation", s.generation)?,
+        idempotency_key: conv("idempotencyKey", key)?,
+        operation: v2::WakeCommandOperation::Wake,
+        payload: v2::WakePayload { prompt: conv("payload.prompt", prompt)?, source: None, wait_for_terminal: None },
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+        session_id: sid(s)?,
+    })
+}
+
+/// An `attach`.
+pub fn attach(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::AttachCommand, ComposeError> {
+    Ok(v2::AttachCommand {
+        generation: int("generation", s.generation)?,
+        operation: v2::AttachCommandOperation::Attach,
+        payload: v2::EmptyTolerantPayload(Map::new()),
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+        session_id: sid(s)?,
+    })
+}
+
+/// A `close` (retention left to the daemon's default).
+pub fn close(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::CloseCommand, ComposeError> {
+    Ok(v2::CloseCommand {
+        generation: int("generation", s.generation)?,
+        operation: v2::CloseCommandOperation::Close,
+        payload: v2::ClosePayload::default(),
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+        session_id: sid(s)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::descriptor::admit_descriptor;
+    use crate::contract::frame::{parse_adapter_frame, Binding, Direction};
+    use crate::contract::{parse_command, HostContext};
+
+    fn identity() -> Identity {
+        Identity {
+            protocol_version: "1.0".into(),
+            adapter_id: "probe".into(),
+            adapter_version: "1.0.0".into(),
+            host_instance_id: "host-1".into(),
+            session_id: "s-1".into(),
+            generation: 3,
+        }
+    }
+
+    fn line(v: &Value) -> Vec<u8> {
+        serde_json::to_vec(v).unwrap()
+    }
+
+    fn wire_descriptor() -> Value {
+        let l = limits(&Limits::from_values([4096, 4096, 2, 4, 1000, 16, 60_000])).unwrap();
+        let h = CapabilityHandle::new("A".repeat(43));
+        to_wire(
+            &descriptor(&identity(), "/run/a.sock", &h, &[ToolOperation::FsStat, ToolOperation::FsRead], &l).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_built_descriptor_is_admitted_and_in_wire_order() {
+        let d = wire_descriptor();
+        let keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["protocolVersion", "adapterId", "adapterVersion", "endpoint", "binding", "operations", "limits"]
+        );
+        let limits: Vec<&str> = d["limits"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(limits, LIMITS.map(|(k, _, _)| k));
+        let a = admit_descriptor(&d, None).expect("a built descriptor is admitted");
+        assert_eq!(a.identity, identity());
+        assert_eq!(a.operations, [ToolOperation::FsStat, ToolOperation::FsRead]);
+    }
+
+    #[test]
+    fn built_frames_pass_the_frame_rules() {
+        let b = Binding::from(&admit_descriptor(&wire_descriptor(), None).unwrap());
+        let inv =
+            invoke(&identity(), "r-1", "k-1", ToolOperation::FsRead, &serde_json::json!({"path": "a", "maxBytes": 5}))
+                .unwrap()
+                .expect("a well-formed payload is typed");
+        let inv = to_wire(&inv);
+        let keys: Vec<&str> = inv.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "protocolVersion",
+                "kind",
+                "adapterId",
+                "adapterVersion",
+                "hostInstanceId",
+                "sessionId",
+                "generation",
+                "requestId",
+                "idempotencyKey",
+                "operation",
+                "payload"
+            ]
+        );
+        assert_eq!(inv["payload"], serde_json::json!({"path": "a", "maxBytes": 5}));
+        for f in [inv, to_wire(&abort(&identity(), "a-1", "r-1").unwrap()), to_wire(&revoke(&identity()).unwrap())] {
+            parse_adapter_frame(&line(&f), &b, Direction::ToAdapter).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+        }
+        for f in [to_wire(&aborted(&identity(), "a-1", "r-1").unwrap()), to_wire(&revoked(&identity()).unwrap())] {
+            parse_adapter_frame(&line(&f), &b, Direction::ToDaemon).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+        }
+    }
+
+    #[test]
+    fn a_payload_broken_on_purpose_is_not_typed_and_a_bad_value_is_refused() {
+        // An unknown member and a wrong type: the generated request types refuse them.
+        for p in [serde_json::json!({"path": "x", "mode": 1}), serde_json::json!({"path": "x", "maxBytes": "10"})] {
+            assert!(invoke(&identity(), "r", "k", ToolOperation::FsRead, &p).unwrap().is_none(), "{p}");
+        }
+        let e = abort(&identity(), "", "r").unwrap_err();
+        assert_eq!(e.member, "requestId");
+        let mut bad = identity();
+        bad.adapter_id = "-bad".into();
+        assert_eq!(revoke(&bad).unwrap_err().member, "adapterId");
+        bad = identity();
+        bad.protocol_version = "2.0".into();
+        assert_eq!(revoke(&bad).unwrap_err().member, "protocolVersion");
+    }
+
+    #[test]
+    fn built_commands_pass_the_command_rules() {
+        let host = HostContext { host_instance_id: "host-1" };
+        let e = Envelope { version: "2.0", request_id: "r-1" };
+        let s = SessionRef { session_id: "s-1", generation: 3 };
+        let d: ta::HostToolAdapterDescriptor = serde_json::from_value(wire_descriptor()).unwrap();
+        let mut payload = open_payload("/work", resources(host_adapter(d))).unwrap();
+        payload.model = Some(model("openai", "m").unwrap());
+        let cmds = [
+            to_wire(&handshake(&e).unwrap()),
+            to_wire(&open(&e, &s, payload).unwrap()),
+            to_wire(&wake(&e, &s, "k-1", "TOOL fs_stat {}").unwrap()),
+            to_wire(&attach(&e, &s).unwrap()),
+            to_wire(&close(&e, &s).unwrap()),
+        ];
+        for c in &cmds {
+            parse_command(c, &host).unwrap_or_else(|e| panic!("{c}: {:?}", e.error));
+            assert_eq!(c.as_object().unwrap().keys().next().map(String::as_str), Some("protocolVersion"));
+            assert_eq!(c.as_object().unwrap().keys().nth(1).map(String::as_str), Some("requestId"));
+        }
+        let open = &cmds[1]["payload"];
+        let keys: Vec<&str> = open.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["cwd", "session", "resources", "model"]);
+        let res: Vec<&str> = open["resources"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(res, RESOURCES);
+        assert_eq!(wake(&e, &s, "k", "").unwrap_err().member, "payload.prompt");
+    }
+}
