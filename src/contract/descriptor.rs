@@ -26,9 +26,10 @@ pub const LIMITS: [(&str, u64, u64); 7] = [
     ("idempotencyTtlMs", 1000, 86_400_000),
 ];
 
-const DESCRIPTOR_KEYS: [&str; 7] =
+pub(crate) const DESCRIPTOR_KEYS: [&str; 7] =
     ["protocolVersion", "adapterId", "adapterVersion", "endpoint", "binding", "operations", "limits"];
-const BINDING_KEYS: [&str; 4] = ["hostInstanceId", "sessionId", "generation", "capabilityHandle"];
+pub(crate) const BINDING_KEYS: [&str; 4] = ["hostInstanceId", "sessionId", "generation", "capabilityHandle"];
+pub(crate) const ENDPOINT_KEYS: [&str; 2] = ["transport", "path"];
 
 /// The seven limits of a descriptor or frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +119,45 @@ impl Identity {
             m.insert(k.into(), v);
         }
         Value::Object(m)
+    }
+}
+
+/// [`Identity`], borrowed: what the fit check reads of a document not yet admitted.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IdentityRef<'a> {
+    pub protocol_version: &'a str,
+    pub adapter_id: &'a str,
+    pub adapter_version: &'a str,
+    pub host_instance_id: &'a str,
+    pub session_id: &'a str,
+    pub generation: u64,
+}
+
+impl IdentityRef<'_> {
+    /// The owned identity.
+    pub(crate) fn to_owned(self) -> Identity {
+        Identity {
+            protocol_version: self.protocol_version.to_string(),
+            adapter_id: self.adapter_id.to_string(),
+            adapter_version: self.adapter_version.to_string(),
+            host_instance_id: self.host_instance_id.to_string(),
+            session_id: self.session_id.to_string(),
+            generation: self.generation,
+        }
+    }
+}
+
+impl Identity {
+    /// The identity, borrowed.
+    pub(crate) fn borrowed(&self) -> IdentityRef<'_> {
+        IdentityRef {
+            protocol_version: &self.protocol_version,
+            adapter_id: &self.adapter_id,
+            adapter_version: &self.adapter_version,
+            host_instance_id: &self.host_instance_id,
+            session_id: &self.session_id,
+            generation: self.generation,
+        }
     }
 }
 
@@ -213,68 +253,89 @@ pub fn fit_check(
     limits: &Limits,
     field_prefix: &str,
 ) -> Result<(usize, usize), ContractError> {
-    let (bind, bound) = frame_lengths(identity, handle, operations, limits);
-    if bind as u64 > limits.max_request_bytes {
-        return Err(ContractError::new(
+    let operations_len = crate::wire::json_len(operations).unwrap_or(0);
+    fit(identity.borrowed(), handle.expose(), operations_len, limits).map_err(|over| {
+        ContractError::new(
             Code::InvalidToolAdapterLimit,
-            format!("{field_prefix}maxRequestBytes"),
-            format!("maxRequestBytes cannot contain the {bind}-byte bind frame"),
+            format!("{field_prefix}{}", over.limit),
+            format!("{} cannot contain the {}-byte {} frame", over.limit, over.bytes, over.frame),
         )
-        .with_detail("requiredBytes", bind.into()));
+        .with_detail("requiredBytes", over.bytes.into())
+    })
+}
+
+/// A normalized frame that does not fit its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Overflow {
+    /// The limit's key (`maxRequestBytes` or `maxResponseBytes`).
+    pub limit: &'static str,
+    /// The frame (`bind` or `bound`).
+    pub frame: &'static str,
+    /// Its encoded length, LF included.
+    pub bytes: usize,
+}
+
+/// The rule of [`fit_check`] on borrowed parts (`operations_len`: the encoded length of the
+/// operations array): `(bind_bytes, bound_bytes)`, or the first frame that does not fit.
+pub(crate) fn fit(
+    identity: IdentityRef<'_>,
+    handle: &str,
+    operations_len: usize,
+    limits: &Limits,
+) -> Result<(usize, usize), Overflow> {
+    let (bind, bound) = frame_lengths(identity, handle, operations_len, limits);
+    if bind as u64 > limits.max_request_bytes {
+        return Err(Overflow { limit: "maxRequestBytes", frame: "bind", bytes: bind });
     }
     if bound as u64 > limits.max_response_bytes {
-        return Err(ContractError::new(
-            Code::InvalidToolAdapterLimit,
-            format!("{field_prefix}maxResponseBytes"),
-            format!("maxResponseBytes cannot contain the {bound}-byte bound frame"),
-        )
-        .with_detail("requiredBytes", bound.into()));
+        return Err(Overflow { limit: "maxResponseBytes", frame: "bound", bytes: bound });
     }
     Ok((bind, bound))
+}
+
+/// The encoded length of an operations array of `names` (what [`fit`] takes).
+pub(crate) fn operations_len<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    let (count, len) = names.into_iter().fold((0usize, 0usize), |(n, l), s| (n + 1, l + crate::wire::json_str_len(s)));
+    2 + len + count.saturating_sub(1)
+}
+
+/// The encoded length of an integer.
+fn int_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// The encoded lengths (LF included) of the normalized `bind` and `bound` frames, computed
 /// without building them: `bound` is `{` + identity + `,"operations":…,"limits":…}` + LF and
 /// `bind` has `,"capabilityHandle":"…"` more. Equal to `encode_line(&bind_frame(..)).len()`
 /// and `encode_line(&bound_frame(..)).len()` (unit test and tests/properties.rs).
-fn frame_lengths(
-    identity: &Identity,
-    handle: &CapabilityHandle,
-    operations: &Value,
-    limits: &Limits,
-) -> (usize, usize) {
-    // A string or an integer always serializes.
-    fn json_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
-        crate::wire::json_len(v).unwrap_or(0)
-    }
+fn frame_lengths(identity: IdentityRef<'_>, handle: &str, operations_len: usize, limits: &Limits) -> (usize, usize) {
+    let json_len = crate::wire::json_str_len;
     // `"key":` is the key's length plus 3 (two quotes and a colon); members are joined by commas.
     let member = |key: &str, value_len: usize| key.len() + 3 + value_len;
     let id = &identity;
     let common = [
-        member("protocolVersion", json_len(id.protocol_version.as_str())),
-        member("adapterId", json_len(id.adapter_id.as_str())),
-        member("adapterVersion", json_len(id.adapter_version.as_str())),
-        member("hostInstanceId", json_len(id.host_instance_id.as_str())),
-        member("sessionId", json_len(id.session_id.as_str())),
-        member("generation", json_len(&id.generation)),
-        member("operations", json_len(operations)),
+        member("protocolVersion", json_len(id.protocol_version)),
+        member("adapterId", json_len(id.adapter_id)),
+        member("adapterVersion", json_len(id.adapter_version)),
+        member("hostInstanceId", json_len(id.host_instance_id)),
+        member("sessionId", json_len(id.session_id)),
+        member("generation", int_len(id.generation)),
+        member("operations", operations_len),
         member("limits", {
             let inner: usize =
-                LIMITS.iter().zip(limits.values()).map(|((k, _, _), v)| member(k, json_len(&v))).sum::<usize>();
+                LIMITS.iter().zip(limits.values()).map(|((k, _, _), v)| member(k, int_len(v))).sum::<usize>();
             2 + inner + (LIMITS.len() - 1)
         }),
     ];
-    // Braces, the commas between the members, and the LF.
-    let frame = |members: &[usize]| 2 + members.iter().sum::<usize>() + (members.len() - 1) + 1;
+    // Braces, the members with the commas between them, and the LF.
+    let frame = |extra: &[usize]| {
+        let members = common.len() + extra.len();
+        2 + common.iter().sum::<usize>() + extra.iter().sum::<usize>() + (members - 1) + 1
+    };
     let bound_kind = member("kind", json_len("bound"));
     let bind_kind = member("kind", json_len("bind"));
-    let handle_member = member("capabilityHandle", json_len(handle.expose()));
-    let mut bound_members = common.to_vec();
-    bound_members.push(bound_kind);
-    let mut bind_members = common.to_vec();
-    bind_members.push(bind_kind);
-    bind_members.push(handle_member);
-    (frame(&bind_members), frame(&bound_members))
+    let handle_member = member("capabilityHandle", json_len(handle));
+    (frame(&[bind_kind, handle_member]), frame(&[bound_kind]))
 }
 
 /// Read a safe integer (|n| ≤ 2^53 − 1) from a JSON value.
@@ -482,7 +543,7 @@ fn binding_id<'a>(b: &'a Map<String, Value>, key: &str, max: usize) -> Result<&'
 fn check_endpoint(v: Option<&Value>) -> Result<String, ContractError> {
     use Code::InvalidToolAdapterEndpoint as E;
     let ep = v.and_then(Value::as_object).ok_or_else(|| err(E, "descriptor.endpoint", "endpoint must be an object"))?;
-    if let Some(k) = ep.keys().find(|k| *k != "transport" && *k != "path") {
+    if let Some(k) = ep.keys().find(|k| !ENDPOINT_KEYS.contains(&k.as_str())) {
         return Err(err(E, join_field("descriptor.endpoint", k), "endpoint has an unknown key"));
     }
     if ep.get("transport").and_then(Value::as_str) != Some("unix") {
@@ -553,7 +614,13 @@ mod tests {
                 crate::wire::encode_line(&bind_frame(&id, &handle, &ops, &lj)).len(),
                 crate::wire::encode_line(&bound_frame(&id, &ops, &lj)).len(),
             );
-            assert_eq!(frame_lengths(&id, &handle, &ops, &limits), want, "{host:?} {session:?}");
+            let ops_len = crate::wire::json_len(&ops).unwrap();
+            assert_eq!(ops_len, operations_len(["fs.read", "fs.stat"]));
+            assert_eq!(operations_len([]), 2);
+            for n in [0, 9, 10, 99, 100, u64::MAX] {
+                assert_eq!(int_len(n), n.to_string().len());
+            }
+            assert_eq!(frame_lengths(id.borrowed(), handle.expose(), ops_len, &limits), want, "{host:?} {session:?}");
         }
     }
 

@@ -132,6 +132,15 @@ pub struct BindRequest {
 pub(crate) const IDENTITY_KEYS: [&str; 6] =
     ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
 
+/// The keys of an `fs.edit` edit.
+pub(crate) const EDIT_KEYS: [&str; 2] = ["oldText", "newText"];
+/// The keys of an error body.
+pub(crate) const ERROR_KEYS: [&str; 3] = ["code", "message", "retryable"];
+/// The keys of an `fs.list` entry.
+pub(crate) const ENTRY_KEYS: [&str; 4] = ["name", "type", "size", "modifiedAt"];
+/// The keys of an `fs.search` match.
+pub(crate) const MATCH_KEYS: [&str; 4] = ["path", "line", "column", "text"];
+
 /// The keys a frame of `kind` may carry besides `kind` and the identity.
 pub(crate) fn allowed_keys(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -576,7 +585,7 @@ pub fn check_invoke_payload(op: ToolOperation, payload: Option<&Value>) -> Resul
             for (i, e) in edits.iter().enumerate() {
                 let prefix = format!("payload.edits.{i}");
                 let m = c.object(Some(e), &prefix)?;
-                c.closed(m, &["oldText", "newText"], &prefix)?;
+                c.closed(m, &EDIT_KEYS, &prefix)?;
                 if m.get("oldText").and_then(Value::as_str).is_none_or(str::is_empty) {
                     return Err(c.fail(&format!("{prefix}.oldText"), "oldText must be a non-empty string"));
                 }
@@ -639,7 +648,7 @@ fn check_aborted(obj: &Map<String, Value>) -> Result<(), FrameError> {
 pub fn check_error_body(v: Option<&Value>, prefix: &str) -> Result<(), ContractError> {
     let mut c = Checker { code: Code::AdapterProtocolInvalid };
     let m = c.object(v, prefix)?;
-    c.closed(m, &["code", "message", "retryable"], prefix)?;
+    c.closed(m, &ERROR_KEYS, prefix)?;
     if !m.get("code").and_then(Value::as_str).is_some_and(|s| s.len() <= 128 && is_error_code(s)) {
         return Err(
             c.fail(&format!("{prefix}.code"), "error code must match ^[a-z][a-z0-9_]*$ and be at most 128 characters")
@@ -669,7 +678,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             for (i, e) in entries.iter().enumerate() {
                 let prefix = format!("data.entries.{i}");
                 let m = c.object(Some(e), &prefix)?;
-                c.closed(m, &["name", "type", "size", "modifiedAt"], &prefix)?;
+                c.closed(m, &ENTRY_KEYS, &prefix)?;
                 if !m.get("name").and_then(Value::as_str).is_some_and(is_entry_name) {
                     return Err(c.fail(
                         &format!("{prefix}.name"),
@@ -706,7 +715,7 @@ pub fn check_result_data(op: ToolOperation, data: Option<&Value>) -> Result<(), 
             for (i, e) in matches.iter().enumerate() {
                 let prefix = format!("data.matches.{i}");
                 let m = c.object(Some(e), &prefix)?;
-                c.closed(m, &["path", "line", "column", "text"], &prefix)?;
+                c.closed(m, &MATCH_KEYS, &prefix)?;
                 let path = m.get("path").and_then(Value::as_str).unwrap_or("");
                 validate_result_path(path, "")
                     .map_err(|_| c.fail(&format!("{prefix}.path"), "match path must be a root-relative path"))?;

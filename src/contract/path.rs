@@ -100,7 +100,7 @@ fn path_form(path: &str, side: PathSide, component_limit: bool) -> Result<(Optio
     if path.contains('\\') {
         return Err("contains a backslash");
     }
-    if path.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+    if super::text::has_control(path) {
         return Err("contains a control character");
     }
     if path == "." {

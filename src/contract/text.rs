@@ -1,19 +1,22 @@
 //! Small text rules shared by every check: UTF-16 unit counts, control characters and the
 //! protocol's fixed patterns (written out by hand, so each is exact and cheap).
 
-/// Length in UTF-16 code units, as JavaScript's `String.length` counts it.
+/// Length in UTF-16 code units, as JavaScript's `String.length` counts it: every character is
+/// one unit except those beyond the BMP (four UTF-8 bytes), which are two. Counted on the
+/// bytes: each byte that starts a character (not `10xxxxxx`) once, and a four-byte lead
+/// (`11110xxx`) once more.
 pub fn utf16_len(s: &str) -> usize {
-    s.chars().map(char::len_utf16).sum()
+    s.bytes().map(|b| usize::from(b & 0xc0 != 0x80) + usize::from(b >= 0xf0)).sum()
 }
 
-/// Whether `s` has 1..=max UTF-16 units.
+/// Whether `s` has 1..=max UTF-16 units (never more units than bytes).
 pub fn units_in(s: &str, max: usize) -> bool {
-    !s.is_empty() && utf16_len(s) <= max
+    !s.is_empty() && (s.len() <= max || utf16_len(s) <= max)
 }
 
-/// C0 control characters and DEL.
+/// C0 control characters and DEL (all ASCII, so a byte of one is the character).
 pub fn has_control(s: &str) -> bool {
-    s.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f)
+    s.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
 
 /// `^[A-Za-z0-9][A-Za-z0-9._:-]*$`: adapter request ids and idempotency keys.
@@ -119,6 +122,14 @@ mod tests {
     #[test]
     fn units_count_astral_twice() {
         assert_eq!(utf16_len("a€😀"), 1 + 1 + 2);
+        for s in ["", "a", "é", "日本語", "😀😀x", "\u{7f}\u{80}\u{7ff}\u{800}\u{ffff}\u{10000}\u{10ffff}"] {
+            assert_eq!(utf16_len(s), s.encode_utf16().count(), "{s:?}");
+            let text = s.repeat(40);
+            assert_eq!(utf16_len(&text), text.encode_utf16().count(), "{s:?} repeated");
+            assert_eq!(units_in(&text, 2 * text.len()), !text.is_empty());
+        }
+        assert!(units_in("😀", 2) && !units_in("😀", 1) && !units_in("", 5));
+        assert!(has_control("a\u{7f}") && has_control("\u{0}") && !has_control("é€😀 ~"));
     }
 
     #[test]

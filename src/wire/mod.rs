@@ -149,9 +149,26 @@ pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> Option<usize> {
     serde_json::to_writer(&mut c, value).ok().map(|()| c.0)
 }
 
+/// [`json_len`] of a string, without the serializer when nothing in it is escaped (no `"`,
+/// `\\` or control character below U+0020): then it is the bytes and two quotes.
+pub fn json_str_len(s: &str) -> usize {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        s.len() + 2
+    } else {
+        json_len(s).unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_lengths_are_the_encoded_lengths() {
+        for s in ["", "a", "é€😀", "a\"b", "a\\b", "\u{1}\n\t\u{1f}", "\u{7f}", "/<>&'", "\u{2028}"] {
+            assert_eq!(json_str_len(s), serde_json::to_string(s).unwrap().len(), "{s:?}");
+        }
+    }
 
     fn lines(d: &mut LineDecoder) -> Vec<Result<Vec<u8>, LineError>> {
         std::iter::from_fn(|| d.next_line()).collect()
