@@ -156,7 +156,7 @@ pub fn judge_line(line: &[u8], kind: Option<Kind>, ctx: &Context) -> (Kind, Verd
         return (Kind::Frame, judge_frame_bytes(line, ctx));
     }
     // The accept path of a descriptor: one pass, no `Value` (see `contract::onepass`).
-    if kind == Some(Kind::Descriptor) && onepass::accept_descriptor(line, Some(&expected_binding(ctx))).is_some() {
+    if kind == Some(Kind::Descriptor) && onepass::descriptor_accepted(line, Some(&expected_binding(ctx))) {
         return (Kind::Descriptor, Verdict::Valid);
     }
     let value = match decode_strict(line) {

@@ -240,3 +240,138 @@ fn fast_and_full_paths_give_identical_verdicts_on_every_vector_and_perturbation(
         differences.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Byte-level edits of a line: the JSON syntax the one-pass scanner reads itself (whitespace,
+/// escapes, number forms, literals, separators, UTF-8, control characters), which the
+/// perturbations above never reach (they are re-serialized by serde_json, always compact).
+fn byte_edits(line: &[u8], doc: Option<&Value>) -> Vec<Vec<u8>> {
+    const BYTES: &[u8] = b" \t\r\n\"\\,:{}[]01-.eE+ntfu/a\x00\x01\x1f\x7f\x80\xc3\xe2\xef\xf0\xff";
+    let mut out: Vec<Vec<u8>> = doc.iter().map(|d| serde_json::to_vec_pretty(d).unwrap()).collect();
+    let with = |i: usize, cut: usize, put: &[u8]| [&line[..i], put, &line[i + cut..]].concat();
+    // Every member written twice (a duplicate key, at any depth).
+    fn members(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    out.push(format!("{}:{}", Value::String(k.clone()), x));
+                    members(x, out);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| members(x, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    if let Some(d) = doc {
+        members(d, &mut all);
+    }
+    let text = String::from_utf8_lossy(line);
+    for m in all {
+        if let Some(i) = text.find(&m) {
+            out.push(with(i, 0, format!("{m},").as_bytes()));
+        }
+    }
+    for i in 0..=line.len() {
+        // Two inserted bytes, and at each byte its removal and one replacement, drawn in turn
+        // from the set (every position meets every byte over the lines).
+        out.push(with(i, 0, &[BYTES[i % BYTES.len()]]));
+        out.push(with(i, 0, &[BYTES[(i * 7 + 3) % BYTES.len()]]));
+        let Some(&c) = line.get(i) else { continue };
+        out.push(with(i, 1, b""));
+        out.push(with(i, 1, &[BYTES[(i * 5 + 1) % BYTES.len()]]));
+        // The byte as a `\u` escape (in a string, the same text; elsewhere, a syntax error),
+        // and as a surrogate half.
+        if c.is_ascii_alphanumeric() || c == b'/' || c == b'.' {
+            out.push(with(i, 1, format!("\\u{:04x}", c).as_bytes()));
+            out.push(with(i, 1, format!("\\u{:04X}", c).as_bytes()));
+            out.push(with(i, 0, b"\\ud83d"));
+        }
+        if c == b'/' {
+            out.push(with(i, 1, b"\\/"));
+        }
+        // After a number: a fraction, an exponent, a sign, a leading zero.
+        if c.is_ascii_digit() && !line.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            for tail in [&b".0"[..], b"e0", b"E+0", b".5", b"e-1", b"0"] {
+                out.push(with(i + 1, 0, tail));
+            }
+            if i > 0 && !line[i - 1].is_ascii_digit() {
+                out.push(with(i, 0, b"0"));
+                out.push(with(i, 0, b"-"));
+            }
+        }
+        // Whitespace of every kind around every structural byte.
+        if b"{}[],:".contains(&c) {
+            out.push(with(i, 1, &[b' ', c, b'\t']));
+            out.push(with(i, 1, &[b'\r', c, b'\n']));
+        }
+    }
+    out
+}
+
+#[test]
+fn one_pass_accepts_only_what_the_full_path_accepts_byte_for_byte() {
+    let set = VectorSet::load(&default_dir()).expect("vectors load");
+    let (mut judged, mut accepted, mut differences) = (0usize, 0usize, Vec::new());
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    // Every line in a release build; a sample in a debug build (as above).
+    let stride = if cfg!(debug_assertions) && std::env::var_os("PI_CONFORM_FAST_PATH_FULL").is_none() { 29 } else { 1 };
+    let mut n = 0usize;
+    for v in &set.vectors {
+        if !matches!(v.kind, Kind::Frame | Kind::Descriptor) {
+            continue;
+        }
+        let ctx: Context = set.context(v).expect("vector context");
+        let line = set.line(v).expect("vector line");
+        if !judge_line(&line, Some(v.kind), &ctx).1.is_valid() {
+            continue;
+        }
+        let doc = set.document(v).ok();
+        for edit in byte_edits(&line, doc.as_ref()) {
+            n += 1;
+            if n % stride != 0 || !seen.insert([edit.as_slice(), v.id.as_bytes()].concat()) {
+                continue;
+            }
+            // The one-pass verdict alone, then the whole judgement on both paths.
+            let one_pass = match (v.kind, &ctx.binding) {
+                (Kind::Frame, Some(b)) => onepass::accept_frame(&edit, b, ctx.direction).is_some(),
+                (Kind::Descriptor, _) => {
+                    let exp = ExpectedBinding {
+                        host_instance_id: &ctx.host_instance_id,
+                        session_id: &ctx.session_id,
+                        generation: ctx.generation,
+                    };
+                    let accepted = onepass::accept_descriptor(&edit, Some(&exp)).is_some();
+                    assert_eq!(accepted, onepass::descriptor_accepted(&edit, Some(&exp)), "{}", v.id);
+                    accepted
+                }
+                _ => false,
+            };
+            let fast = judge_line(&edit, Some(v.kind), &ctx);
+            let full = with_schema_confirmation(|| judge_line(&edit, Some(v.kind), &ctx));
+            judged += 1;
+            accepted += usize::from(one_pass);
+            if one_pass && !full.1.is_valid() {
+                differences.push(format!(
+                    "{}: accepted in one pass, refused by the full path ({})",
+                    v.id,
+                    String::from_utf8_lossy(&edit)
+                ));
+            }
+            let (a, b) = (serde_json::to_string(&fast.1).unwrap(), serde_json::to_string(&full.1).unwrap());
+            if a != b {
+                differences.push(format!("{} ({}): fast {a} full {b}", v.id, String::from_utf8_lossy(&edit)));
+            }
+        }
+    }
+    eprintln!("byte-level edits: judged {judged} distinct lines, {accepted} accepted in one pass");
+    assert!(judged > 100_000 / stride, "only {judged} edited lines judged");
+    // Whitespace, escapes and replaced bytes inside strings keep many lines valid: the scanner
+    // must accept those, not merely refuse everything unusual.
+    assert!(accepted * 10 > judged, "only {accepted} of {judged} edited lines accepted in one pass");
+    assert!(
+        differences.is_empty(),
+        "{} differences between the fast and the full path:\n{}",
+        differences.len(),
+        differences.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
