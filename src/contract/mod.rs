@@ -15,7 +15,7 @@ pub use error::{Code, ContractError};
 pub use secret::CapabilityHandle;
 pub mod path;
 pub mod schema;
-pub use path::{validate_relative_path, PathSide, ToolPath};
+pub use path::{is_0_3_3_passed_path, validate_relative_path, PathSide, ToolPath};
 pub mod descriptor;
 pub mod fingerprint;
 pub mod operation;

@@ -129,6 +129,16 @@ fn path_form(path: &str, side: PathSide, component_limit: bool) -> Result<(Optio
     Ok((Some(body), trailing_slash))
 }
 
+/// Whether `path` is one of the non-canonical forms Pi Daemon 0.3.3 passes on to adapters
+/// (SPEC §9 of the team spec, conformance/SPEC.md PC-5.1): `./`, or one trailing `/` after a
+/// canonical daemon-side path (`a/`, `a/b/`; not `a//`).
+pub fn is_0_3_3_passed_path(path: &str) -> bool {
+    path == "./"
+        || path
+            .strip_suffix('/')
+            .is_some_and(|p| !p.is_empty() && validate_relative_path(p, PathSide::Daemon, "path").is_ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +162,13 @@ mod tests {
         assert_eq!(p.components, vec!["a", "b"]);
         assert!(p.trailing_slash);
         assert_eq!(p.canonical(), "a/b");
+    }
+
+    #[test]
+    fn only_the_0_3_3_forms_count_as_passed_paths() {
+        assert!(is_0_3_3_passed_path("./") && is_0_3_3_passed_path("a/") && is_0_3_3_passed_path("a/b/"));
+        for p in ["a//", "a", "../", "/", "a//b", "./a", "a/./", "", "a/../"] {
+            assert!(!is_0_3_3_passed_path(p), "{p}");
+        }
     }
 }

@@ -331,13 +331,3 @@ pub(crate) fn echo_version(version: &str, faults: DaemonFaults) -> String {
         version.into()
     }
 }
-
-/// Whether `path` is one of the non-canonical forms Pi Daemon 0.3.3 passes on (`./`, or one
-/// trailing `/` after a canonical path), which [`DaemonFault::PassNonCanonicalPaths`] lets by.
-pub fn is_0_3_3_passed_path(path: &str) -> bool {
-    path == "./"
-        || path.strip_suffix('/').is_some_and(|p| {
-            !p.is_empty()
-                && crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "path").is_ok()
-        })
-}

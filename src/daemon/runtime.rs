@@ -467,7 +467,8 @@ impl AdapterRuntime {
         // The daemon side sends canonical paths only (SPEC §5.1).
         let path = payload.get("path").and_then(Value::as_str).map(str::to_string);
         if let Some(p) = &path {
-            let passed = self.faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
+            let passed =
+                self.faults.has(DaemonFault::PassNonCanonicalPaths) && crate::contract::is_0_3_3_passed_path(p);
             if !passed {
                 crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "payload.path")
                     .map_err(|e| CallError::local(e.code.as_str(), &e.message))?;

@@ -197,7 +197,7 @@ fn prepare_call(tool: &str, args: &str, has_link: bool, faults: DaemonFaults) ->
         return Err(DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"));
     }
     if let Some(p) = payload.get("path").and_then(Value::as_str) {
-        let passed = faults.has(DaemonFault::PassNonCanonicalPaths) && super::faults::is_0_3_3_passed_path(p);
+        let passed = faults.has(DaemonFault::PassNonCanonicalPaths) && crate::contract::is_0_3_3_passed_path(p);
         if !passed {
             validate_relative_path(p, PathSide::Daemon, "path").map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
         }
