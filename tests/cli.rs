@@ -133,3 +133,30 @@ fn vectors_list_names_ids_and_clauses() {
     assert!(out.lines().all(|l| l.starts_with("fit.")), "{out}");
     assert!(out.contains("PC-3.3"), "{out}");
 }
+
+#[test]
+fn serve_daemon_refuses_a_host_instance_id_no_descriptor_could_bind() {
+    // Empty, over 128 UTF-16 units (64 astral characters are 128 units, 65 are 130), and a
+    // control character: each is refused before the socket exists.
+    let long = "\u{1F600}".repeat(65);
+    for id in ["", long.as_str(), "host\u{7f}1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        let state = dir.path().join("state");
+        let (code, _, err) = run(
+            &[
+                "serve-daemon",
+                "--socket",
+                sock.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--host-instance",
+                id,
+            ],
+            "",
+        );
+        assert_ne!(code, 0, "{id:?}: {err}");
+        assert!(err.contains("host instance id must be 1-128 UTF-16 units"), "{id:?}: {err}");
+        assert!(!sock.exists(), "{id:?}: the socket was bound");
+    }
+}

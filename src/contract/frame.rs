@@ -393,7 +393,7 @@ fn read_identity(obj: &Map<String, Value>) -> Result<Identity, FrameError> {
     let protocol_version = s("protocolVersion", &|v| v == "1.0")?;
     let adapter_id = s("adapterId", &|v| units_in(v, 128) && super::text::is_adapter_id(v))?;
     let adapter_version = s("adapterVersion", &|v| units_in(v, 64) && super::text::is_semver(v))?;
-    let host_instance_id = s("hostInstanceId", &|v| units_in(v, 128) && !has_control(v))?;
+    let host_instance_id = s("hostInstanceId", &super::text::is_host_instance_id)?;
     let session_id = s("sessionId", &|v| units_in(v, 256) && !has_control(v))?;
     let generation = obj
         .get("generation")

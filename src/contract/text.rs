@@ -19,6 +19,12 @@ pub fn has_control(s: &str) -> bool {
     s.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
 
+/// A `hostInstanceId`: 1–128 UTF-16 units, no C0 control or DEL (tool-adapter schema
+/// `HostInstanceId`, with the length counted as the semantic layer counts it).
+pub fn is_host_instance_id(s: &str) -> bool {
+    units_in(s, 128) && !has_control(s)
+}
+
 /// `^[A-Za-z0-9][A-Za-z0-9._:-]*$`: adapter request ids and idempotency keys.
 pub fn is_frame_id(s: &str) -> bool {
     let b = s.as_bytes();

@@ -54,10 +54,16 @@ pub enum DaemonError {
     /// I/O.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A configured `hostInstanceId` no descriptor could be bound to.
+    #[error("host instance id must be 1-128 UTF-16 units without control characters")]
+    HostInstanceId,
 }
 
 /// Run the daemon until SIGTERM/SIGINT or `shutdown`.
 pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>>) -> Result<(), DaemonError> {
+    if cfg.host_instance_id.as_deref().is_some_and(|id| !crate::contract::text::is_host_instance_id(id)) {
+        return Err(DaemonError::HostInstanceId);
+    }
     let store = Store::open(&cfg.state_dir)?;
     if !cfg.faults.is_empty() {
         warn!(faults = %cfg.faults, "FAULT SWITCHES ON: this daemon is broken on purpose (test aid)");
