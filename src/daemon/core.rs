@@ -311,15 +311,16 @@ impl<L: LinkState + Clone> HostCore<L> {
     }
 
     /// The next event of a session generation as a line (its sequence taken), replaced by
-    /// `eventDropped` past `maxEventBytes`; `None` when that generation is gone.
-    pub fn event(
+    /// `eventDropped` past `maxEventBytes`, and the connections attached to that generation,
+    /// which it is delivered to; `None` when that generation is gone.
+    pub fn deliver(
         &mut self,
         sid: &str,
         generation: u64,
         event: &str,
         request_id: Option<&str>,
         data: Value,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<(Vec<u8>, Vec<u64>)> {
         let sess = self.sessions.get_mut(sid).filter(|x| x.generation == generation)?;
         sess.seq += 1;
         let of = EventOf {
@@ -334,20 +335,6 @@ impl<L: LinkState + Clone> HostCore<L> {
             let error = DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body();
             line = event_line(&of, "eventDropped", None, json!({"originalEvent": event, "error": error}));
         }
-        Some(line)
-    }
-
-    /// The next event of a session generation as a line (see [`HostCore::event`]) and the
-    /// connections attached to that generation, which it is delivered to.
-    pub fn deliver(
-        &mut self,
-        sid: &str,
-        generation: u64,
-        event: &str,
-        request_id: Option<&str>,
-        data: Value,
-    ) -> Option<(Vec<u8>, Vec<u64>)> {
-        let line = self.event(sid, generation, event, request_id, data)?;
         let key = (sid.to_string(), generation);
         let mut to: Vec<u64> = self.attachments.iter().filter(|(_, a)| a.contains(&key)).map(|(c, _)| *c).collect();
         to.sort_unstable();
@@ -862,15 +849,15 @@ mod tests {
     fn events_take_the_next_sequence_and_oversized_ones_are_dropped() {
         let mut core = empty(Instant::now());
         let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
-        let line = core.event("s", 1, "opened", Some("o"), json!({"created": true})).unwrap();
+        let line = core.deliver("s", 1, "opened", Some("o"), json!({"created": true})).unwrap().0;
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(
             (v["sequence"].clone(), v["event"].clone(), v["requestId"].clone()),
             (json!(1), json!("opened"), json!("o"))
         );
         assert_eq!(v["hostInstanceId"], HOST);
-        assert!(core.event("s", 2, "x", None, json!({})).is_none(), "another generation has no events");
-        let big = core.event("s", 1, "agentText", None, json!({"t": "x".repeat(MAX_EVENT_BYTES)})).unwrap();
+        assert!(core.deliver("s", 2, "x", None, json!({})).is_none(), "another generation has no events");
+        let big = core.deliver("s", 1, "agentText", None, json!({"t": "x".repeat(MAX_EVENT_BYTES)})).unwrap().0;
         let v: Value = serde_json::from_slice(&big).unwrap();
         assert_eq!(v["event"], "eventDropped");
         assert_eq!(v["sequence"], 2);
