@@ -30,6 +30,9 @@ fn generate(schema_path: &Path, replace_shared: bool) -> String {
         .unwrap_or_else(|e| panic!("{} is not a schema typify can read: {e}", schema_path.display()));
     let mut settings = typify::TypeSpaceSettings::default();
     settings.with_struct_builder(false);
+    // Maps (`failureCodes`, the daemon's `counters`) serialize in key order, so a record's
+    // bytes do not depend on a hash seed.
+    settings.with_map_type(typify::MapType::new("::std::collections::BTreeMap"));
     if replace_shared {
         for name in SHARED_DEFS {
             settings.with_replacement(

@@ -66,6 +66,18 @@ impl ::std::convert::TryFrom<::std::string::String> for AbortCommandOperation {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): abort's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct AbortData {
+    ///A running turn was flagged.
+    pub aborted: bool,
+}
+///Daemon data (not on any validation path; open): agentEnd's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct AgentEndEventData {
+    ///The turn was aborted.
+    pub aborted: bool,
+}
 ///Envelope version echoed by the host.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -190,6 +202,16 @@ impl ::std::convert::TryFrom<::std::string::String> for AttachCommandOperation {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): attach's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct AttachedData {
+    ///Attached.
+    pub attached: bool,
+    ///Generation.
+    pub generation: u64,
+    ///The current event sequence.
+    pub sequence: u64,
+}
 ///close command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct CloseCommand {
@@ -264,6 +286,12 @@ pub struct ClosePayload {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub retain_session: ::std::option::Option<bool>,
+}
+///Daemon data (not on any validation path; open): close's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct ClosedData {
+    ///Closed.
+    pub closed: bool,
 }
 ///A daemon command, discriminated by operation.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -393,6 +421,197 @@ impl<'de> ::serde::Deserialize<'de> for CommandRequestId {
             })
     }
 }
+///Daemon data (not on any validation path; open): handshake capabilities; the host-adapter members only for a 2.x request.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DaemonCapabilities {
+    ///Configured open.
+    #[serde(
+        rename = "configuredOpen",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub configured_open: ::std::option::Option<bool>,
+    ///Durable state.
+    pub durable: bool,
+    ///Host tool adapters.
+    #[serde(
+        rename = "hostToolAdapter",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub host_tool_adapter: ::std::option::Option<bool>,
+    ///Queue telemetry in session status.
+    #[serde(
+        rename = "hostToolAdapterQueueTelemetry",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub host_tool_adapter_queue_telemetry: ::std::option::Option<bool>,
+    #[serde(
+        rename = "hostToolAdapterRecommendedQueueLimits",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub host_tool_adapter_recommended_queue_limits: ::std::option::Option<QueueLimits>,
+    ///Tool operations.
+    #[serde(
+        rename = "hostToolOperationCount",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub host_tool_operation_count: ::std::option::Option<u64>,
+    ///Operations.
+    pub operations: ::std::vec::Vec<::std::string::String>,
+    ///session.sessionDir.
+    #[serde(
+        rename = "sessionDir",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub session_dir: ::std::option::Option<bool>,
+    ///Transport.
+    pub transport: ::std::string::String,
+}
+///Daemon data (not on any validation path; open): the handshake data this daemon sends (HandshakeData with typed capabilities, limits and host).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DaemonHandshakeData {
+    pub capabilities: DaemonCapabilities,
+    pub host: DaemonHostSnapshot,
+    pub limits: DaemonLimits,
+    ///The handshake data's version (1.0).
+    #[serde(rename = "protocolVersion")]
+    pub protocol_version: ::std::string::String,
+    ///Envelope versions (Pi Daemon 0.3.3 name).
+    #[serde(rename = "supportedProtocolVersions")]
+    pub supported_protocol_versions: ::std::vec::Vec<::std::string::String>,
+    ///Envelope versions (protocol text).
+    #[serde(
+        rename = "supportedVersions",
+        default,
+        skip_serializing_if = "::std::vec::Vec::is_empty"
+    )]
+    pub supported_versions: ::std::vec::Vec<::std::string::String>,
+}
+///Daemon data (not on any validation path; open): the recovery snapshot this daemon sends (HostRecovery with failureCodes always written, failedWakes, indeterminateWakes).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DaemonHostRecovery {
+    ///Wakes failed at recovery.
+    #[serde(rename = "failedWakes")]
+    pub failed_wakes: u64,
+    ///Failure counts by error code ({} when none).
+    #[serde(rename = "failureCodes")]
+    pub failure_codes: ::std::collections::BTreeMap<::std::string::String, u64>,
+    ///Wakes whose outcome is unknown.
+    #[serde(rename = "indeterminateWakes")]
+    pub indeterminate_wakes: u64,
+    ///Recovery phase.
+    pub phase: DaemonHostRecoveryPhase,
+    ///Quarantined generations.
+    #[serde(rename = "quarantinedSessions")]
+    pub quarantined_sessions: ::std::vec::Vec<QuarantinedSession>,
+}
+///Recovery phase.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum DaemonHostRecoveryPhase {
+    #[serde(rename = "ready")]
+    Ready,
+    #[serde(rename = "degraded")]
+    Degraded,
+}
+impl ::std::fmt::Display for DaemonHostRecoveryPhase {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Ready => f.write_str("ready"),
+            Self::Degraded => f.write_str("degraded"),
+        }
+    }
+}
+impl ::std::str::FromStr for DaemonHostRecoveryPhase {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "ready" => Ok(Self::Ready),
+            "degraded" => Ok(Self::Degraded),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for DaemonHostRecoveryPhase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for DaemonHostRecoveryPhase {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Daemon data (not on any validation path; open): the host snapshot this daemon sends (HostSnapshot with sessions and counters).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DaemonHostSnapshot {
+    ///Active turns.
+    #[serde(rename = "activeTurns")]
+    pub active_turns: u64,
+    ///The host's counters.
+    pub counters: ::std::collections::BTreeMap<::std::string::String, u64>,
+    ///Draining.
+    pub draining: bool,
+    ///Durable state.
+    pub durable: bool,
+    ///Host incarnation.
+    #[serde(rename = "hostInstanceId")]
+    pub host_instance_id: ::std::string::String,
+    ///Queued turns.
+    #[serde(rename = "queuedTurns")]
+    pub queued_turns: u64,
+    ///Recovery settled cleanly.
+    pub ready: bool,
+    pub recovery: DaemonHostRecovery,
+    pub sessions: HostSessionCounts,
+    ///Start time, RFC 3339 UTC.
+    #[serde(rename = "startedAt")]
+    pub started_at: ::std::string::String,
+    ///Uptime.
+    #[serde(rename = "uptimeMs")]
+    pub uptime_ms: u64,
+}
+///Daemon data (not on any validation path; open): handshake limits.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DaemonLimits {
+    ///Connections.
+    #[serde(rename = "maxConnections")]
+    pub max_connections: u64,
+    ///Largest event record.
+    #[serde(rename = "maxEventBytes")]
+    pub max_event_bytes: u64,
+    ///In-flight requests per connection.
+    #[serde(rename = "maxInFlightRequestsPerConnection")]
+    pub max_in_flight_requests_per_connection: u64,
+    ///Largest command line.
+    #[serde(rename = "maxLineBytes")]
+    pub max_line_bytes: u64,
+    ///Queued outbound bytes per connection.
+    #[serde(rename = "maxOutboundBytesPerConnection")]
+    pub max_outbound_bytes_per_connection: u64,
+    ///Largest response record.
+    #[serde(rename = "maxResponseBytes")]
+    pub max_response_bytes: u64,
+    ///How responses are matched to requests.
+    pub multiplexer: ::std::string::String,
+}
 ///detach command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct DetachCommand {
@@ -458,6 +677,16 @@ impl ::std::convert::TryFrom<::std::string::String> for DetachCommandOperation {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): detach's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DetachedData {
+    ///Detached.
+    pub detached: bool,
+    ///Generation.
+    pub generation: u64,
+    ///The current event sequence.
+    pub sequence: u64,
+}
 ///drain command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct DrainCommand {
@@ -520,6 +749,21 @@ impl ::std::convert::TryFrom<::std::string::String> for DrainCommandOperation {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): drain's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct DrainData {
+    ///Turns flagged aborted.
+    #[serde(rename = "abortedTurns")]
+    pub aborted_turns: u64,
+    ///Draining.
+    pub draining: bool,
+    ///Turns were still running at the timeout.
+    #[serde(rename = "timedOut")]
+    pub timed_out: bool,
+    ///The timeout applied.
+    #[serde(rename = "timeoutMs")]
+    pub timeout_ms: u64,
+}
 ///drain payload. Forward tolerant.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
 pub struct DrainPayload {
@@ -529,6 +773,32 @@ pub struct DrainPayload {
         skip_serializing_if = "::std::option::Option::is_none"
     )]
     pub timeout_ms: ::std::option::Option<i64>,
+}
+///Daemon data (not on any validation path; open): the data of promptAccepted, agentStart and sessionIdle.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(transparent)]
+pub struct EmptyEventData(
+    pub ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+);
+impl ::std::ops::Deref for EmptyEventData {
+    type Target = ::serde_json::Map<::std::string::String, ::serde_json::Value>;
+    fn deref(&self) -> &::serde_json::Map<::std::string::String, ::serde_json::Value> {
+        &self.0
+    }
+}
+impl ::std::convert::From<EmptyEventData>
+for ::serde_json::Map<::std::string::String, ::serde_json::Value> {
+    fn from(value: EmptyEventData) -> Self {
+        value.0
+    }
+}
+impl ::std::convert::From<::serde_json::Map<::std::string::String, ::serde_json::Value>>
+for EmptyEventData {
+    fn from(
+        value: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+    ) -> Self {
+        Self(value)
+    }
 }
 ///A payload object whose content is ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -877,6 +1147,14 @@ pub struct Event {
     #[serde(rename = "sessionId")]
     pub session_id: EventSessionId,
 }
+///Daemon data (not on any validation path; open): eventDropped's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct EventDroppedData {
+    pub error: ErrorBody,
+    ///The dropped event's name.
+    #[serde(rename = "originalEvent")]
+    pub original_event: ::std::string::String,
+}
 ///Event name.
 #[derive(::serde::Serialize, Clone, Debug, Eq, Hash, Ord, PartialEq, PartialOrd)]
 #[serde(transparent)]
@@ -1141,6 +1419,12 @@ impl ::std::convert::TryFrom<String> for False {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): the details naming a refused field.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct FieldDetails {
+    ///Dotted field path.
+    pub field: ::std::string::String,
+}
 ///followUp command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct FollowUpCommand {
@@ -1207,6 +1491,16 @@ impl ::std::convert::TryFrom<::std::string::String> for FollowUpCommandOperation
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///Daemon data (not on any validation path; open): stale_generation details.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct GenerationDetails {
+    ///The live generation.
+    #[serde(rename = "currentGeneration")]
+    pub current_generation: u64,
+    ///The command's generation.
+    #[serde(rename = "receivedGeneration")]
+    pub received_generation: u64,
 }
 ///handshake command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1364,9 +1658,9 @@ pub struct HostRecovery {
     #[serde(
         rename = "failureCodes",
         default,
-        skip_serializing_if = ":: std :: collections :: HashMap::is_empty"
+        skip_serializing_if = ":: std :: collections :: BTreeMap::is_empty"
     )]
-    pub failure_codes: ::std::collections::HashMap<::std::string::String, u64>,
+    pub failure_codes: ::std::collections::BTreeMap<::std::string::String, u64>,
     ///Recovery phase.
     pub phase: HostRecoveryPhase,
     ///Quarantined generations.
@@ -1435,6 +1729,14 @@ impl ::std::convert::TryFrom<::std::string::String> for HostRecoveryPhase {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///Daemon data (not on any validation path; open): the sessions the host holds.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct HostSessionCounts {
+    ///Dormant sessions.
+    pub dormant: u64,
+    ///Active sessions.
+    pub resident: u64,
 }
 ///Host status snapshot. Forward tolerant; never endpoints, handles, prompts or error text.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -1807,6 +2109,31 @@ impl ::std::convert::TryFrom<::std::string::String> for OpenCommandOperation {
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///Daemon data (not on any validation path; open): open's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenData {
+    ///A new generation was opened.
+    pub created: bool,
+    ///The session (null when it was closed meanwhile).
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub session: ::std::option::Option<SessionResource>,
+}
+///Daemon data (not on any validation path; open): open_failed details.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenFailedDetails {
+    pub cause: OpenFailureCause,
+}
+///Daemon data (not on any validation path; open): why an open failed (content free).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenFailureCause {
+    ///The adapter link's error code.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub code: ::std::option::Option<::std::string::String>,
+    ///Message.
+    pub message: ::std::string::String,
+    ///Cause kind.
+    pub name: ::std::string::String,
 }
 ///Model selection. Forward tolerant.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -2463,6 +2790,12 @@ impl<'de> ::serde::Deserialize<'de> for OpenSessionSessionDir {
             })
     }
 }
+///Daemon data (not on any validation path; open): opened's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct OpenedEventData {
+    ///A new generation.
+    pub created: bool,
+}
 ///Pi Daemon envelope protocol v2: commands, responses, events and handshake data. Outer envelopes are forward tolerant; the tools policy and the descriptor are closed.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(untagged)]
@@ -2658,6 +2991,22 @@ impl ::std::convert::TryFrom<::std::string::String> for QuarantinedSessionState 
     ) -> ::std::result::Result<Self, self::error::ConversionError> {
         value.parse()
     }
+}
+///Daemon data (not on any validation path; open): the queue limits a v2 handshake recommends.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct QueueLimits {
+    ///Concurrent requests.
+    #[serde(rename = "maxConcurrentRequests")]
+    pub max_concurrent_requests: u64,
+    ///Queued requests.
+    #[serde(rename = "maxQueuedRequests")]
+    pub max_queued_requests: u64,
+}
+///Daemon data (not on any validation path; open): steer's and followUp's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct QueuedData {
+    ///Queued.
+    pub queued: bool,
 }
 ///A response: data when ok, error otherwise.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -3049,6 +3398,237 @@ impl<'de> ::serde::Deserialize<'de> for ResponseSuccessSessionId {
             })
     }
 }
+///Daemon data (not on any validation path; open): sessionClosed's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionClosedEventData {
+    ///The session is kept on disk.
+    pub retained: bool,
+}
+///Daemon data (not on any validation path; open): the host-adapter tools a session retains.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionHostAdapterTools {
+    ///Tool mode.
+    pub mode: SessionHostAdapterToolsMode,
+    ///The retained policy summary (identity, operations, limits; never the endpoint or handle).
+    pub policy: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+}
+///Tool mode.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum SessionHostAdapterToolsMode {
+    #[serde(rename = "host-adapter")]
+    HostAdapter,
+}
+impl ::std::fmt::Display for SessionHostAdapterToolsMode {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::HostAdapter => f.write_str("host-adapter"),
+        }
+    }
+}
+impl ::std::str::FromStr for SessionHostAdapterToolsMode {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "host-adapter" => Ok(Self::HostAdapter),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for SessionHostAdapterToolsMode {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for SessionHostAdapterToolsMode {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Daemon data (not on any validation path; open): the recovery condition of a quarantined session generation.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionRecovery {
+    ///Error code an open without a descriptor gets.
+    pub code: ::std::string::String,
+    ///Whether a retry may succeed.
+    pub retryable: bool,
+    ///Condition.
+    pub state: SessionRecoveryState,
+}
+///Condition.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum SessionRecoveryState {
+    #[serde(rename = "reprovision_required")]
+    ReprovisionRequired,
+}
+impl ::std::fmt::Display for SessionRecoveryState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::ReprovisionRequired => f.write_str("reprovision_required"),
+        }
+    }
+}
+impl ::std::str::FromStr for SessionRecoveryState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "reprovision_required" => Ok(Self::ReprovisionRequired),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for SessionRecoveryState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for SessionRecoveryState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Daemon data (not on any validation path; open): a session resource (the session of open, wake and status answers; SPEC 2.5).
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionResource {
+    ///A turn is running.
+    pub busy: bool,
+    ///Generation.
+    pub generation: u64,
+    ///The version the generation was opened with.
+    #[serde(rename = "protocolVersion")]
+    pub protocol_version: ::std::string::String,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub recovery: ::std::option::Option<SessionRecovery>,
+    ///The last event sequence.
+    pub sequence: u64,
+    ///Session id.
+    #[serde(rename = "sessionId")]
+    pub session_id: ::std::string::String,
+    ///Session state.
+    pub state: SessionResourceState,
+    ///The adapter link's queue telemetry (session status only).
+    #[serde(
+        rename = "toolQueue",
+        default,
+        skip_serializing_if = "::serde_json::Map::is_empty"
+    )]
+    pub tool_queue: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
+    pub tools: SessionTools,
+}
+///Session state.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum SessionResourceState {
+    #[serde(rename = "active")]
+    Active,
+    #[serde(rename = "dormant")]
+    Dormant,
+}
+impl ::std::fmt::Display for SessionResourceState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Active => f.write_str("active"),
+            Self::Dormant => f.write_str("dormant"),
+        }
+    }
+}
+impl ::std::str::FromStr for SessionResourceState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "active" => Ok(Self::Active),
+            "dormant" => Ok(Self::Dormant),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for SessionResourceState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for SessionResourceState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+///Daemon data (not on any validation path; open): a session status's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionStatusData {
+    pub session: SessionResource,
+}
+///Daemon data (not on any validation path; open): a session's tools: "none" or its host-adapter policy.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[serde(untagged)]
+pub enum SessionTools {
+    NoneResource(NoneResource),
+    SessionHostAdapterTools(SessionHostAdapterTools),
+}
+impl ::std::convert::From<NoneResource> for SessionTools {
+    fn from(value: NoneResource) -> Self {
+        Self::NoneResource(value)
+    }
+}
+impl ::std::convert::From<SessionHostAdapterTools> for SessionTools {
+    fn from(value: SessionHostAdapterTools) -> Self {
+        Self::SessionHostAdapterTools(value)
+    }
+}
 ///status command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct StatusCommand {
@@ -3183,6 +3763,58 @@ impl ::std::convert::TryFrom<::std::string::String> for SteerCommandOperation {
         value.parse()
     }
 }
+///Daemon data (not on any validation path; open): toolCallEnd's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct ToolCallEndEventData {
+    ///The error code (null when ok).
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub code: ::std::option::Option<::std::string::String>,
+    ///The call succeeded.
+    pub ok: bool,
+    ///Tool name.
+    pub tool: ::std::string::String,
+    ///Tool call id.
+    #[serde(rename = "toolCallId")]
+    pub tool_call_id: ::std::string::String,
+}
+///Daemon data (not on any validation path; open): one tool call of a turn result.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct ToolCallEntry {
+    ///The adapter's result data (ok).
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub data: ::std::option::Option<::serde_json::Value>,
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub error: ::std::option::Option<ErrorBody>,
+    ///The call succeeded.
+    pub ok: bool,
+    ///Tool name.
+    pub tool: ::std::string::String,
+    ///Tool call id.
+    #[serde(rename = "toolCallId")]
+    pub tool_call_id: ::std::string::String,
+}
+///Daemon data (not on any validation path; open): a tool call error's details.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug, Default)]
+pub struct ToolCallErrorDetails {
+    ///The call may have taken effect.
+    #[serde(skip_serializing_if = "::std::option::Option::is_none")]
+    pub indeterminate: ::std::option::Option<bool>,
+    ///When a retry may succeed.
+    #[serde(
+        rename = "retryAfterMs",
+        skip_serializing_if = "::std::option::Option::is_none"
+    )]
+    pub retry_after_ms: ::std::option::Option<u64>,
+}
+///Daemon data (not on any validation path; open): toolCallStart's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct ToolCallStartEventData {
+    ///Tool name.
+    pub tool: ::std::string::String,
+    ///Tool call id.
+    #[serde(rename = "toolCallId")]
+    pub tool_call_id: ::std::string::String,
+}
 ///"none", or (v2 only) a host adapter.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(untagged)]
@@ -3242,6 +3874,15 @@ impl ::std::convert::TryFrom<String> for True {
     fn try_from(value: String) -> ::std::result::Result<Self, Self::Error> {
         value.parse()
     }
+}
+///Daemon data (not on any validation path; open): a completed turn's result.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct TurnResult {
+    ///Assistant text.
+    pub text: ::std::string::String,
+    ///Tool calls in prompt order.
+    #[serde(rename = "toolCalls")]
+    pub tool_calls: ::std::vec::Vec<ToolCallEntry>,
 }
 ///wake command. Unknown envelope fields are ignored.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
@@ -3437,6 +4078,84 @@ impl<'de> ::serde::Deserialize<'de> for WakePayloadSource {
             .map_err(|e: self::error::ConversionError| {
                 <D::Error as ::serde::de::Error>::custom(e.to_string())
             })
+    }
+}
+///Daemon data (not on any validation path; open): a terminal wake's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct WakeResultData {
+    pub result: TurnResult,
+    ///The session (null when it was closed meanwhile).
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub session: ::std::option::Option<SessionResource>,
+}
+///Daemon data (not on any validation path; open): a wake that does not wait for its terminal result.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct WakeTicket {
+    ///Generation.
+    pub generation: u64,
+    ///Idempotency key.
+    #[serde(rename = "idempotencyKey")]
+    pub idempotency_key: ::std::string::String,
+    ///Session id.
+    #[serde(rename = "sessionId")]
+    pub session_id: ::std::string::String,
+    ///Ticket state.
+    pub state: WakeTicketState,
+}
+///Daemon data (not on any validation path; open): a non-waiting wake's data.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct WakeTicketData {
+    pub ticket: WakeTicket,
+}
+///Ticket state.
+#[derive(
+    ::serde::Deserialize,
+    ::serde::Serialize,
+    Clone,
+    Copy,
+    Debug,
+    Eq,
+    Hash,
+    Ord,
+    PartialEq,
+    PartialOrd
+)]
+pub enum WakeTicketState {
+    #[serde(rename = "accepted")]
+    Accepted,
+}
+impl ::std::fmt::Display for WakeTicketState {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        match *self {
+            Self::Accepted => f.write_str("accepted"),
+        }
+    }
+}
+impl ::std::str::FromStr for WakeTicketState {
+    type Err = self::error::ConversionError;
+    fn from_str(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        match value {
+            "accepted" => Ok(Self::Accepted),
+            _ => Err("invalid value".into()),
+        }
+    }
+}
+impl ::std::convert::TryFrom<&str> for WakeTicketState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: &str,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
+    }
+}
+impl ::std::convert::TryFrom<::std::string::String> for WakeTicketState {
+    type Error = self::error::ConversionError;
+    fn try_from(
+        value: ::std::string::String,
+    ) -> ::std::result::Result<Self, self::error::ConversionError> {
+        value.parse()
     }
 }
 /// Error types.

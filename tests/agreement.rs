@@ -166,3 +166,126 @@ fn the_branch_check_gives_the_whole_schema_verdict() {
     }
     assert!(compared > 5000 && valid > 200, "compared {compared}, of which valid {valid}");
 }
+
+/// The `$defs` of protocol-v2 that type what the reference daemon sends where the schema is
+/// open (a response's and an event's `data`, an error's `details`, the snapshot's and the
+/// handshake's extra members). They exist only for typify: no validating schema may refer to
+/// them, so adding or changing one can never change a verdict on any peer.
+const DAEMON_DATA_DEFS: &[&str] = &[
+    "SessionRecovery",
+    "SessionHostAdapterTools",
+    "SessionTools",
+    "SessionResource",
+    "OpenData",
+    "SessionStatusData",
+    "ToolCallEntry",
+    "TurnResult",
+    "WakeResultData",
+    "WakeTicket",
+    "WakeTicketData",
+    "QueuedData",
+    "ClosedData",
+    "AbortData",
+    "AttachedData",
+    "DetachedData",
+    "DrainData",
+    "EmptyEventData",
+    "OpenedEventData",
+    "SessionClosedEventData",
+    "ToolCallStartEventData",
+    "ToolCallEndEventData",
+    "AgentEndEventData",
+    "EventDroppedData",
+    "GenerationDetails",
+    "FieldDetails",
+    "OpenFailureCause",
+    "OpenFailedDetails",
+    "ToolCallErrorDetails",
+    "HostSessionCounts",
+    "DaemonHostRecovery",
+    "DaemonHostSnapshot",
+    "QueueLimits",
+    "DaemonCapabilities",
+    "DaemonLimits",
+    "DaemonHandshakeData",
+];
+
+/// Every `#/$defs/NAME` a schema value refers to, directly.
+fn refs_in(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get("$ref") {
+                if let Some(name) = r.strip_prefix("#/$defs/") {
+                    out.push(name.to_string());
+                }
+            }
+            m.values().for_each(|x| refs_in(x, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| refs_in(x, out)),
+        _ => {}
+    }
+}
+
+/// The protocol-v2 definitions a validation can reach: from the root's `oneOf` and from every
+/// entry point `contract::schema` compiles, following `$ref`s transitively.
+fn validated_defs(pv: &Value) -> std::collections::BTreeSet<String> {
+    // The protocol-v2 entry points of `contract::schema::Entry` (the branches it compiles are
+    // definitions these reach).
+    let entries = ["Command", "ResponseSuccess", "ResponseFailure", "Response", "Event", "HandshakeData"];
+    assert_eq!(Entry::ALL.len(), 2 + entries.len(), "an entry point was added: list it here");
+    let mut todo: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
+    refs_in(&pv["oneOf"], &mut todo);
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(name) = todo.pop() {
+        if seen.insert(name.clone()) {
+            let def = &pv["$defs"][&name];
+            assert!(!def.is_null(), "$defs/{name} is referred to but missing");
+            refs_in(def, &mut todo);
+        }
+    }
+    seen
+}
+
+/// Whether a schema value closes an object anywhere (`additionalProperties: false` or
+/// `unevaluatedProperties: false`), not following `$ref`s.
+fn closes_an_object(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            m.get("additionalProperties") == Some(&Value::Bool(false))
+                || m.get("unevaluatedProperties") == Some(&Value::Bool(false))
+                || m.values().any(closes_an_object)
+        }
+        Value::Array(a) => a.iter().any(closes_an_object),
+        _ => false,
+    }
+}
+
+#[test]
+fn the_daemon_data_definitions_are_open_and_on_no_validation_path() {
+    let pv: Value = serde_json::from_str(schema::PROTOCOL_V2_SCHEMA).unwrap();
+    let validated = validated_defs(&pv);
+    for name in DAEMON_DATA_DEFS {
+        let def = &pv["$defs"][name];
+        assert!(def.is_object(), "$defs/{name} missing");
+        assert!(!validated.contains(*name), "$defs/{name} is on a validation path");
+        assert!(!closes_an_object(def), "$defs/{name} closes an object: the data it types must stay open");
+        // Whatever it refers to is open too (or an existing, validated definition).
+        let mut inner = Vec::new();
+        refs_in(def, &mut inner);
+        for r in inner {
+            assert!(
+                validated.contains(&r) || DAEMON_DATA_DEFS.contains(&r.as_str()),
+                "$defs/{name} refers to $defs/{r}, which is neither validated nor daemon data"
+            );
+        }
+    }
+    // Every definition no validation reaches is a listed daemon data shape: an unreferenced
+    // definition is never added by accident.
+    let all: Vec<String> = pv["$defs"].as_object().unwrap().keys().cloned().collect();
+    for name in all.iter().filter(|n| !validated.contains(*n)) {
+        assert!(DAEMON_DATA_DEFS.contains(&name.as_str()), "$defs/{name} is on no validation path and not listed");
+    }
+    // And the validated ones are exactly those the schema had before them: the entry points
+    // reach none of the daemon data.
+    assert!(validated.iter().all(|n| !DAEMON_DATA_DEFS.contains(&n.as_str())));
+}
