@@ -13,13 +13,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 
 use super::faults::{DaemonFault, DaemonFaults};
 pub use super::record::DErr;
-use super::record::{self, event_line, EventOf, Limits, SessionCounts, Snapshot};
+use super::record::{self, data, event_line, EventOf, Snapshot};
 use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
-use crate::contract::types::protocol_v2::{OpenCommand, OpenPayload};
+use crate::contract::types::protocol_v2::{self as v2, OpenCommand, OpenPayload};
 use crate::contract::{CapabilityHandle, DaemonCode, Descriptor};
 
 /// Bounds of the daemon socket (SPEC §1.1).
@@ -59,7 +59,7 @@ pub(crate) struct Session<L> {
     pub(crate) link: Option<L>,
     pub(crate) handle: Option<crate::contract::CapabilityHandle>,
     pub(crate) state: SState,
-    pub(crate) recovery: Option<Value>,
+    pub(crate) recovery: Option<v2::SessionRecovery>,
     pub(crate) seq: u64,
     pub(crate) turn: Option<Arc<AtomicBool>>,
     /// Wake keys journaled (the record's high-water mark, carried across generations).
@@ -79,53 +79,39 @@ impl<L> Session<L> {
                 SState::Active => "active".into(),
                 SState::Dormant => "dormant".into(),
             },
-            recovery: self.recovery.clone(),
+            recovery: self.recovery.as_ref().map(data),
             wakes: self.wakes,
         }
     }
 
-    pub(crate) fn resource(&self) -> Value {
-        let r = SessionResource {
-            session_id: &self.id,
-            generation: self.generation,
-            protocol_version: &self.open_version,
-            state: match self.state {
-                SState::Active => "active",
-                SState::Dormant => "dormant",
-            },
+    /// The session's resource (the `session` of open, wake and status answers; SPEC §2.5).
+    pub(crate) fn resource(&self) -> v2::SessionResource {
+        v2::SessionResource {
             busy: self.turn.is_some(),
+            generation: self.generation,
+            protocol_version: self.open_version.clone(),
+            recovery: self.recovery.clone(),
             sequence: self.seq,
-            tools: match &self.policy {
-                Some(policy) => Tools::HostAdapter { mode: "host-adapter", policy },
-                None => Tools::None("none"),
+            session_id: self.id.clone(),
+            state: match self.state {
+                SState::Active => v2::SessionResourceState::Active,
+                SState::Dormant => v2::SessionResourceState::Dormant,
             },
-            recovery: self.recovery.as_ref(),
-        };
-        serde_json::to_value(r).unwrap_or(Value::Null)
+            tool_queue: Map::new(),
+            tools: match &self.policy {
+                Some(policy) => v2::SessionTools::SessionHostAdapterTools(v2::SessionHostAdapterTools {
+                    mode: v2::SessionHostAdapterToolsMode::HostAdapter,
+                    policy: object(policy),
+                }),
+                None => v2::SessionTools::NoneResource(v2::NoneResource::None),
+            },
+        }
     }
 }
 
-/// A session's resource (the `session` of open, wake and status answers; SPEC §2.5).
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SessionResource<'a> {
-    session_id: &'a str,
-    generation: u64,
-    protocol_version: &'a str,
-    state: &'static str,
-    busy: bool,
-    sequence: u64,
-    tools: Tools<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    recovery: Option<&'a Value>,
-}
-
-/// A session's tools: `"none"`, or the host-adapter policy summary it retains.
-#[derive(serde::Serialize)]
-#[serde(untagged)]
-enum Tools<'a> {
-    None(&'static str),
-    HostAdapter { mode: &'static str, policy: &'a Value },
+/// The members of an object value (`{}` for any other value; never one of ours).
+pub(crate) fn object(v: &Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap_or_default()
 }
 
 /// `secs` after the Unix epoch as RFC 3339 UTC (`2026-12-03T17:19:23Z`).
@@ -232,7 +218,8 @@ impl<L: LinkState + Clone> HostCore<L> {
                     link: None,
                     handle: None,
                     state: SState::Dormant,
-                    recovery: r.recovery.clone(),
+                    // A condition this daemon did not write is none it knows of.
+                    recovery: r.recovery.as_ref().and_then(|v| serde_json::from_value(v.clone()).ok()),
                     seq: 0,
                     turn: None,
                     wakes: r.wakes,
@@ -302,9 +289,9 @@ impl<L: LinkState + Clone> HostCore<L> {
         match self.sessions.get(sid) {
             Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid.to_string(), generation)),
             Some(x) if x.state == SState::Active && generation < x.generation => {
-                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open")
-                    .detail("currentGeneration", json!(x.generation))
-                    .detail("receivedGeneration", json!(generation)))
+                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open").with_details(
+                    &v2::GenerationDetails { current_generation: x.generation, received_generation: generation },
+                ))
             }
             _ => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation")),
         }
@@ -332,8 +319,14 @@ impl<L: LinkState + Clone> HostCore<L> {
         };
         let mut line = event_line(&of, event, request_id, data);
         if line.len() > MAX_EVENT_BYTES {
-            let error = DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes").body();
-            line = event_line(&of, "eventDropped", None, json!({"originalEvent": event, "error": error}));
+            let error =
+                record::error_body(&DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes"));
+            line = event_line(
+                &of,
+                "eventDropped",
+                None,
+                record::data(&v2::EventDroppedData { error, original_event: event.into() }),
+            );
         }
         let key = (sid.to_string(), generation);
         let mut to: Vec<u64> = self.attachments.iter().filter(|(_, a)| a.contains(&key)).map(|(c, _)| *c).collect();
@@ -369,8 +362,11 @@ impl<L: LinkState + Clone> HostCore<L> {
                 a.remove(&key);
             }
         }
-        let k = if on { "attached" } else { "detached" };
-        Ok(json!({k: true, "generation": generation, "sequence": seq}))
+        Ok(if on {
+            data(&v2::AttachedData { attached: true, generation, sequence: seq })
+        } else {
+            data(&v2::DetachedData { detached: true, generation, sequence: seq })
+        })
     }
 
     /// The host snapshot at `now` with `active_turns` running (handshake and host status;
@@ -391,21 +387,21 @@ impl<L: LinkState + Clone> HostCore<L> {
             failed_wakes: self.failed_wakes as u64,
             indeterminate_wakes: self.indeterminate as u64,
             quarantined: s.values().filter(|x| x.recovery.is_some()).map(|x| (x.id.as_str(), x.generation)).collect(),
-            sessions: SessionCounts { resident: count(SState::Active), dormant: count(SState::Dormant) },
+            sessions: v2::HostSessionCounts { resident: count(SState::Active), dormant: count(SState::Dormant) },
             counters: &self.counters,
         }
     }
 
     /// The handshake data (SPEC §2.4): v2 adds the host-adapter capabilities.
     pub fn handshake(&self, v2: bool, now: Instant, active_turns: usize) -> Value {
-        let limits = Limits {
-            max_connections: MAX_CONNECTIONS,
-            max_in_flight_requests_per_connection: MAX_IN_FLIGHT,
-            max_line_bytes: MAX_LINE_BYTES,
-            max_event_bytes: MAX_EVENT_BYTES,
-            max_response_bytes: MAX_RESPONSE_BYTES,
-            max_outbound_bytes_per_connection: MAX_OUTBOUND_BYTES,
-            multiplexer: "requestId",
+        let limits = v2::DaemonLimits {
+            max_connections: MAX_CONNECTIONS as u64,
+            max_in_flight_requests_per_connection: MAX_IN_FLIGHT as u64,
+            max_line_bytes: MAX_LINE_BYTES as u64,
+            max_event_bytes: MAX_EVENT_BYTES as u64,
+            max_response_bytes: MAX_RESPONSE_BYTES as u64,
+            max_outbound_bytes_per_connection: MAX_OUTBOUND_BYTES as u64,
+            multiplexer: "requestId".into(),
         };
         let both_names = !self.faults.has(DaemonFault::SupportedVersions033);
         record::handshake(v2, limits, &self.snapshot_of(now, active_turns), both_names)
@@ -416,11 +412,11 @@ impl<L: LinkState + Clone> HostCore<L> {
         let Some(sid) = session else { return Ok(self.snapshot(now, active_turns)) };
         match self.sessions.get(sid).filter(|x| x.state == SState::Active) {
             Some(x) => {
-                let mut r = x.resource();
+                let mut session = x.resource();
                 if let Some(l) = &x.link {
-                    r["toolQueue"] = l.telemetry();
+                    session.tool_queue = object(&l.telemetry());
                 }
-                Ok(json!({"session": r}))
+                Ok(data(&v2::SessionStatusData { session }))
             }
             None => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session")),
         }
@@ -448,8 +444,10 @@ impl<L: LinkState + Clone> HostCore<L> {
         if let Some(x) = self.sessions.get_mut(&sid) {
             if generation < x.generation {
                 return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
-                    .detail("currentGeneration", json!(x.generation))
-                    .detail("receivedGeneration", json!(generation)));
+                    .with_details(&v2::GenerationDetails {
+                        current_generation: x.generation,
+                        received_generation: generation,
+                    }));
             }
             if generation == x.generation {
                 match (&x.policy, &summary) {
@@ -476,14 +474,14 @@ impl<L: LinkState + Clone> HostCore<L> {
                 let linked = x.link.as_ref().is_some_and(|l| !l.is_failed());
                 let rebind = self.faults.has(DaemonFault::ReopenRebinds) && x.policy.is_some() && summary.is_some();
                 if x.state == SState::Active && (x.policy.is_none() || linked) && !rebind {
-                    return Ok(OpenPlan::Done(json!({"created": false, "session": x.resource()})));
+                    return Ok(OpenPlan::Done(data(&v2::OpenData { created: false, session: Some(x.resource()) })));
                 }
                 if x.policy.is_none() {
                     x.state = SState::Active;
                     x.open_version = version.to_string();
                     return Ok(OpenPlan::Reactivated {
                         record: durable_record(x),
-                        answer: json!({"created": false, "session": x.resource()}),
+                        answer: data(&v2::OpenData { created: false, session: Some(x.resource()) }),
                     });
                 }
                 return Ok(OpenPlan::Bind { old_link: None, rebind_existing: true, record: None });
@@ -594,7 +592,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             .and_then(|x| x.turn.as_ref())
             .map(|a| a.swap(true, std::sync::atomic::Ordering::Relaxed))
             .is_some();
-        Ok(json!({"aborted": aborted}))
+        Ok(data(&v2::AbortData { aborted }))
     }
 
     /// Start a turn in a session: its abort flag, or `session_busy` / `session_not_found`.
@@ -626,7 +624,7 @@ impl<L: LinkState + Clone> HostCore<L> {
     }
 
     /// A session's resource, when it exists.
-    pub fn resource(&self, sid: &str) -> Option<Value> {
+    pub fn resource(&self, sid: &str) -> Option<v2::SessionResource> {
         self.sessions.get(sid).map(Session::resource)
     }
 }
@@ -644,10 +642,13 @@ pub fn check_absolute_paths(p: &OpenPayload, major: u8) -> Result<(), DErr> {
         ("payload.session.sessionDir", session_dir),
     ] {
         if v.is_some_and(|s| !s.starts_with('/')) {
-            return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session").detail(
-                "cause",
-                json!({"name": "InvalidPath", "message": format!("{field} must be an absolute path")}),
-            ));
+            let cause = v2::OpenFailureCause {
+                code: None,
+                message: format!("{field} must be an absolute path"),
+                name: "InvalidPath".into(),
+            };
+            return Err(DErr::of(DaemonCode::OpenFailed, "failed to open logical session")
+                .with_details(&v2::OpenFailedDetails { cause }));
         }
     }
     Ok(())
@@ -656,6 +657,8 @@ pub fn check_absolute_paths(p: &OpenPayload, major: u8) -> Result<(), DErr> {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use serde_json::json;
 
     use super::*;
     use crate::contract::{parse_command, HostContext};
@@ -897,7 +900,7 @@ mod tests {
         let flag = core.begin_turn("s").unwrap();
         let e = core.begin_turn("s").unwrap_err();
         assert_eq!((e.code.as_str(), e.retryable), ("session_busy", true));
-        assert_eq!(core.resource("s").unwrap()["busy"], true);
+        assert!(core.resource("s").unwrap().busy);
         assert_eq!(core.abort("s", 1).unwrap(), json!({"aborted": true}));
         assert!(flag.load(std::sync::atomic::Ordering::Relaxed));
         assert_eq!(core.abort_all_turns(), 1);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use super::core::{check_absolute_paths, CloseWrite, HostCore, LinkState, OpenPlan};
@@ -18,6 +18,7 @@ pub use super::core::{
 use super::faults::{DaemonFault, DaemonFaults};
 use super::journal::{self, WakeFingerprint, WakeStep};
 use super::link::{AdapterLink, PendingCall};
+use super::record::data;
 use super::store::{Pending, Store, StoreError, WakeRecord};
 use super::turn::{call_error, Turn};
 use crate::contract::command::Command;
@@ -108,7 +109,7 @@ impl ConnActivity {
     }
 }
 
-type WakeOutcome = Option<Result<Value, DErr>>;
+type WakeOutcome = Option<Result<protocol_v2::TurnResult, DErr>>;
 
 /// The host.
 pub struct Host {
@@ -371,10 +372,13 @@ impl Host {
                     if self.faults.has(DaemonFault::GenericOpenFailedCause) {
                         return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed"));
                     }
-                    return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed").detail(
-                        "cause",
-                        json!({"name": "AdapterError", "message": "the tool adapter binding failed", "code": e.code}),
-                    ));
+                    let cause = protocol_v2::OpenFailureCause {
+                        code: Some(e.code.to_string()),
+                        message: "the tool adapter binding failed".into(),
+                        name: "AdapterError".into(),
+                    };
+                    return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed")
+                        .with_details(&protocol_v2::OpenFailedDetails { cause }));
                 }
             }
         }
@@ -388,10 +392,16 @@ impl Host {
             return Err(DErr::of(DaemonCode::InternalError, "cannot persist the session"));
         }
         if rebind_existing {
-            return Ok(json!({"created": false, "session": self.core().resource(&sid)}));
+            return Ok(data(&protocol_v2::OpenData { created: false, session: self.core().resource(&sid) }));
         }
-        self.emit(&sid, generation, "opened", Some(&open.request_id), json!({"created": true}));
-        Ok(json!({"created": true, "session": self.core().resource(&sid)}))
+        self.emit(
+            &sid,
+            generation,
+            "opened",
+            Some(&open.request_id),
+            data(&protocol_v2::OpenedEventData { created: true }),
+        );
+        Ok(data(&protocol_v2::OpenData { created: true, session: self.core().resource(&sid) }))
     }
 
     /// One more wake key journaled for `sid`: raise its record's high-water mark.
@@ -486,9 +496,9 @@ impl Host {
         self.wake_reply(&sid, outcome)
     }
 
-    fn wake_reply(&self, sid: &str, outcome: Result<Value, DErr>) -> Result<Value, DErr> {
-        let r = outcome?;
-        Ok(json!({"result": r, "session": self.core().resource(sid)}))
+    fn wake_reply(&self, sid: &str, outcome: Result<protocol_v2::TurnResult, DErr>) -> Result<Value, DErr> {
+        let result = outcome?;
+        Ok(data(&protocol_v2::WakeResultData { result, session: self.core().resource(sid) }))
     }
 
     fn end_turn(&self, sid: &str) {
@@ -506,7 +516,7 @@ impl Host {
         prompt: &str,
         request_id: &str,
         abort: &AtomicBool,
-    ) -> Result<Value, DErr> {
+    ) -> Result<protocol_v2::TurnResult, DErr> {
         let link = self.core().link(sid);
         let mut turn = Turn::new(prompt, generation, wake_key, link.is_some(), self.faults);
         self.deliver_turn_events(&mut turn, sid, generation, request_id);
@@ -545,7 +555,7 @@ impl Host {
 
     fn queue_message(&self, sid: &str, generation: &EnvGeneration) -> Result<Value, DErr> {
         self.live(sid, self::generation(generation))?;
-        Ok(json!({"queued": true}))
+        Ok(data(&protocol_v2::QueuedData { queued: true }))
     }
 
     fn status(&self, session: Option<&str>) -> Result<Value, DErr> {
@@ -559,7 +569,13 @@ impl Host {
 
     async fn close(&self, sid: &str, generation: u64, retain: bool, request_id: &str) -> Result<Value, DErr> {
         let (sid, generation) = self.live(sid, generation)?;
-        self.emit(&sid, generation, "sessionClosed", Some(request_id), json!({"retained": retain}));
+        self.emit(
+            &sid,
+            generation,
+            "sessionClosed",
+            Some(request_id),
+            data(&protocol_v2::SessionClosedEventData { retained: retain }),
+        );
         let (link, pending) = {
             let mut core = self.core();
             let (link, write) = core.close(&sid, retain);
@@ -580,7 +596,7 @@ impl Host {
         if let Err(e) = durable(pending).await {
             tracing::warn!(session = %sid, error = %e, "cannot record the close");
         }
-        Ok(json!({"closed": true}))
+        Ok(data(&protocol_v2::ClosedData { closed: true }))
     }
 
     async fn drain(&self, timeout_ms: Option<i64>) -> Result<Value, DErr> {
@@ -590,7 +606,12 @@ impl Host {
         let idle = tokio::time::timeout(Duration::from_millis(timeout), turns.wait_for(|n| *n == 0)).await;
         let timed_out = !matches!(idle, Ok(Ok(_)));
         let aborted = if timed_out { self.core().abort_all_turns() } else { 0 };
-        Ok(json!({"draining": true, "timeoutMs": timeout, "timedOut": timed_out, "abortedTurns": aborted}))
+        Ok(data(&protocol_v2::DrainData {
+            aborted_turns: aborted as u64,
+            draining: true,
+            timed_out,
+            timeout_ms: timeout,
+        }))
     }
 
     /// Revoke every binding (shutdown).
@@ -624,7 +645,7 @@ fn check_session_dir(p: &OpenPayload) -> Result<(), DErr> {
             Code::InvalidField,
             "sessionDir must be an owner-controlled directory inside <agentDir>/sessions",
         )
-        .detail("field", json!("payload.session.sessionDir"))
+        .with_details(&protocol_v2::FieldDetails { field: "payload.session.sessionDir".into() })
     };
     let agent = p.agent_dir.as_deref().ok_or_else(bad)?;
     let base = format!("{}/sessions/", agent.trim_end_matches('/'));

@@ -6,23 +6,25 @@
 //! `daemon::store` reads and writes the records and `daemon::host` waits for them to be
 //! durable; this module only decides. It does no I/O, reads no clock and draws no randomness.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::core::DErr;
+use super::record::data;
 use super::store::WakeRecord;
 use crate::contract::fingerprint::fingerprint_hex;
+use crate::contract::types::protocol_v2 as v2;
 use crate::contract::{AdapterCode, DaemonCode};
 
 /// What a wake under a key becomes (see [`admit_wake`]).
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum WakeStep {
     /// The key was used with another payload: `idempotency_conflict`.
     Conflict(DErr),
     /// The key's turn is running: wait for it (or answer a ticket).
     Join,
     /// The key's turn is settled: its journaled outcome, never run again.
-    Replay(Result<Value, DErr>),
+    Replay(Result<v2::TurnResult, DErr>),
     /// A new key: start a turn, journaling it first.
     Start,
 }
@@ -45,26 +47,34 @@ pub fn admit_wake(fp: &WakeFingerprint, record: Option<&WakeRecord>, running: bo
 }
 
 /// The outcome a record replays: the result of a completed wake, the error body of a failed
-/// one, and `request_indeterminate` for any other state (its outcome is unknown).
-fn settled(r: &WakeRecord) -> Result<Value, DErr> {
+/// one, and `request_indeterminate` for any other state (its outcome is unknown). The stored
+/// result and error body are decoded into the generated `TurnResult` and `ErrorBody`; one that
+/// does not decode is replayed as `internal_error` (never passed on unread).
+fn settled(r: &WakeRecord) -> Result<v2::TurnResult, DErr> {
     match r.state.as_str() {
-        "completed" => Ok(r.result.clone().unwrap_or(Value::Null)),
-        "failed" => Err(error_of(r.error.as_ref())),
+        "completed" => decode(r.result.as_ref()).ok_or_else(|| unreadable("result")),
+        "failed" => Err(decode::<v2::ErrorBody>(r.error.as_ref()).map_or_else(|| unreadable("error"), error_of)),
         _ => Err(DErr::of(DaemonCode::RequestIndeterminate, "this wake's outcome is unknown; it is never replayed")),
     }
 }
 
-/// A journaled error body back as an error (`internal_error` when the body is unreadable).
-fn error_of(v: Option<&Value>) -> DErr {
-    let v = v.cloned().unwrap_or(Value::Null);
-    let mut e = DErr::new(
-        v["code"].as_str().unwrap_or(DaemonCode::InternalError.as_str()),
-        v["message"].as_str().unwrap_or("failed"),
-    );
-    e.retryable = v["retryable"].as_bool().unwrap_or(false);
-    if let Some(d) = v["details"].as_object() {
-        e.details = d.clone();
-    }
+/// A journaled value as the generated type it was written from.
+fn decode<T: serde::de::DeserializeOwned>(v: Option<&Value>) -> Option<T> {
+    v.and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+/// A journaled outcome that does not decode: `internal_error`, not retryable.
+fn unreadable(what: &str) -> DErr {
+    let mut e = DErr::of(DaemonCode::InternalError, &format!("the journaled {what} of this wake is unreadable"));
+    e.retryable = false;
+    e
+}
+
+/// A journaled error body back as an error.
+fn error_of(b: v2::ErrorBody) -> DErr {
+    let mut e = DErr::new(&b.code, &b.message);
+    e.retryable = b.retryable;
+    e.details = b.details;
     e
 }
 
@@ -87,11 +97,11 @@ pub fn accept(r: &mut WakeRecord) {
 }
 
 /// The turn ended: `completed` with its result, or `failed` with its error body.
-pub fn settle(r: &mut WakeRecord, outcome: &Result<Value, DErr>) {
+pub fn settle(r: &mut WakeRecord, outcome: &Result<v2::TurnResult, DErr>) {
     match outcome {
         Ok(v) => {
             r.state = "completed".into();
-            r.result = Some(v.clone());
+            r.result = Some(data(v));
         }
         Err(e) => {
             r.state = "failed".into();
@@ -102,7 +112,14 @@ pub fn settle(r: &mut WakeRecord, outcome: &Result<Value, DErr>) {
 
 /// The answer to a wake that does not wait for its terminal result.
 pub fn ticket(session_id: &str, generation: u64, key: &str) -> Value {
-    json!({"ticket": {"sessionId": session_id, "generation": generation, "idempotencyKey": key, "state": "accepted"}})
+    data(&v2::WakeTicketData {
+        ticket: v2::WakeTicket {
+            generation,
+            idempotency_key: key.into(),
+            session_id: session_id.into(),
+            state: v2::WakeTicketState::Accepted,
+        },
+    })
 }
 
 /// The fingerprint of a wake's payload, as a journal record stores it and compares it.
@@ -122,7 +139,7 @@ pub struct WakeFingerprint {
 impl WakeFingerprint {
     /// The fingerprint of a wake with `prompt` and, when given, `source`.
     pub fn of(prompt: &str, source: Option<&str>) -> Self {
-        let value = serde_json::json!({"prompt": prompt, "source": source});
+        let value = serde_json::to_value(FingerprintInput { prompt, source }).unwrap_or(Value::Null);
         WakeFingerprint { current: fingerprint_hex(&value), legacy: legacy_hex(prompt, source) }
     }
 
@@ -135,6 +152,13 @@ impl WakeFingerprint {
     pub fn matches(&self, stored: &str) -> bool {
         stored == self.current || stored == self.legacy
     }
+}
+
+/// What a wake's fingerprint covers: `{prompt, source}` (`source` is `null` when absent).
+#[derive(serde::Serialize)]
+struct FingerprintInput<'a> {
+    prompt: &'a str,
+    source: Option<&'a str>,
 }
 
 /// The legacy form of a wake fingerprint (daemons before the switch to
@@ -154,6 +178,8 @@ fn legacy_hex(prompt: &str, source: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -161,9 +187,9 @@ mod tests {
         let fp = WakeFingerprint::of("p", None);
         let mut r = queued("s", 2, "k", &fp);
         assert_eq!((r.state.as_str(), r.fingerprint.as_str()), ("queued", fp.hex()));
-        assert_eq!(admit_wake(&fp, None, false), WakeStep::Start);
-        assert_eq!(admit_wake(&fp, None, true), WakeStep::Join);
-        assert_eq!(admit_wake(&fp, Some(&r), true), WakeStep::Join);
+        assert!(matches!(admit_wake(&fp, None, false), WakeStep::Start));
+        assert!(matches!(admit_wake(&fp, None, true), WakeStep::Join));
+        assert!(matches!(admit_wake(&fp, Some(&r), true), WakeStep::Join));
         let other = WakeFingerprint::of("q", None);
         for running in [false, true] {
             let WakeStep::Conflict(e) = admit_wake(&other, Some(&r), running) else { panic!("conflict") };
@@ -174,17 +200,25 @@ mod tests {
         assert_eq!(e.code, "request_indeterminate");
         accept(&mut r);
         assert_eq!(r.state, "accepted");
-        settle(&mut r, &Ok(json!({"text": "t"})));
-        assert_eq!((r.state.as_str(), r.result.clone()), ("completed", Some(json!({"text": "t"}))));
-        assert_eq!(admit_wake(&fp, Some(&r), false), WakeStep::Replay(Ok(json!({"text": "t"}))));
+        let result = v2::TurnResult { text: "t".into(), tool_calls: vec![] };
+        settle(&mut r, &Ok(result));
+        assert_eq!((r.state.as_str(), r.result.clone()), ("completed", Some(json!({"text": "t", "toolCalls": []}))));
+        let WakeStep::Replay(Ok(replayed)) = admit_wake(&fp, Some(&r), false) else { panic!("replay") };
+        assert_eq!(data(&replayed), json!({"text": "t", "toolCalls": []}));
+        // A stored result that is not a turn result is never passed on unread.
+        r.result = Some(json!({"text": 1}));
+        let WakeStep::Replay(Err(e)) = admit_wake(&fp, Some(&r), false) else { panic!("replay") };
+        assert_eq!((e.code.as_str(), e.retryable), ("internal_error", false));
         let mut f = queued("s", 2, "k2", &fp);
-        let err = DErr::of(DaemonCode::Aborted, "the turn was aborted").detail("why", json!(1));
+        let err = DErr::of(DaemonCode::Aborted, "the turn was aborted")
+            .with_details(&v2::FieldDetails { field: "why".into() });
         settle(&mut f, &Err(err.clone()));
         assert_eq!(f.state, "failed");
-        assert_eq!(admit_wake(&fp, Some(&f), false), WakeStep::Replay(Err(err)), "the same error body comes back");
+        let WakeStep::Replay(Err(back)) = admit_wake(&fp, Some(&f), false) else { panic!("replay") };
+        assert_eq!(back, err, "the same error body comes back");
         f.error = Some(json!("garbled"));
         let WakeStep::Replay(Err(e)) = admit_wake(&fp, Some(&f), false) else { panic!("replay") };
-        assert_eq!((e.code.as_str(), e.message.as_str()), ("internal_error", "failed"));
+        assert_eq!((e.code.as_str(), e.retryable), ("internal_error", false));
         assert_eq!(
             ticket("s", 2, "k"),
             json!({"ticket": {"sessionId": "s", "generation": 2, "idempotencyKey": "k", "state": "accepted"}})

@@ -1,15 +1,17 @@
 //! The records the reference daemon writes, built from the generated types of
 //! `protocol-v2.schema.json` (SPEC §2.2–§2.4): responses (`ResponseSuccess`,
 //! `ResponseFailure`), error bodies (`ErrorBody`), events (`Event`), handshake data
-//! (`HandshakeData`) and the host snapshot (`HostSnapshot`, `HostRecovery`,
+//! (`DaemonHandshakeData`) and the host snapshot (`DaemonHostSnapshot`, `DaemonHostRecovery`,
 //! `QuarantinedSession`).
 //!
-//! The schemas are forward tolerant and the generated structs keep only the members they name,
-//! so the members this daemon sends beyond them — the snapshot's `sessions` and `counters`,
-//! the recovery's `failedWakes` and `indeterminateWakes`, and the two members a generated type
-//! would leave out when empty (`failureCodes: {}`, which Pi Daemon 0.3.3 sends, and an event's
-//! `data: {}`) — are added by small wrappers that flatten the generated struct ([`Open`]).
-//! Pure functions: no I/O, no clock.
+//! The schema leaves a response's and an event's `data` and an error's `details` open, so the
+//! shapes this daemon sends there are `$defs` of their own that no validating schema refers
+//! to (`OpenData`, `WakeResultData`, `SessionResource`, `TurnResult`, the event data, the
+//! details, `DaemonHostSnapshot`, …; `tests/agreement.rs` proves they are on no validation
+//! path and open): every `data` is one of them serialized ([`data`]), every `details` too
+//! ([`DErr::with_details`]). An event's `data` is always written, also when empty (the
+//! generated `Event` leaves an empty one out), by [`Open`], which flattens a generated record
+//! with the members added to it. Pure functions: no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
@@ -50,15 +52,20 @@ impl DErr {
     pub fn contract(code: Code, message: &str) -> Self {
         Self::new(code.as_str(), message)
     }
-    /// Add one detail.
-    pub fn detail(mut self, k: &str, v: Value) -> Self {
-        self.details.insert(k.into(), v);
+    /// Add the members of typed details (one of the generated `*Details` types).
+    pub fn with_details<T: Serialize>(mut self, details: &T) -> Self {
+        self.details.extend(to_map(details));
         self
     }
     /// The body: the generated `ErrorBody`, as a value (journal records keep it so).
     pub fn body(&self) -> Value {
         serde_json::to_value(error_body(self)).unwrap_or(Value::Null)
     }
+}
+
+/// The `data` of an answer or an event: a generated data type serialized into its object.
+pub fn data<T: Serialize>(t: &T) -> Value {
+    Value::Object(to_map(t))
 }
 
 /// A generated record and the members the schema leaves open that this daemon adds to it.
@@ -184,26 +191,6 @@ pub fn event_line(of: &EventOf<'_>, event: &str, request_id: Option<&str>, data:
     line(&Open { base, extra: EventData { data } })
 }
 
-/// What the snapshot says about recovery beyond the generated `HostRecovery`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RecoveryExtra {
-    /// Always written, `{}` when none (as Pi Daemon 0.3.3; the generated map leaves an empty
-    /// one out).
-    failure_codes: BTreeMap<String, u64>,
-    failed_wakes: u64,
-    indeterminate_wakes: u64,
-}
-
-/// The sessions the host holds.
-#[derive(Serialize)]
-pub struct SessionCounts {
-    /// Active sessions.
-    pub resident: u64,
-    /// Dormant ones.
-    pub dormant: u64,
-}
-
 /// The inputs of a host snapshot (SPEC §2.4).
 pub struct Snapshot<'a> {
     /// This host's id.
@@ -223,7 +210,7 @@ pub struct Snapshot<'a> {
     /// The quarantined generations (session id, generation).
     pub quarantined: Vec<(&'a str, u64)>,
     /// Active and dormant sessions.
-    pub sessions: SessionCounts,
+    pub sessions: v2::HostSessionCounts,
     /// The host's counters.
     pub counters: &'a BTreeMap<&'static str, u64>,
 }
@@ -233,8 +220,10 @@ fn int(n: u64) -> i64 {
 }
 
 impl Snapshot<'_> {
-    /// The generated `HostSnapshot` of it (what the schema names).
-    pub fn typed(&self) -> v2::HostSnapshot {
+    /// The snapshot as sent: the generated `DaemonHostSnapshot` (the schema's `HostSnapshot`,
+    /// its `recovery` with `failedWakes`, `indeterminateWakes` and an always-present
+    /// `failureCodes`, and the host's `sessions` and `counters`).
+    pub fn typed(&self) -> v2::DaemonHostSnapshot {
         let quarantined_sessions = self
             .quarantined
             .iter()
@@ -247,52 +236,40 @@ impl Snapshot<'_> {
             })
             .collect();
         let degraded = self.indeterminate_wakes > 0;
-        v2::HostSnapshot {
-            active_turns: Some(int(self.active_turns)),
-            draining: Some(self.draining),
-            durable: Some(true),
-            host_instance_id: typed(self.host_id, "host"),
-            queued_turns: Some(0),
+        // `failureCodes`: an error code to a count (`request_indeterminate`, when any).
+        let mut failure_codes = BTreeMap::new();
+        if degraded {
+            failure_codes.insert(DaemonCode::RequestIndeterminate.as_str().to_string(), self.indeterminate_wakes);
+        }
+        v2::DaemonHostSnapshot {
+            active_turns: self.active_turns,
+            counters: self.counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            draining: self.draining,
+            durable: true,
+            host_instance_id: self.host_id.to_string(),
+            queued_turns: 0,
             // Ready only when recovery settled with no indeterminate work.
             ready: !degraded,
-            recovery: v2::HostRecovery {
-                failure_codes: self.failure_codes().into_iter().collect(),
-                phase: if degraded { v2::HostRecoveryPhase::Degraded } else { v2::HostRecoveryPhase::Ready },
+            recovery: v2::DaemonHostRecovery {
+                failed_wakes: self.failed_wakes,
+                failure_codes,
+                indeterminate_wakes: self.indeterminate_wakes,
+                phase: if degraded {
+                    v2::DaemonHostRecoveryPhase::Degraded
+                } else {
+                    v2::DaemonHostRecoveryPhase::Ready
+                },
                 quarantined_sessions,
             },
-            started_at: Some(self.started_at.to_string()),
-            uptime_ms: Some(int(self.uptime_ms)),
+            sessions: self.sessions.clone(),
+            started_at: self.started_at.to_string(),
+            uptime_ms: self.uptime_ms,
         }
     }
 
-    /// `failureCodes`: an error code to a count (`request_indeterminate`, when any).
-    fn failure_codes(&self) -> BTreeMap<String, u64> {
-        let mut m = BTreeMap::new();
-        if self.indeterminate_wakes > 0 {
-            m.insert(DaemonCode::RequestIndeterminate.as_str().to_string(), self.indeterminate_wakes);
-        }
-        m
-    }
-
-    /// The snapshot as sent: the generated `HostSnapshot` serialized, its `recovery` extended
-    /// with `failedWakes`, `indeterminateWakes` and an always-present `failureCodes`, and the
-    /// host's `sessions` and `counters` added (members the schema leaves open).
+    /// The snapshot as sent, as a value (host status's `data`).
     pub fn to_value(&self) -> Value {
-        let typed = self.typed();
-        let recovery = Open {
-            // The extension writes failureCodes, also when empty.
-            base: v2::HostRecovery { failure_codes: Default::default(), ..typed.recovery.clone() },
-            extra: RecoveryExtra {
-                failure_codes: self.failure_codes(),
-                failed_wakes: self.failed_wakes,
-                indeterminate_wakes: self.indeterminate_wakes,
-            },
-        };
-        let mut v = to_map(&typed);
-        v.insert("recovery".into(), Value::Object(to_map(&recovery)));
-        v.insert("sessions".into(), Value::Object(to_map(&self.sessions)));
-        v.insert("counters".into(), Value::Object(to_map(self.counters)));
-        Value::Object(v)
+        data(&self.typed())
     }
 }
 
@@ -304,85 +281,38 @@ fn to_map<T: Serialize + ?Sized>(t: &T) -> Map<String, Value> {
     }
 }
 
-/// The queue limits a v2 handshake recommends for a descriptor.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct QueueLimits {
-    max_concurrent_requests: u64,
-    max_queued_requests: u64,
-}
-
-/// Handshake `capabilities` (SPEC §2.4); the v2 members only for a 2.x request.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Capabilities {
-    operations: &'static [&'static str],
-    transport: &'static str,
-    durable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host_tool_adapter: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host_tool_adapter_queue_telemetry: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host_tool_adapter_recommended_queue_limits: Option<QueueLimits>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host_tool_operation_count: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    configured_open: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session_dir: Option<bool>,
-}
-
-/// Handshake `limits` (SPEC §1.1, §2.4).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Limits {
-    /// Connections.
-    pub max_connections: usize,
-    /// In-flight requests per connection.
-    pub max_in_flight_requests_per_connection: usize,
-    /// Largest command line.
-    pub max_line_bytes: usize,
-    /// Largest event record.
-    pub max_event_bytes: usize,
-    /// Largest response record.
-    pub max_response_bytes: usize,
-    /// Queued outbound bytes per connection.
-    pub max_outbound_bytes_per_connection: usize,
-    /// How responses are matched to requests.
-    pub multiplexer: &'static str,
-}
-
-/// The handshake data (SPEC §2.4): the generated `HandshakeData` serialized, with the host
-/// snapshot as [`Snapshot::to_value`] sends it. `v2_request` adds the host-adapter capabilities;
+/// The handshake data (SPEC §2.4): the generated `DaemonHandshakeData` with the host snapshot
+/// as [`Snapshot::typed`] gives it. `v2_request` adds the host-adapter capabilities;
 /// `protocol_text_versions` sends `supportedVersions` beside Pi Daemon 0.3.3's
 /// `supportedProtocolVersions`.
-pub fn handshake(v2_request: bool, limits: Limits, host: &Snapshot<'_>, protocol_text_versions: bool) -> Value {
-    let versions = || SUPPORTED_VERSIONS.iter().map(|v| typed::<v2::AnyVersion>(v, "1.0")).collect::<Vec<_>>();
-    let capabilities = Capabilities {
-        operations: &OPERATIONS,
-        transport: "unix-ndjson",
+pub fn handshake(
+    v2_request: bool,
+    limits: v2::DaemonLimits,
+    host: &Snapshot<'_>,
+    protocol_text_versions: bool,
+) -> Value {
+    let versions = || SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+    let capabilities = v2::DaemonCapabilities {
+        configured_open: v2_request.then_some(true),
         durable: true,
         host_tool_adapter: v2_request.then_some(true),
         host_tool_adapter_queue_telemetry: v2_request.then_some(true),
         host_tool_adapter_recommended_queue_limits: v2_request
-            .then_some(QueueLimits { max_concurrent_requests: 4, max_queued_requests: 16 }),
-        host_tool_operation_count: v2_request.then_some(crate::contract::operation::OPERATIONS.len()),
-        configured_open: v2_request.then_some(true),
+            .then_some(v2::QueueLimits { max_concurrent_requests: 4, max_queued_requests: 16 }),
+        host_tool_operation_count: v2_request.then_some(crate::contract::operation::OPERATIONS.len() as u64),
+        operations: OPERATIONS.iter().map(|o| o.to_string()).collect(),
         session_dir: v2_request.then_some(true),
+        transport: "unix-ndjson".into(),
     };
-    let data = v2::HandshakeData {
-        capabilities: to_map(&capabilities),
+    data(&v2::DaemonHandshakeData {
+        capabilities,
         host: host.typed(),
-        limits: to_map(&limits),
+        limits,
         // The handshake response's own data always says 1.0 (SPEC §2.4).
-        protocol_version: Some(typed("1.0", "1.0")),
+        protocol_version: "1.0".into(),
         supported_protocol_versions: versions(),
         supported_versions: if protocol_text_versions { versions() } else { Vec::new() },
-    };
-    let mut v = to_map(&data);
-    v.insert("host".into(), host.to_value());
-    Value::Object(v)
+    })
 }
 
 #[cfg(test)]
@@ -407,13 +337,14 @@ mod tests {
             json!({"data": {"x": 1}, "hostInstanceId": "host-a", "kind": "response", "ok": true,
                 "protocolVersion": "2.7", "requestId": "r1", "sessionId": "s"})
         );
-        let e = DErr::of(DaemonCode::StaleGeneration, "newer").detail("currentGeneration", json!(3));
+        let e = DErr::of(DaemonCode::StaleGeneration, "newer")
+            .with_details(&v2::GenerationDetails { current_generation: 3, received_generation: 1 });
         let bad = parse(&response_line("1.0", "r2", "host-a", None, Err(e)));
         validate_response(&bad).unwrap();
         assert!(serde_json::from_value::<v2::ResponseFailure>(bad.clone()).is_ok());
         assert_eq!(
             bad["error"],
-            json!({"code": "stale_generation", "details": {"currentGeneration": 3}, "message": "newer", "retryable": false})
+            json!({"code": "stale_generation", "details": {"currentGeneration": 3, "receivedGeneration": 1}, "message": "newer", "retryable": false})
         );
         assert!(bad.get("sessionId").is_none() && bad.get("data").is_none());
         // Data that is not an object never goes out as a success.
@@ -451,7 +382,7 @@ mod tests {
             failed_wakes: 2,
             indeterminate_wakes: indeterminate,
             quarantined: vec![("q", 3)],
-            sessions: SessionCounts { resident: 1, dormant: 2 },
+            sessions: v2::HostSessionCounts { resident: 1, dormant: 2 },
             counters,
         }
     }
@@ -484,14 +415,14 @@ mod tests {
     #[test]
     fn handshake_data_passes_the_schema_in_both_versions() {
         let counters = BTreeMap::new();
-        let limits = || Limits {
+        let limits = || v2::DaemonLimits {
             max_connections: 1,
             max_in_flight_requests_per_connection: 2,
             max_line_bytes: 3,
             max_event_bytes: 4,
             max_response_bytes: 5,
             max_outbound_bytes_per_connection: 6,
-            multiplexer: "requestId",
+            multiplexer: "requestId".into(),
         };
         let v1 = handshake(false, limits(), &snap(&counters, 0), true);
         validate_handshake_data(&v1).unwrap();

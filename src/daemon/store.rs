@@ -28,12 +28,13 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::contract::command::{MAX_IDEMPOTENCY_KEY_UNITS, MAX_SESSION_ID_UNITS, SESSION_MODES};
 use crate::contract::descriptor::MAX_SAFE_INTEGER;
 use crate::contract::text::units_in;
+use crate::contract::types::protocol_v2 as v2;
 use crate::contract::DaemonCode;
 
 /// Largest record file the store reads; a larger one is refused unread.
@@ -123,7 +124,11 @@ pub struct WakeRecord {
 /// The recovery condition of a quarantined generation (SPEC §6); the only one a record holds.
 pub fn quarantine_condition() -> Value {
     let code = DaemonCode::ToolAdapterReprovisionRequired;
-    json!({"state": "reprovision_required", "code": code.as_str(), "retryable": code.default_retryable()})
+    super::record::data(&v2::SessionRecovery {
+        code: code.as_str().into(),
+        retryable: code.default_retryable(),
+        state: v2::SessionRecoveryState::ReprovisionRequired,
+    })
 }
 
 fn is_version(v: &str) -> bool {
@@ -587,8 +592,19 @@ fn list(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<Vec<String>, StoreError>
     Ok(names)
 }
 
+/// The state directory's manifest.
+#[derive(Serialize)]
+struct Manifest {
+    format: String,
+    version: u64,
+}
+
+fn manifest() -> Manifest {
+    Manifest { format: MANIFEST_FORMAT.into(), version: MANIFEST_VERSION }
+}
+
 fn manifest_bytes() -> Vec<u8> {
-    serde_json::to_vec(&json!({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION})).unwrap_or_default()
+    serde_json::to_vec(&manifest()).unwrap_or_default()
 }
 
 impl Store {
@@ -612,7 +628,7 @@ impl Store {
             Some(bytes) => {
                 let v: Value = serde_json::from_slice(&bytes)
                     .map_err(|_| refused(&manifest_path, "is not a state manifest (not JSON)"))?;
-                if v != json!({"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION}) {
+                if serde_json::to_value(manifest()).ok().as_ref() != Some(&v) {
                     return Err(refused(
                         &manifest_path,
                         format!("is not a version {MANIFEST_VERSION} {MANIFEST_FORMAT} manifest"),
@@ -820,8 +836,11 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    use serde_json::json;
+
+    use super::*;
 
     fn session(id: &str) -> SessionRecord {
         SessionRecord {

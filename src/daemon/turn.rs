@@ -12,12 +12,14 @@
 
 use std::collections::VecDeque;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::core::DErr;
 use super::faults::{DaemonFault, DaemonFaults};
+use super::record::{data, error_body};
 use super::runtime::CallError;
+use crate::contract::types::protocol_v2 as v2;
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{validate_relative_path, DaemonCode, PathSide};
 
@@ -51,7 +53,7 @@ pub struct Turn {
     faults: DaemonFaults,
     text: Vec<String>,
     /// `toolCalls`, in prompt order.
-    calls: Vec<Value>,
+    calls: Vec<v2::ToolCallEntry>,
     /// The current batch: (call id, tool), in prompt order, until their outcomes are in.
     pending: Vec<(String, String)>,
     events: VecDeque<TurnEvent>,
@@ -59,8 +61,13 @@ pub struct Turn {
     done: bool,
 }
 
-fn event(name: &'static str, data: Value) -> TurnEvent {
-    TurnEvent { name, with_request: true, data }
+fn event<T: serde::Serialize>(name: &'static str, d: &T) -> TurnEvent {
+    TurnEvent { name, with_request: true, data: data(d) }
+}
+
+/// The data of `promptAccepted`, `agentStart` and `sessionIdle`: `{}`.
+fn empty() -> v2::EmptyEventData {
+    v2::EmptyEventData(serde_json::Map::new())
 }
 
 impl Turn {
@@ -69,8 +76,8 @@ impl Turn {
     pub fn new(prompt: &str, generation: u64, wake_key: &str, has_link: bool, faults: DaemonFaults) -> Turn {
         let digest = Sha256::digest(format!("{generation}\0{wake_key}").as_bytes());
         let mut events = VecDeque::new();
-        events.push_back(event("promptAccepted", json!({})));
-        events.push_back(event("agentStart", json!({})));
+        events.push_back(event("promptAccepted", &empty()));
+        events.push_back(event("agentStart", &empty()));
         Turn {
             lines: prompt.lines().map(str::to_string).collect(),
             next: 0,
@@ -133,7 +140,8 @@ impl Turn {
         for n in first..end {
             let Some((tool, args)) = tool_line(&self.lines[n]) else { continue };
             let call_id = format!("call-{}-{n}", self.call_prefix);
-            self.events.push_back(event("toolCallStart", json!({"toolCallId": call_id, "tool": tool})));
+            let start = v2::ToolCallStartEventData { tool: tool.into(), tool_call_id: call_id.clone() };
+            self.events.push_back(event("toolCallStart", &start));
             let start = prepare_call(tool, args, self.has_link, self.faults);
             self.pending.push((call_id.clone(), tool.to_string()));
             batch.push(Call { call_id, start });
@@ -149,28 +157,30 @@ impl Turn {
             return;
         }
         let (call_id, tool) = self.pending.remove(0);
-        let mut entry = json!({"toolCallId": call_id, "tool": tool, "ok": outcome.is_ok()});
-        match outcome {
-            Ok(d) => entry["data"] = d,
-            Err(e) => entry["error"] = e.body(),
-        }
-        self.events.push_back(event(
-            "toolCallEnd",
-            json!({"toolCallId": call_id, "tool": tool, "ok": entry["ok"], "code": entry["error"]["code"]}),
-        ));
-        self.calls.push(entry);
+        let (data, error) = match outcome {
+            Ok(d) => (Some(d), None),
+            Err(e) => (None, Some(error_body(&e))),
+        };
+        let end = v2::ToolCallEndEventData {
+            code: error.as_ref().map(|e| e.code.to_string()),
+            ok: error.is_none(),
+            tool: tool.clone(),
+            tool_call_id: call_id.clone(),
+        };
+        self.events.push_back(event("toolCallEnd", &end));
+        self.calls.push(v2::ToolCallEntry { data, error, ok: end.ok, tool, tool_call_id: call_id });
     }
 
     /// The end of the turn: `agentEnd` and `sessionIdle` are queued; the result is the text
     /// and the tool calls, or `aborted` when an abort was seen before a line.
-    pub fn finish(&mut self) -> Result<Value, DErr> {
+    pub fn finish(&mut self) -> Result<v2::TurnResult, DErr> {
         self.done = true;
-        self.events.push_back(event("agentEnd", json!({"aborted": self.aborted})));
-        self.events.push_back(TurnEvent { name: "sessionIdle", with_request: false, data: json!({}) });
+        self.events.push_back(event("agentEnd", &v2::AgentEndEventData { aborted: self.aborted }));
+        self.events.push_back(TurnEvent { name: "sessionIdle", with_request: false, data: data(&empty()) });
         if self.aborted {
             return Err(DErr::of(DaemonCode::Aborted, "the turn was aborted"));
         }
-        Ok(json!({"text": self.text.join("\n"), "toolCalls": std::mem::take(&mut self.calls)}))
+        Ok(v2::TurnResult { text: self.text.join("\n"), tool_calls: std::mem::take(&mut self.calls) })
     }
 }
 
@@ -211,19 +221,18 @@ fn prepare_call(tool: &str, args: &str, has_link: bool, faults: DaemonFaults) ->
 /// An adapter call's error as the turn reports it: code, message, `retryable`, and
 /// `details.indeterminate` / `details.retryAfterMs` when they apply.
 pub fn call_error(e: CallError) -> DErr {
-    let mut d = DErr::new(&e.code, &e.message);
+    let mut d = DErr::new(&e.code, &e.message).with_details(&v2::ToolCallErrorDetails {
+        indeterminate: e.indeterminate.then_some(true),
+        retry_after_ms: e.retry_after_ms,
+    });
     d.retryable = e.retryable;
-    if e.indeterminate {
-        d.details.insert("indeterminate".into(), json!(true));
-    }
-    if let Some(ms) = e.retry_after_ms {
-        d.details.insert("retryAfterMs".into(), json!(ms));
-    }
     d
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn drain(t: &mut Turn) -> Vec<(&'static str, Value)> {
@@ -261,7 +270,7 @@ mod tests {
         assert_eq!(b3[0].start.as_ref().unwrap(), &(ToolOperation::FsList, json!({})));
         t.handle_outcome(&b3[0].call_id, Ok(json!({"entries": []})));
         assert!(t.poll_batch(false).is_none(), "the text line after it ends the prompt");
-        let r = t.finish().unwrap();
+        let r = data(&t.finish().unwrap());
         assert_eq!(r["text"], "hello\nbye");
         let calls = r["toolCalls"].as_array().unwrap();
         assert_eq!(calls.len(), 4);
@@ -300,7 +309,7 @@ mod tests {
                 "invalid_tool_adapter_path"
             ]
         );
-        let r = t.finish().unwrap();
+        let r = data(&t.finish().unwrap());
         assert!(r["toolCalls"].as_array().unwrap().iter().all(|c| c["ok"] == false));
         // Without an adapter a well-formed call is tool_unavailable; the fault lets `./` by.
         let mut t = Turn::new("TOOL fs_stat {\"path\":\"a\"}", 1, "k", false, DaemonFaults::NONE);
@@ -327,7 +336,7 @@ mod tests {
         let mut t = Turn::new("only text", 1, "k", true, DaemonFaults::NONE);
         assert!(t.poll_batch(false).is_none());
         assert!(t.poll_batch(true).is_none());
-        assert_eq!(t.finish().unwrap()["text"], "only text");
+        assert_eq!(t.finish().unwrap().text, "only text");
     }
 
     #[test]
@@ -341,7 +350,7 @@ mod tests {
         assert!(t.poll_event().is_none());
         t.handle_outcome(&b[0].call_id, Ok(json!({"n": 0})));
         t.handle_outcome(&b[1].call_id, Ok(json!({"n": 1})));
-        let r = t.finish().unwrap();
+        let r = data(&t.finish().unwrap());
         assert_eq!(r["toolCalls"][0]["data"]["n"], 0);
         assert_eq!(r["toolCalls"][1]["data"]["n"], 1);
     }
