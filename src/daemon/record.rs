@@ -392,6 +392,7 @@ mod tests {
         let counters = BTreeMap::from([("commands", 7)]);
         let v = snap(&counters, 0).to_value();
         assert!(serde_json::from_value::<v2::HostSnapshot>(v.clone()).is_ok());
+        assert!(serde_json::from_value::<v2::DaemonHostSnapshot>(v.clone()).is_ok());
         assert_eq!(v["ready"], true);
         assert_eq!(v["recovery"]["failureCodes"], json!({}), "written when empty, as Pi Daemon 0.3.3");
         assert_eq!(v["recovery"]["phase"], "ready");
@@ -427,6 +428,7 @@ mod tests {
         let v1 = handshake(false, limits(), &snap(&counters, 0), true);
         validate_handshake_data(&v1).unwrap();
         assert!(serde_json::from_value::<v2::HandshakeData>(v1.clone()).is_ok());
+        assert!(serde_json::from_value::<v2::DaemonHandshakeData>(v1.clone()).is_ok());
         assert_eq!(v1["protocolVersion"], "1.0");
         assert_eq!(v1["supportedVersions"], json!(["1.0", "2.0"]));
         assert_eq!(v1["supportedProtocolVersions"], json!(["1.0", "2.0"]));

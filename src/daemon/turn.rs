@@ -277,6 +277,9 @@ mod tests {
         assert_eq!(calls[0]["data"], json!({"content": "A"}));
         assert_eq!(calls[1]["error"]["code"], "tool_unavailable");
         assert_eq!(calls[1]["ok"], false);
+        // What the journal stores decodes back to the same result (a replay sends it again).
+        let back: v2::TurnResult = serde_json::from_value(r.clone()).expect("a stored result decodes");
+        assert_eq!(data(&back), r);
         let ev = drain(&mut t);
         assert_eq!(names(&ev)[ev.len() - 2..], ["agentEnd", "sessionIdle"]);
         assert_eq!(ev[ev.len() - 2].1, json!({"aborted": false}));
