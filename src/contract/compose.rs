@@ -260,6 +260,100 @@ pub fn aborted(id: &Identity, request_id: &str, target: &str) -> Result<ta::Abor
     })
 }
 
+/// A well-formed tool request: the payload of an `invoke`, one generated `Fs*Request`.
+#[derive(Clone, Debug)]
+pub enum Request {
+    /// `fs.list`.
+    List(ta::FsListRequest),
+    /// `fs.stat`.
+    Stat(ta::FsStatRequest),
+    /// `fs.read`.
+    Read(ta::FsReadRequest),
+    /// `fs.search`.
+    Search(ta::FsSearchRequest),
+    /// `fs.write`.
+    Write(ta::FsWriteRequest),
+    /// `fs.edit`.
+    Edit(ta::FsEditRequest),
+}
+
+impl Request {
+    /// `payload` as the request type of `op`, when that type accepts it; `None` when it does
+    /// not (a payload a case broke on purpose, which is sent raw).
+    pub fn from_payload(op: ToolOperation, payload: &Value) -> Option<Request> {
+        let p = payload.clone();
+        Some(match op {
+            ToolOperation::FsList => Request::List(typed_or_raw(p).ok()?),
+            ToolOperation::FsStat => Request::Stat(typed_or_raw(p).ok()?),
+            ToolOperation::FsRead => Request::Read(typed_or_raw(p).ok()?),
+            ToolOperation::FsSearch => Request::Search(typed_or_raw(p).ok()?),
+            ToolOperation::FsWrite => Request::Write(typed_or_raw(p).ok()?),
+            ToolOperation::FsEdit => Request::Edit(typed_or_raw(p).ok()?),
+        })
+    }
+
+    /// The operation the request is for.
+    pub fn operation(&self) -> ToolOperation {
+        match self {
+            Request::List(_) => ToolOperation::FsList,
+            Request::Stat(_) => ToolOperation::FsStat,
+            Request::Read(_) => ToolOperation::FsRead,
+            Request::Search(_) => ToolOperation::FsSearch,
+            Request::Write(_) => ToolOperation::FsWrite,
+            Request::Edit(_) => ToolOperation::FsEdit,
+        }
+    }
+
+    /// The payload's wire value (`path` first).
+    pub fn payload(&self) -> Value {
+        match self {
+            Request::List(r) => to_wire(r),
+            Request::Stat(r) => to_wire(r),
+            Request::Read(r) => to_wire(r),
+            Request::Search(r) => to_wire(r),
+            Request::Write(r) => to_wire(r),
+            Request::Edit(r) => to_wire(r),
+        }
+    }
+}
+
+/// An `invoke` of `request`.
+pub fn invoke_request(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    request: Request,
+) -> Result<ta::AdapterFrame, ComposeError> {
+    let i = ids(id)?;
+    let request_id: ta::RequestId = conv("requestId", request_id)?;
+    let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
+    macro_rules! invoke_of {
+        ($variant:ident, $op:expr, $payload:expr) => {
+            ta::AdapterFrame::$variant(ta::$variant {
+                adapter_id: i.adapter_id,
+                adapter_version: i.adapter_version,
+                generation: i.generation,
+                host_instance_id: i.host_instance_id,
+                idempotency_key,
+                kind: ta::KindInvoke::Invoke,
+                operation: $op,
+                payload: $payload,
+                protocol_version: ta::AdapterProtocolVersion::X10,
+                request_id,
+                session_id: i.session_id,
+            })
+        };
+    }
+    Ok(match request {
+        Request::List(p) => invoke_of!(InvokeFsList, ta::OpFsList::FsList, p),
+        Request::Stat(p) => invoke_of!(InvokeFsStat, ta::OpFsStat::FsStat, p),
+        Request::Read(p) => invoke_of!(InvokeFsRead, ta::OpFsRead::FsRead, p),
+        Request::Search(p) => invoke_of!(InvokeFsSearch, ta::OpFsSearch::FsSearch, p),
+        Request::Write(p) => invoke_of!(InvokeFsWrite, ta::OpFsWrite::FsWrite, p),
+        Request::Edit(p) => invoke_of!(InvokeFsEdit, ta::OpFsEdit::FsEdit, p),
+    })
+}
+
 /// An `invoke` of `op` with `payload`, when the payload is one the operation's generated
 /// request type accepts: `Ok(None)` when it is not (a payload a case broke on purpose, which
 /// the case sends raw).
@@ -270,37 +364,16 @@ pub fn invoke(
     op: ToolOperation,
     payload: &Value,
 ) -> Result<Option<ta::AdapterFrame>, ComposeError> {
-    let i = ids(id)?;
-    let request_id: ta::RequestId = conv("requestId", request_id)?;
-    let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
-    macro_rules! invoke_of {
-        ($variant:ident, $op:expr) => {
-            match typed_or_raw(payload.clone()) {
-                Ok(payload) => ta::AdapterFrame::$variant(ta::$variant {
-                    adapter_id: i.adapter_id,
-                    adapter_version: i.adapter_version,
-                    generation: i.generation,
-                    host_instance_id: i.host_instance_id,
-                    idempotency_key,
-                    kind: ta::KindInvoke::Invoke,
-                    operation: $op,
-                    payload,
-                    protocol_version: ta::AdapterProtocolVersion::X10,
-                    request_id,
-                    session_id: i.session_id,
-                }),
-                Err(_) => return Ok(None),
-            }
-        };
+    match Request::from_payload(op, payload) {
+        Some(r) => invoke_request(id, request_id, key, r).map(Some),
+        None => {
+            // The ids are still checked, as for a typed payload.
+            ids(id)?;
+            conv::<ta::RequestId, _>("requestId", request_id)?;
+            conv::<ta::IdempotencyKey, _>("idempotencyKey", key)?;
+            Ok(None)
+        }
     }
-    Ok(Some(match op {
-        ToolOperation::FsList => invoke_of!(InvokeFsList, ta::OpFsList::FsList),
-        ToolOperation::FsStat => invoke_of!(InvokeFsStat, ta::OpFsStat::FsStat),
-        ToolOperation::FsRead => invoke_of!(InvokeFsRead, ta::OpFsRead::FsRead),
-        ToolOperation::FsSearch => invoke_of!(InvokeFsSearch, ta::OpFsSearch::FsSearch),
-        ToolOperation::FsWrite => invoke_of!(InvokeFsWrite, ta::OpFsWrite::FsWrite),
-        ToolOperation::FsEdit => invoke_of!(InvokeFsEdit, ta::OpFsEdit::FsEdit),
-    }))
 }
 
 /// A host tool adapter descriptor for the adapter at `endpoint` (a Unix socket path).

@@ -24,6 +24,7 @@ pub mod command;
 pub mod compose;
 pub use command::{judge_command, parse_command, resources_with_tools, Command, CommandError, HostContext};
 pub mod frame;
+pub mod frame_view;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
 pub mod onepass;
 pub mod record;

@@ -1052,6 +1052,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conform::adapter::conn::Peer;
 
     fn refused(code: &str, field: Option<&str>) -> Recv {
         let mut e = json!({"code": code, "message": "m", "retryable": false});
@@ -1059,7 +1060,7 @@ mod tests {
             e["details"] = json!({"field": f});
         }
         let v = json!({"protocolVersion": "2.0", "kind": "response", "requestId": "r", "hostInstanceId": "h", "ok": false, "error": e});
-        Recv::Frame(v, Vec::new())
+        Recv::Frame(Peer::raw(v), Vec::new())
     }
 
     fn token(o: Outcome) -> String {
@@ -1108,7 +1109,7 @@ mod tests {
 
     #[test]
     fn an_acceptance_is_observed_as_accepted() {
-        let ok = Recv::Frame(json!({"ok": true, "data": {}}), Vec::new());
+        let ok = Recv::Frame(Peer::raw(json!({"ok": true, "data": {}})), Vec::new());
         assert_eq!(token(refusal(&ok, "invalid_field", Some("payload"))), "accepted");
         assert_eq!(token(refusal(&Recv::Timeout, "invalid_field", Some("payload"))), "timeout");
     }
