@@ -28,6 +28,8 @@ pub mod frame_view;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
 pub mod onepass;
 pub mod record;
-pub use record::{validate_event, validate_handshake_data, validate_response};
+pub use record::{
+    parse_handshake_data, parse_host_record, validate_event, validate_handshake_data, validate_response, HostRecord,
+};
 pub mod adapter_error;
 pub use adapter_error::{AdapterCode, AdapterError};

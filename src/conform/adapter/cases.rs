@@ -848,7 +848,7 @@ fn confine_swap_race(c: &mut Ctx<'_>) -> Outcome {
 /// The number of entries (fs.list) or matches (fs.search) in a result's data: typed, or read
 /// raw from a frame the contract refused (its judge has already failed the case).
 fn items(v: &Peer) -> Option<usize> {
-    match v.typed() {
+    match v.adapter() {
         Some(AdapterFrame::ResultFsList(r)) => Some(r.data.entries.len()),
         Some(AdapterFrame::ResultFsSearch(r)) => Some(r.data.matches.len()),
         Some(_) => None,

@@ -278,7 +278,7 @@ impl Conn {
         self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
         let value = match &mut self.judge {
             Some(j) => j.received(&body),
-            None => crate::wire::decode_strict(&body).ok().map(Peer::raw),
+            None => crate::wire::decode_strict(&body).ok().map(Peer::read),
         };
         match value {
             Some(v) => Recv::Frame(v, body),

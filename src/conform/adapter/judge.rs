@@ -20,20 +20,28 @@ use serde_json::Value;
 use crate::contract::adapter_error::{check_adapter_error_code, AdapterCode};
 use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction};
 use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
-use crate::contract::{Code, ContractError};
+use crate::contract::{parse_host_record, Code, ContractError, HostRecord};
 use crate::wire::decode_strict;
 
+/// What a line the peer sent is, as its generated type, when the contract accepts it.
+#[derive(Clone, Debug)]
+pub enum Typed {
+    /// An adapter frame (judged by [`FrameJudge`]).
+    Adapter(Box<AdapterFrame>),
+    /// A daemon's response or event ([`parse_host_record`]).
+    Host(Box<HostRecord>),
+}
+
 /// A line the peer sent that decoded as JSON: the strictly decoded value and, when the
-/// contract accepted it as an adapter frame, its generated type (a daemon's records are read
-/// through `contract::record` by the daemon runner). Readers ask the typed view
-/// ([`Peer::kind`], [`Peer::request_id`], …); a frame the contract refused has no generated
+/// contract accepted it, its generated type ([`Typed`]). Readers ask the typed view
+/// ([`Peer::kind`], [`Peer::request_id`], …); a line the contract refused has no generated
 /// type, and only then are its members read from the value (legitimately raw: the judge has
-/// already recorded the refusal, and the case may be testing something else). The value stays
-/// reachable (`Deref`) for the cases that compare whole `data` objects.
+/// recorded the refusal, and the case may be testing something else). The value stays
+/// reachable (`Deref`) for the cases that compare or search whole `data` objects.
 #[derive(Clone, Debug)]
 pub struct Peer {
     value: Value,
-    typed: Option<Box<AdapterFrame>>,
+    typed: Option<Typed>,
 }
 
 impl PartialEq for Peer {
@@ -50,19 +58,40 @@ impl std::ops::Deref for Peer {
 }
 
 impl Peer {
-    /// A frame the contract accepted, with its generated type.
+    /// An adapter frame the contract accepted, with its generated type.
     pub fn accepted(value: Value, typed: AdapterFrame) -> Peer {
-        Peer { value, typed: Some(Box::new(typed)) }
+        Peer { value, typed: Some(Typed::Adapter(Box::new(typed))) }
     }
 
-    /// A decoded line without a generated type: the contract refused it, or no judge saw it.
+    /// A decoded line without a generated type: the contract refused it.
     pub fn raw(value: Value) -> Peer {
         Peer { value, typed: None }
     }
 
-    /// The generated frame, when the contract accepted it.
-    pub fn typed(&self) -> Option<&AdapterFrame> {
-        self.typed.as_deref()
+    /// A line no frame judge saw (a daemon's connection): typed as a host record when the
+    /// contract accepts it as a response or an event, raw otherwise.
+    pub fn read(value: Value) -> Peer {
+        let typed = match value.get("kind").and_then(Value::as_str) {
+            Some("response" | "event") => parse_host_record(&value).ok().map(|r| Typed::Host(Box::new(r))),
+            _ => None,
+        };
+        Peer { value, typed }
+    }
+
+    /// The adapter frame, when the contract accepted it as one.
+    pub fn adapter(&self) -> Option<&AdapterFrame> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => Some(f.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The host record, when the contract accepted it as one.
+    pub fn host(&self) -> Option<&HostRecord> {
+        match self.typed.as_ref() {
+            Some(Typed::Host(r)) => Some(r.as_ref()),
+            _ => None,
+        }
     }
 
     /// The strictly decoded value.
@@ -74,51 +103,93 @@ impl Peer {
         self.value.get(key).and_then(Value::as_str)
     }
 
+    fn raw_error(&self, key: &str) -> Option<&Value> {
+        self.value.get("error").and_then(|e| e.get(key))
+    }
+
     /// `kind`.
     pub fn kind(&self) -> Option<&str> {
-        match &self.typed {
-            Some(f) => Some(f.kind()),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => Some(f.kind()),
+            Some(Typed::Host(r)) => Some(r.kind()),
             None => self.raw_str("kind"),
         }
     }
 
     /// `requestId`.
     pub fn request_id(&self) -> Option<&str> {
-        match &self.typed {
-            Some(f) => f.request_id(),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.request_id(),
+            Some(Typed::Host(r)) => r.request_id(),
             None => self.raw_str("requestId"),
         }
     }
 
-    /// `ok` of a result.
+    /// `ok` of a result or a response.
     pub fn ok(&self) -> Option<bool> {
-        match &self.typed {
-            Some(f) => f.ok(),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.ok(),
+            Some(Typed::Host(r)) => r.ok(),
             None => self.value.get("ok").and_then(Value::as_bool),
         }
     }
 
     /// `aborted` of an aborted.
     pub fn aborted(&self) -> Option<bool> {
-        match &self.typed {
-            Some(f) => f.aborted(),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.aborted(),
+            Some(Typed::Host(_)) => None,
             None => self.value.get("aborted").and_then(Value::as_bool),
         }
     }
 
     /// `error.code`.
     pub fn error_code(&self) -> Option<&str> {
-        match &self.typed {
-            Some(f) => f.error_code(),
-            None => self.value.get("error").and_then(|e| e.get("code")).and_then(Value::as_str),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error_code(),
+            Some(Typed::Host(r)) => r.error().map(|e| e.code.as_str()),
+            None => self.raw_error("code").and_then(Value::as_str),
         }
+    }
+
+    /// `error.message`.
+    pub fn error_message(&self) -> Option<&str> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error().map(|e| e.message.as_str()),
+            Some(Typed::Host(r)) => r.error().map(|e| e.message.as_str()),
+            None => self.raw_error("message").and_then(Value::as_str),
+        }
+    }
+
+    /// `error.details` of a daemon's failed response (adapter errors carry none).
+    pub fn error_details(&self) -> Option<&serde_json::Map<String, Value>> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(_)) => None,
+            Some(Typed::Host(r)) => r.error().map(|e| &e.details),
+            None => self.raw_error("details").and_then(Value::as_object),
+        }
+    }
+
+    /// `error.details.field` of a daemon's failed response.
+    pub fn error_field(&self) -> Option<&str> {
+        self.error_details().and_then(|d| d.get("field")).and_then(Value::as_str)
     }
 
     /// Whether the frame carries an `error` member.
     pub fn has_error(&self) -> bool {
-        match &self.typed {
-            Some(f) => f.error().is_some(),
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error().is_some(),
+            Some(Typed::Host(r)) => r.error().is_some(),
             None => self.value.get("error").is_some(),
+        }
+    }
+
+    /// `data` of a successful response (an open object: the schema leaves it open, so it
+    /// stays JSON); `Null` when there is none.
+    pub fn data(&self) -> Value {
+        match self.host() {
+            Some(HostRecord::Success(r)) => Value::Object(r.data.clone()),
+            _ => self.value.get("data").cloned().unwrap_or(Value::Null),
         }
     }
 }
