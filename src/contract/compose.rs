@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::adapter_error::AdapterError;
 use super::command::RESOURCES;
 use super::descriptor::{Identity, Limits, LIMITS};
 use super::secret::CapabilityHandle;
@@ -374,6 +375,98 @@ pub fn invoke(
             Ok(None)
         }
     }
+}
+
+/// The `bound` echo of a bind of `operations` and `limits`.
+pub fn bound(
+    id: &Identity,
+    operations: &[ToolOperation],
+    limits: &ta::AdapterLimits,
+) -> Result<ta::BoundFrame, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::BoundFrame {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindBound::Bound,
+        limits: limits.clone(),
+        operations: ta::ToolOperations(operations.to_vec()),
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        session_id: i.session_id,
+    })
+}
+
+/// A successful `result` of `op` carrying `data`, when `data` is one the operation's generated
+/// data type accepts: `Ok(None)` when it is not.
+pub fn result(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    op: ToolOperation,
+    data: &Value,
+) -> Result<Option<ta::AdapterFrame>, ComposeError> {
+    let i = ids(id)?;
+    let request_id: ta::RequestId = conv("requestId", request_id)?;
+    let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
+    macro_rules! result_of {
+        ($variant:ident, $op:expr) => {
+            match typed_or_raw(data.clone()) {
+                Ok(data) => ta::AdapterFrame::$variant(ta::$variant {
+                    adapter_id: i.adapter_id,
+                    adapter_version: i.adapter_version,
+                    data,
+                    generation: i.generation,
+                    host_instance_id: i.host_instance_id,
+                    idempotency_key,
+                    kind: ta::KindResult::Result,
+                    ok: ta::True(true),
+                    operation: $op,
+                    protocol_version: ta::AdapterProtocolVersion::X10,
+                    request_id,
+                    session_id: i.session_id,
+                }),
+                Err(_) => return Ok(None),
+            }
+        };
+    }
+    Ok(Some(match op {
+        ToolOperation::FsList => result_of!(ResultFsList, ta::OpFsList::FsList),
+        ToolOperation::FsStat => result_of!(ResultFsStat, ta::OpFsStat::FsStat),
+        ToolOperation::FsRead => result_of!(ResultFsRead, ta::OpFsRead::FsRead),
+        ToolOperation::FsSearch => result_of!(ResultFsSearch, ta::OpFsSearch::FsSearch),
+        ToolOperation::FsWrite => result_of!(ResultFsWrite, ta::OpFsWrite::FsWrite),
+        ToolOperation::FsEdit => result_of!(ResultFsEdit, ta::OpFsEdit::FsEdit),
+    }))
+}
+
+/// A failed `result` of `op` with `error`.
+pub fn result_error(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    op: ToolOperation,
+    error: &AdapterError,
+) -> Result<ta::ResultError, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::ResultError {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        error: ta::AdapterErrorBody {
+            code: conv("error.code", error.code.as_str())?,
+            message: conv("error.message", error.message.as_str())?,
+            retryable: error.code.retryable(),
+        },
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        idempotency_key: conv("idempotencyKey", key)?,
+        kind: ta::KindResult::Result,
+        ok: ta::False(false),
+        operation: op,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        request_id: conv("requestId", request_id)?,
+        session_id: i.session_id,
+    })
 }
 
 /// A host tool adapter descriptor for the adapter at `endpoint` (a Unix socket path).
