@@ -2,6 +2,8 @@
 
 use serde_json::{json, Value};
 
+use crate::contract::types::tool_adapter::AdapterErrorBody;
+
 macro_rules! adapter_codes {
     ($( $(#[$doc:meta])* $variant:ident = $text:literal, $retry:literal ),* $(,)?) => {
         /// An adapter's `result` / `aborted` error code.
@@ -109,23 +111,23 @@ impl AdapterCode {
 /// SPEC §5.3 and each code's `retryable` flag; the shape itself is
 /// [`crate::contract::frame::check_error_body`]. An adapter obligation (PC-5.3.errors), so a
 /// daemon does not apply it (Pi Daemon 0.3.3 accepts any well-formed code); the adapter runner does.
-pub fn check_adapter_error_code(body: &Value, prefix: &str) -> Result<(), crate::contract::ContractError> {
+pub fn check_adapter_error_code(body: &AdapterErrorBody, prefix: &str) -> Result<(), crate::contract::ContractError> {
     use crate::contract::{Code, ContractError};
-    let text = body.get("code").and_then(Value::as_str).unwrap_or_default();
-    let Some(code) = AdapterCode::from_wire(text) else {
+    let Some(code) = AdapterCode::from_wire(&body.code) else {
         return Err(ContractError::new(
             Code::AdapterProtocolInvalid,
             format!("{prefix}.code"),
             "error code is not one of the closed set of adapter error codes".to_string(),
         ));
     };
-    match body.get("retryable").and_then(Value::as_bool) {
-        Some(r) if code.allows_retryable(r) => Ok(()),
-        _ => Err(ContractError::new(
+    if code.allows_retryable(body.retryable) {
+        Ok(())
+    } else {
+        Err(ContractError::new(
             Code::AdapterProtocolInvalid,
             format!("{prefix}.retryable"),
             format!("{} must carry retryable:{}", code.as_str(), code.retryable()),
-        )),
+        ))
     }
 }
 
@@ -133,13 +135,17 @@ pub fn check_adapter_error_code(body: &Value, prefix: &str) -> Result<(), crate:
 mod tests {
     use super::*;
 
+    fn body(v: Value) -> AdapterErrorBody {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn each_code_carries_its_retryable_flag() {
         for c in AdapterCode::ALL {
             let good = json!({"code": c.as_str(), "message": "m", "retryable": c.retryable()});
-            assert!(check_adapter_error_code(&good, "error").is_ok(), "{}", c.as_str());
+            assert!(check_adapter_error_code(&body(good), "error").is_ok(), "{}", c.as_str());
             let flipped = json!({"code": c.as_str(), "message": "m", "retryable": !c.retryable()});
-            let r = check_adapter_error_code(&flipped, "error");
+            let r = check_adapter_error_code(&body(flipped), "error");
             if *c == AdapterCode::IoError {
                 assert!(r.is_ok());
             } else {
@@ -147,7 +153,7 @@ mod tests {
             }
         }
         let unknown = json!({"code": "no_such_code", "message": "m", "retryable": false});
-        assert_eq!(check_adapter_error_code(&unknown, "error").unwrap_err().field(), "error.code");
+        assert_eq!(check_adapter_error_code(&body(unknown), "error").unwrap_err().field(), "error.code");
         assert!(AdapterCode::Busy.retryable() && !AdapterCode::NotFound.retryable());
     }
 }

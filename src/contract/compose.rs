@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::adapter_error::AdapterError;
 use super::command::RESOURCES;
 use super::descriptor::{Identity, Limits, LIMITS};
 use super::secret::CapabilityHandle;
@@ -260,6 +261,100 @@ pub fn aborted(id: &Identity, request_id: &str, target: &str) -> Result<ta::Abor
     })
 }
 
+/// A well-formed tool request: the payload of an `invoke`, one generated `Fs*Request`.
+#[derive(Clone, Debug)]
+pub enum Request {
+    /// `fs.list`.
+    List(ta::FsListRequest),
+    /// `fs.stat`.
+    Stat(ta::FsStatRequest),
+    /// `fs.read`.
+    Read(ta::FsReadRequest),
+    /// `fs.search`.
+    Search(ta::FsSearchRequest),
+    /// `fs.write`.
+    Write(ta::FsWriteRequest),
+    /// `fs.edit`.
+    Edit(ta::FsEditRequest),
+}
+
+impl Request {
+    /// `payload` as the request type of `op`, when that type accepts it; `None` when it does
+    /// not (a payload a case broke on purpose, which is sent raw).
+    pub fn from_payload(op: ToolOperation, payload: &Value) -> Option<Request> {
+        let p = payload.clone();
+        Some(match op {
+            ToolOperation::FsList => Request::List(typed_or_raw(p).ok()?),
+            ToolOperation::FsStat => Request::Stat(typed_or_raw(p).ok()?),
+            ToolOperation::FsRead => Request::Read(typed_or_raw(p).ok()?),
+            ToolOperation::FsSearch => Request::Search(typed_or_raw(p).ok()?),
+            ToolOperation::FsWrite => Request::Write(typed_or_raw(p).ok()?),
+            ToolOperation::FsEdit => Request::Edit(typed_or_raw(p).ok()?),
+        })
+    }
+
+    /// The operation the request is for.
+    pub fn operation(&self) -> ToolOperation {
+        match self {
+            Request::List(_) => ToolOperation::FsList,
+            Request::Stat(_) => ToolOperation::FsStat,
+            Request::Read(_) => ToolOperation::FsRead,
+            Request::Search(_) => ToolOperation::FsSearch,
+            Request::Write(_) => ToolOperation::FsWrite,
+            Request::Edit(_) => ToolOperation::FsEdit,
+        }
+    }
+
+    /// The payload's wire value (`path` first).
+    pub fn payload(&self) -> Value {
+        match self {
+            Request::List(r) => to_wire(r),
+            Request::Stat(r) => to_wire(r),
+            Request::Read(r) => to_wire(r),
+            Request::Search(r) => to_wire(r),
+            Request::Write(r) => to_wire(r),
+            Request::Edit(r) => to_wire(r),
+        }
+    }
+}
+
+/// An `invoke` of `request`.
+pub fn invoke_request(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    request: Request,
+) -> Result<ta::AdapterFrame, ComposeError> {
+    let i = ids(id)?;
+    let request_id: ta::RequestId = conv("requestId", request_id)?;
+    let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
+    macro_rules! invoke_of {
+        ($variant:ident, $op:expr, $payload:expr) => {
+            ta::AdapterFrame::$variant(ta::$variant {
+                adapter_id: i.adapter_id,
+                adapter_version: i.adapter_version,
+                generation: i.generation,
+                host_instance_id: i.host_instance_id,
+                idempotency_key,
+                kind: ta::KindInvoke::Invoke,
+                operation: $op,
+                payload: $payload,
+                protocol_version: ta::AdapterProtocolVersion::X10,
+                request_id,
+                session_id: i.session_id,
+            })
+        };
+    }
+    Ok(match request {
+        Request::List(p) => invoke_of!(InvokeFsList, ta::OpFsList::FsList, p),
+        Request::Stat(p) => invoke_of!(InvokeFsStat, ta::OpFsStat::FsStat, p),
+        Request::Read(p) => invoke_of!(InvokeFsRead, ta::OpFsRead::FsRead, p),
+        Request::Search(p) => invoke_of!(InvokeFsSearch, ta::OpFsSearch::FsSearch, p),
+        Request::Write(p) => invoke_of!(InvokeFsWrite, ta::OpFsWrite::FsWrite, p),
+        Request::Edit(p) => invoke_of!(InvokeFsEdit, ta::OpFsEdit::FsEdit, p),
+    })
+}
+
 /// An `invoke` of `op` with `payload`, when the payload is one the operation's generated
 /// request type accepts: `Ok(None)` when it is not (a payload a case broke on purpose, which
 /// the case sends raw).
@@ -270,21 +365,63 @@ pub fn invoke(
     op: ToolOperation,
     payload: &Value,
 ) -> Result<Option<ta::AdapterFrame>, ComposeError> {
+    match Request::from_payload(op, payload) {
+        Some(r) => invoke_request(id, request_id, key, r).map(Some),
+        None => {
+            // The ids are still checked, as for a typed payload.
+            ids(id)?;
+            conv::<ta::RequestId, _>("requestId", request_id)?;
+            conv::<ta::IdempotencyKey, _>("idempotencyKey", key)?;
+            Ok(None)
+        }
+    }
+}
+
+/// The `bound` echo of a bind of `operations` and `limits`.
+pub fn bound(
+    id: &Identity,
+    operations: &[ToolOperation],
+    limits: &ta::AdapterLimits,
+) -> Result<ta::BoundFrame, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::BoundFrame {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        kind: ta::KindBound::Bound,
+        limits: limits.clone(),
+        operations: ta::ToolOperations(operations.to_vec()),
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        session_id: i.session_id,
+    })
+}
+
+/// A successful `result` of `op` carrying `data`, when `data` is one the operation's generated
+/// data type accepts: `Ok(None)` when it is not.
+pub fn result(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    op: ToolOperation,
+    data: &Value,
+) -> Result<Option<ta::AdapterFrame>, ComposeError> {
     let i = ids(id)?;
     let request_id: ta::RequestId = conv("requestId", request_id)?;
     let idempotency_key: ta::IdempotencyKey = conv("idempotencyKey", key)?;
-    macro_rules! invoke_of {
+    macro_rules! result_of {
         ($variant:ident, $op:expr) => {
-            match typed_or_raw(payload.clone()) {
-                Ok(payload) => ta::AdapterFrame::$variant(ta::$variant {
+            match typed_or_raw(data.clone()) {
+                Ok(data) => ta::AdapterFrame::$variant(ta::$variant {
                     adapter_id: i.adapter_id,
                     adapter_version: i.adapter_version,
+                    data,
                     generation: i.generation,
                     host_instance_id: i.host_instance_id,
                     idempotency_key,
-                    kind: ta::KindInvoke::Invoke,
+                    kind: ta::KindResult::Result,
+                    ok: ta::True(true),
                     operation: $op,
-                    payload,
                     protocol_version: ta::AdapterProtocolVersion::X10,
                     request_id,
                     session_id: i.session_id,
@@ -294,13 +431,42 @@ pub fn invoke(
         };
     }
     Ok(Some(match op {
-        ToolOperation::FsList => invoke_of!(InvokeFsList, ta::OpFsList::FsList),
-        ToolOperation::FsStat => invoke_of!(InvokeFsStat, ta::OpFsStat::FsStat),
-        ToolOperation::FsRead => invoke_of!(InvokeFsRead, ta::OpFsRead::FsRead),
-        ToolOperation::FsSearch => invoke_of!(InvokeFsSearch, ta::OpFsSearch::FsSearch),
-        ToolOperation::FsWrite => invoke_of!(InvokeFsWrite, ta::OpFsWrite::FsWrite),
-        ToolOperation::FsEdit => invoke_of!(InvokeFsEdit, ta::OpFsEdit::FsEdit),
+        ToolOperation::FsList => result_of!(ResultFsList, ta::OpFsList::FsList),
+        ToolOperation::FsStat => result_of!(ResultFsStat, ta::OpFsStat::FsStat),
+        ToolOperation::FsRead => result_of!(ResultFsRead, ta::OpFsRead::FsRead),
+        ToolOperation::FsSearch => result_of!(ResultFsSearch, ta::OpFsSearch::FsSearch),
+        ToolOperation::FsWrite => result_of!(ResultFsWrite, ta::OpFsWrite::FsWrite),
+        ToolOperation::FsEdit => result_of!(ResultFsEdit, ta::OpFsEdit::FsEdit),
     }))
+}
+
+/// A failed `result` of `op` with `error`.
+pub fn result_error(
+    id: &Identity,
+    request_id: &str,
+    key: &str,
+    op: ToolOperation,
+    error: &AdapterError,
+) -> Result<ta::ResultError, ComposeError> {
+    let i = ids(id)?;
+    Ok(ta::ResultError {
+        adapter_id: i.adapter_id,
+        adapter_version: i.adapter_version,
+        error: ta::AdapterErrorBody {
+            code: conv("error.code", error.code.as_str())?,
+            message: conv("error.message", error.message.as_str())?,
+            retryable: error.code.retryable(),
+        },
+        generation: i.generation,
+        host_instance_id: i.host_instance_id,
+        idempotency_key: conv("idempotencyKey", key)?,
+        kind: ta::KindResult::Result,
+        ok: ta::False(false),
+        operation: op,
+        protocol_version: ta::AdapterProtocolVersion::X10,
+        request_id: conv("requestId", request_id)?,
+        session_id: i.session_id,
+    })
 }
 
 /// A host tool adapter descriptor for the adapter at `endpoint` (a Unix socket path).

@@ -24,9 +24,12 @@ pub mod command;
 pub mod compose;
 pub use command::{judge_command, parse_command, resources_with_tools, Command, CommandError, HostContext};
 pub mod frame;
+pub mod frame_view;
 pub use frame::{parse_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameError};
 pub mod onepass;
 pub mod record;
-pub use record::{validate_event, validate_handshake_data, validate_response};
+pub use record::{
+    parse_handshake_data, parse_host_record, validate_event, validate_handshake_data, validate_response, HostRecord,
+};
 pub mod adapter_error;
 pub use adapter_error::{AdapterCode, AdapterError};

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::judge::FrameJudge;
+pub use super::judge::Peer;
 use crate::conform::case::WireLine;
 
 /// What a read produced.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Recv {
     /// One line that decoded as JSON (the raw bytes kept, LF excluded).
-    Frame(Value, Vec<u8>),
+    Frame(Peer, Vec<u8>),
     /// A line that is not JSON.
     Garbage(Vec<u8>),
     /// The adapter closed the connection.
@@ -27,7 +28,7 @@ pub enum Recv {
 
 impl Recv {
     /// The frame, if one arrived.
-    pub fn frame(&self) -> Option<&Value> {
+    pub fn frame(&self) -> Option<&Peer> {
         match self {
             Recv::Frame(v, _) => Some(v),
             _ => None,
@@ -42,9 +43,9 @@ impl Recv {
 
     fn describe_raw(&self) -> String {
         match self {
-            Recv::Frame(v, _) => match (v["kind"].as_str(), v["ok"].as_bool()) {
+            Recv::Frame(v, _) => match (v.kind(), v.ok()) {
                 (Some("result"), Some(true)) => "result:ok".into(),
-                (Some("result"), Some(false)) => format!("error:{}", v["error"]["code"].as_str().unwrap_or("?")),
+                (Some("result"), Some(false)) => format!("error:{}", v.error_code().unwrap_or("?")),
                 (Some(k), _) => k.to_string(),
                 _ => "frame".into(),
             },
@@ -277,7 +278,7 @@ impl Conn {
         self.transcript.borrow_mut().push(WireLine { dir: "<".into(), text });
         let value = match &mut self.judge {
             Some(j) => j.received(&body),
-            None => crate::wire::decode_strict(&body).ok(),
+            None => crate::wire::decode_strict(&body).ok().map(Peer::read),
         };
         match value {
             Some(v) => Recv::Frame(v, body),
@@ -293,7 +294,7 @@ impl Conn {
     /// Read until a frame with `requestId == id` (results) arrives, or close/timeout. Frames
     /// for other requests are kept for their own `recv_for` (results may come in any order).
     pub fn recv_for(&mut self, id: &str) -> Recv {
-        if let Some(i) = self.stash.iter().position(|r| matches!(r, Recv::Frame(v, _) if v["requestId"] == id)) {
+        if let Some(i) = self.stash.iter().position(|r| matches!(r, Recv::Frame(v, _) if v.request_id() == Some(id))) {
             return self.stash.remove(i);
         }
         let deadline = Instant::now() + self.step * RECV_FOR_STEPS;
@@ -305,7 +306,7 @@ impl Conn {
             }
             let r = self.recv_within(self.step.min(left));
             match &r {
-                Recv::Frame(v, _) if v["requestId"] == id => return r,
+                Recv::Frame(v, _) if v.request_id() == Some(id) => return r,
                 Recv::Frame(_, raw) => {
                     let held: usize =
                         self.stash.iter().map(|r| if let Recv::Frame(_, b) = r { b.len() } else { 0 }).sum();

@@ -18,10 +18,181 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use crate::contract::adapter_error::{check_adapter_error_code, AdapterCode};
-use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction, FrameKind};
-use crate::contract::types::tool_adapter::ToolOperation;
-use crate::contract::{Code, ContractError};
+use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction};
+use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
+use crate::contract::{parse_host_record, Code, ContractError, HostRecord};
 use crate::wire::decode_strict;
+
+/// What a line the peer sent is, as its generated type, when the contract accepts it.
+#[derive(Clone, Debug)]
+pub enum Typed {
+    /// An adapter frame (judged by [`FrameJudge`]).
+    Adapter(Box<AdapterFrame>),
+    /// A daemon's response or event ([`parse_host_record`]).
+    Host(Box<HostRecord>),
+}
+
+/// A line the peer sent that decoded as JSON: the strictly decoded value and, when the
+/// contract accepted it, its generated type ([`Typed`]). Readers ask the typed view
+/// ([`Peer::kind`], [`Peer::request_id`], …); a line the contract refused has no generated
+/// type, and only then are its members read from the value (legitimately raw: the judge has
+/// recorded the refusal, and the case may be testing something else). The value stays
+/// reachable (`Deref`) for the cases that compare or search whole `data` objects.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    value: Value,
+    typed: Option<Typed>,
+}
+
+impl PartialEq for Peer {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl std::ops::Deref for Peer {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
+impl Peer {
+    /// An adapter frame the contract accepted, with its generated type.
+    pub fn accepted(value: Value, typed: AdapterFrame) -> Peer {
+        Peer { value, typed: Some(Typed::Adapter(Box::new(typed))) }
+    }
+
+    /// A decoded line without a generated type: the contract refused it.
+    pub fn raw(value: Value) -> Peer {
+        Peer { value, typed: None }
+    }
+
+    /// A line no frame judge saw (a daemon's connection): typed as a host record when the
+    /// contract accepts it as a response or an event, raw otherwise.
+    pub fn read(value: Value) -> Peer {
+        let typed = match value.get("kind").and_then(Value::as_str) {
+            Some("response" | "event") => parse_host_record(&value).ok().map(|r| Typed::Host(Box::new(r))),
+            _ => None,
+        };
+        Peer { value, typed }
+    }
+
+    /// The adapter frame, when the contract accepted it as one.
+    pub fn adapter(&self) -> Option<&AdapterFrame> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => Some(f.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The host record, when the contract accepted it as one.
+    pub fn host(&self) -> Option<&HostRecord> {
+        match self.typed.as_ref() {
+            Some(Typed::Host(r)) => Some(r.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The strictly decoded value.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    fn raw_str(&self, key: &str) -> Option<&str> {
+        self.value.get(key).and_then(Value::as_str)
+    }
+
+    fn raw_error(&self, key: &str) -> Option<&Value> {
+        self.value.get("error").and_then(|e| e.get(key))
+    }
+
+    /// `kind`.
+    pub fn kind(&self) -> Option<&str> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => Some(f.kind()),
+            Some(Typed::Host(r)) => Some(r.kind()),
+            None => self.raw_str("kind"),
+        }
+    }
+
+    /// `requestId`.
+    pub fn request_id(&self) -> Option<&str> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.request_id(),
+            Some(Typed::Host(r)) => r.request_id(),
+            None => self.raw_str("requestId"),
+        }
+    }
+
+    /// `ok` of a result or a response.
+    pub fn ok(&self) -> Option<bool> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.ok(),
+            Some(Typed::Host(r)) => r.ok(),
+            None => self.value.get("ok").and_then(Value::as_bool),
+        }
+    }
+
+    /// `aborted` of an aborted.
+    pub fn aborted(&self) -> Option<bool> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.aborted(),
+            Some(Typed::Host(_)) => None,
+            None => self.value.get("aborted").and_then(Value::as_bool),
+        }
+    }
+
+    /// `error.code`.
+    pub fn error_code(&self) -> Option<&str> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error_code(),
+            Some(Typed::Host(r)) => r.error().map(|e| e.code.as_str()),
+            None => self.raw_error("code").and_then(Value::as_str),
+        }
+    }
+
+    /// `error.message`.
+    pub fn error_message(&self) -> Option<&str> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error().map(|e| e.message.as_str()),
+            Some(Typed::Host(r)) => r.error().map(|e| e.message.as_str()),
+            None => self.raw_error("message").and_then(Value::as_str),
+        }
+    }
+
+    /// `error.details` of a daemon's failed response (adapter errors carry none).
+    pub fn error_details(&self) -> Option<&serde_json::Map<String, Value>> {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(_)) => None,
+            Some(Typed::Host(r)) => r.error().map(|e| &e.details),
+            None => self.raw_error("details").and_then(Value::as_object),
+        }
+    }
+
+    /// `error.details.field` of a daemon's failed response.
+    pub fn error_field(&self) -> Option<&str> {
+        self.error_details().and_then(|d| d.get("field")).and_then(Value::as_str)
+    }
+
+    /// Whether the frame carries an `error` member.
+    pub fn has_error(&self) -> bool {
+        match self.typed.as_ref() {
+            Some(Typed::Adapter(f)) => f.error().is_some(),
+            Some(Typed::Host(r)) => r.error().is_some(),
+            None => self.value.get("error").is_some(),
+        }
+    }
+
+    /// `data` of a successful response (an open object: the schema leaves it open, so it
+    /// stays JSON); `Null` when there is none.
+    pub fn data(&self) -> Value {
+        match self.host() {
+            Some(HostRecord::Success(r)) => Value::Object(r.data.clone()),
+            _ => self.value.get("data").cloned().unwrap_or(Value::Null),
+        }
+    }
+}
 
 /// The judge of one connection.
 pub struct FrameJudge {
@@ -80,7 +251,8 @@ impl FrameJudge {
         self.bind.as_ref().unwrap_or(&self.fallback)
     }
 
-    /// One line the runner sent (LF excluded).
+    /// One line the runner sent (LF excluded). Read raw: the runner sends broken lines on
+    /// purpose, and an invoke whose payload it broke still awaits its answer.
     pub fn sent(&mut self, line: &[u8]) {
         let Ok(v) = decode_strict(line) else { return };
         let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
@@ -101,8 +273,9 @@ impl FrameJudge {
     }
 
     /// One line the adapter sent (LF excluded): the strictly decoded frame, if it decodes at
-    /// all (a refused frame is still handed to the case, which may be testing something else).
-    pub fn received(&mut self, line: &[u8]) -> Option<Value> {
+    /// all, typed when the contract accepted it (a refused frame is still handed to the case,
+    /// raw, since the case may be testing something else).
+    pub fn received(&mut self, line: &[u8]) -> Option<Peer> {
         let binding = self.binding().clone();
         let judged = match judge_adapter_frame(line, &binding, Direction::ToDaemon) {
             Err(e) if e.error.field() == "operation" => self.ungranted_result(line, &binding).ok_or(e),
@@ -110,6 +283,7 @@ impl FrameJudge {
         };
         match judged {
             Err(e) => {
+                // A refused frame has no generated type: its kind is read raw for the report.
                 let value = decode_strict(line).ok();
                 let kind = value.as_ref().and_then(|v| v.get("kind")).and_then(Value::as_str);
                 let clause =
@@ -125,12 +299,24 @@ impl FrameJudge {
                     e.error.field(),
                     e.error.message
                 ));
-                value
+                value.map(Peer::raw)
             }
-            Ok(j) => {
-                self.exchange(j.kind, &j.value);
-                Some(j.value)
-            }
+            Ok(j) => match j.typed() {
+                Ok(f) => {
+                    self.exchange(&f);
+                    Some(Peer::accepted(j.value, f))
+                }
+                // The schema and the generated types agree on every vector (tests/agreement.rs):
+                // this is a harness bug, reported as one.
+                Err(e) => {
+                    self.violation(format!(
+                        "harness: a frame the contract accepts does not decode into the generated type ({} at `{}`)",
+                        e.error.message,
+                        e.error.field()
+                    ));
+                    Some(Peer::raw(j.value))
+                }
+            },
         }
     }
 
@@ -150,7 +336,8 @@ impl FrameJudge {
         let mut b = binding.clone();
         b.operations.push(op);
         let j = judge_adapter_frame(line, &b, Direction::ToDaemon).ok()?;
-        if v["ok"] != false || v["error"]["code"] != AdapterCode::OperationNotGranted.as_str() {
+        let f = j.typed().ok()?;
+        if f.ok() != Some(false) || f.error_code() != Some(AdapterCode::OperationNotGranted.as_str()) {
             self.violation(format!(
                 "PC-4.5: a result for {op}, which the bind did not grant, must be ok:false operation_not_granted"
             ));
@@ -158,9 +345,9 @@ impl FrameJudge {
         Some(j)
     }
 
-    fn exchange(&mut self, kind: FrameKind, v: &Value) {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-        if kind == FrameKind::Bound {
+    fn exchange(&mut self, f: &AdapterFrame) {
+        let kind = f.kind();
+        if kind == "bound" {
             if self.bound_seen {
                 self.violation("PC-4.3: a second bound on the connection".into());
             }
@@ -170,13 +357,15 @@ impl FrameJudge {
         if !self.bound_seen {
             self.violation("PC-4.3: a frame before bound".into());
         }
+        let s = |o: Option<&str>| o.unwrap_or_default().to_string();
         match kind {
-            FrameKind::Result { ok, .. } => {
-                let id = s("requestId");
+            "result" => {
+                let id = s(f.request_id());
                 match self.pending.iter().position(|(r, _, _)| *r == id) {
                     Some(i) => {
                         let (_, key, op) = self.pending.remove(i);
-                        if key != s("idempotencyKey") || op != s("operation") {
+                        let echoed = f.operation().map(|o| o.to_string()).unwrap_or_default();
+                        if key != s(f.idempotency_key()) || op != echoed {
                             self.violation(format!(
                                 "PC-4.3: the result for `{id}` does not echo its invoke's idempotencyKey and operation"
                             ));
@@ -189,12 +378,12 @@ impl FrameJudge {
                         "PC-4.3: a result for `{id}`, which is no outstanding invoke (unknown request or a duplicate result)"
                     )),
                 }
-                if !ok {
-                    self.error_code(v);
+                if f.ok() == Some(false) {
+                    self.error_code(f);
                 }
             }
-            FrameKind::Aborted(flag) => {
-                let (id, target) = (s("requestId"), s("targetRequestId"));
+            "aborted" => {
+                let (id, target) = (s(f.request_id()), s(f.target_request_id()));
                 match self.aborts.iter().position(|(r, t)| *r == id && *t == target) {
                     Some(i) => {
                         self.aborts.remove(i);
@@ -203,7 +392,7 @@ impl FrameJudge {
                         "PC-4.3: aborted `{id}` for `{target}` answers no abort sent (requestId and targetRequestId)"
                     )),
                 }
-                if flag {
+                if f.aborted() == Some(true) {
                     match self.pending.iter().position(|(r, _, _)| *r == target) {
                         Some(i) => {
                             self.pending.remove(i);
@@ -213,16 +402,16 @@ impl FrameJudge {
                             "PC-4.5: aborted:true for `{target}`, whose result was already sent or which was never invoked (aborted:false)"
                         )),
                     }
-                } else if v.get("error").is_some() {
-                    self.error_code(v);
+                } else if f.error().is_some() {
+                    self.error_code(f);
                 }
             }
             _ => {}
         }
     }
 
-    fn error_code(&self, v: &Value) {
-        if let Err(e) = check_adapter_error_code(&v["error"], "error") {
+    fn error_code(&self, f: &AdapterFrame) {
+        if let Some(Err(e)) = f.error().map(|body| check_adapter_error_code(body, "error")) {
             self.violation(format!("PC-5.3.errors: {} at `{}`", e.message, e.field()));
         }
     }

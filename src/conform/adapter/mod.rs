@@ -8,6 +8,7 @@ pub mod judge;
 pub mod launch;
 pub mod preflight;
 pub mod replay;
+pub mod req;
 pub mod script;
 
 use std::cell::RefCell;
@@ -20,11 +21,11 @@ use serde_json::{json, Value};
 use self::conn::{Conn, Recv};
 use self::fixture::Fixture;
 use self::judge::FrameJudge;
+use self::req::Call;
 use super::case::{CaseMeta, Outcome, WireLine};
 use crate::contract::compose;
 use crate::contract::descriptor::admit_descriptor;
 use crate::contract::frame::Binding;
-use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::Descriptor;
 
 /// The adapter case catalogue (`conformance/adapter-cases.json`), built in.
@@ -215,7 +216,7 @@ impl<'a> Ctx<'a> {
         c.send(bind);
         let r = c.recv();
         match r.frame() {
-            Some(v) if v["kind"] == "bound" => Ok(c),
+            Some(v) if v.kind() == Some("bound") => Ok(c),
             _ => Err(Outcome::with(format!("bind-{}", r.describe()), vec!["no bound for a valid bind".into()])),
         }
     }
@@ -232,32 +233,24 @@ impl<'a> Ctx<'a> {
         (format!("req-{}", self.seq), format!("key-{}", self.seq))
     }
 
-    /// An invoke frame: built from the generated types when `op` is an operation and `payload`
-    /// fits its request type, raw otherwise (a payload or an id a case broke on purpose).
-    pub fn invoke(&self, id: &str, key: &str, op: &str, payload: Value) -> Value {
-        let typed = op
-            .parse::<ToolOperation>()
-            .ok()
-            .and_then(|op| compose::invoke(&self.target.admitted.identity, id, key, op, &payload).ok().flatten());
-        match typed {
-            Some(f) => compose::to_wire(&f),
-            None => self
-                .frame("invoke", json!({"requestId": id, "idempotencyKey": key, "operation": op, "payload": payload})),
-        }
+    /// An invoke frame of `call` ([`req`]): built from the generated types when its payload
+    /// is typed and the ids fit, raw otherwise (a payload or an id a case broke on purpose).
+    pub fn invoke(&self, id: &str, key: &str, call: Call) -> Value {
+        req::invoke_frame(&self.target.admitted.identity, id, key, &call)
     }
 
-    /// Invoke `op` on `conn` with fresh ids and wait for its result.
-    pub fn call(&mut self, conn: &mut Conn, op: &str, payload: Value) -> Recv {
+    /// Send `call` on `conn` with fresh ids and wait for its result.
+    pub fn call(&mut self, conn: &mut Conn, call: Call) -> Recv {
         let (id, key) = self.ids();
-        let f = self.invoke(&id, &key, op, payload);
+        let f = self.invoke(&id, &key, call);
         conn.send(&f);
         conn.recv_for(&id)
     }
 
-    /// Bind, invoke once, return the result.
-    pub fn one(&mut self, op: &str, payload: Value) -> Result<Recv, Outcome> {
+    /// Bind, send `call` once, return the result.
+    pub fn one(&mut self, call: Call) -> Result<Recv, Outcome> {
         let mut c = self.bound()?;
-        Ok(self.call(&mut c, op, payload))
+        Ok(self.call(&mut c, call))
     }
 }
 
@@ -268,5 +261,5 @@ pub fn token(r: &Recv) -> String {
 
 /// The `data` of a successful result.
 pub fn data(r: &Recv) -> Option<&Value> {
-    r.frame().filter(|v| v["ok"] == true).map(|v| &v["data"])
+    r.frame().filter(|v| v.ok() == Some(true)).map(|v| &v["data"])
 }

@@ -45,7 +45,7 @@ pub fn preflight(target: &Target) -> Result<(), PreflightError> {
     let mut conn = Conn::connect(&target.socket, target.handle(), step, transcript, received).map_err(unreachable)?;
     conn.send(&target.admitted.bind_frame());
     match conn.recv_within(step) {
-        Recv::Frame(v, _) if v["kind"] == "bound" => {}
+        Recv::Frame(v, _) if v.kind() == Some("bound") => {}
         Recv::Timeout => {
             return Err(PreflightError::Target(format!(
                 "the adapter on {socket} accepted the connection but did not answer the descriptor's bind within \
@@ -87,7 +87,7 @@ pub fn preflight(target: &Target) -> Result<(), PreflightError> {
     let root = target.root.display();
     let r = conn.recv_for("preflight-1");
     match (r.frame(), &r) {
-        (Some(v), _) if v["ok"] == false && v["error"]["code"] == AdapterCode::NotFound.as_str() => {
+        (Some(v), _) if v.ok() == Some(false) && v.error_code() == Some(AdapterCode::NotFound.as_str()) => {
             Err(PreflightError::Target(format!(
                 "the fixture marker {MARKER} that the runner laid in --root {root} is not visible through the adapter \
              (fs.stat answered not_found): --root must be the directory the adapter's grant is confined to, so \

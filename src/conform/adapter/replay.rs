@@ -428,9 +428,9 @@ pub fn run(c: &mut Ctx<'_>, set: &VectorSet, id: &str) -> Outcome {
 /// The token of an answer to a request: `answered` unless it is a validation refusal.
 fn answer_token(r: &Recv) -> String {
     match r.frame() {
-        Some(f) if f["kind"] == "result" => match f["ok"].as_bool() {
+        Some(f) if f.kind() == Some("result") => match f.ok() {
             Some(false) => {
-                let code = f["error"]["code"].as_str().unwrap_or("?");
+                let code = f.error_code().unwrap_or("?");
                 if is_validation_code(code) {
                     format!("error:{code}")
                 } else {
@@ -456,7 +456,7 @@ fn run_path(c: &mut Ctx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
         Ok(conn) => conn,
         Err(o) => return Outcome::Error(format!("inconclusive: the valid bind was not bound ({o:?})")),
     };
-    let r = c.call(&mut conn, "fs.stat", json!({ "path": doc }));
+    let r = c.call(&mut conn, super::req::raw("fs.stat", json!({ "path": doc })));
     let token = answer_token(&r);
     Outcome::with(token, alive_after_reply(c, &mut conn, &r))
 }
@@ -464,13 +464,13 @@ fn run_path(c: &mut Ctx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
 /// After a `result ok:false` refusal the connection stays open: a follow-up `fs.stat` of the
 /// root is answered.
 fn alive_after_reply(c: &mut Ctx<'_>, conn: &mut super::conn::Conn, r: &Recv) -> Vec<String> {
-    let refused = r.frame().is_some_and(|f| f["kind"] == "result" && f["ok"] == false);
+    let refused = r.frame().is_some_and(|f| f.kind() == Some("result") && f.ok() == Some(false));
     if !refused || !c.target.admitted.operations.iter().any(|o| o.to_string() == "fs.stat") {
         return Vec::new();
     }
-    let follow = c.call(conn, "fs.stat", json!({"path": "."}));
+    let follow = c.call(conn, super::req::stat("."));
     match follow.frame() {
-        Some(f) if f["kind"] == "result" => Vec::new(),
+        Some(f) if f.kind() == Some("result") => Vec::new(),
         _ => vec![format!(
             "PC-4.5: after answering a refusal the connection must stay open, but a follow-up fs.stat got `{}`",
             follow.describe()

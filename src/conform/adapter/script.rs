@@ -128,7 +128,7 @@ impl Dialect for Adapter<'_, '_> {
     fn bind(&mut self, conn: &mut Conn) -> Result<(), Outcome> {
         conn.send(&self.values.bind);
         let r = conn.recv();
-        if !r.frame().is_some_and(|f| f["kind"] == "bound") {
+        if r.frame().is_none_or(|f| f.kind() != Some("bound")) {
             return Err(Outcome::Error(format!(
                 "inconclusive: the valid bind was answered `{}`, not bound",
                 token(&r)
@@ -161,7 +161,7 @@ impl Dialect for Adapter<'_, '_> {
             Value::Object(m) if m.contains_key("result") => {
                 let r = conn.recv_for(&self.values.request_id);
                 let pattern = self.values.expand(&m["result"]);
-                let ok = r.frame().is_some_and(|f| f["kind"] == "result" && matches(&pattern, f));
+                let ok = r.frame().is_some_and(|f| f.kind() == Some("result") && matches(&pattern, f));
                 (token(&r), ok)
             }
             other => return Err(Outcome::Error(format!("bad expectation {other}"))),

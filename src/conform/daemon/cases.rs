@@ -30,7 +30,7 @@ fn limits_with_timeout(ms: u64) -> Value {
 }
 
 fn data(r: &Recv) -> Value {
-    r.frame().map(|v| v["data"].clone()).unwrap_or(Value::Null)
+    r.frame().map_or(Value::Null, |v| v.data())
 }
 
 pub(super) fn one(c: &mut DCtx<'_>, v: Value) -> Result<Recv, Outcome> {
@@ -64,11 +64,11 @@ pub fn last_segment(field: &str) -> &str {
 ///   the clause under test was never reached.
 pub fn refusal(r: &Recv, code: &str, member: Option<&str>) -> Outcome {
     let Some(f) = r.frame() else { return Outcome::token(rtoken(r)) };
-    if f["ok"] == true {
+    if f.ok() == Some(true) {
         return Outcome::token("accepted");
     }
-    let got = f["error"]["code"].as_str().unwrap_or("?");
-    let field = f["error"]["details"]["field"].as_str().unwrap_or("");
+    let got = f.error_code().unwrap_or("?");
+    let field = f.error_field().unwrap_or("");
     match member {
         Some(m) if last_segment(field) == m => Outcome::token(format!("error:{got}@{m}")),
         None if got == code => Outcome::token(format!("error:{got}")),
@@ -88,7 +88,7 @@ fn precondition_open(r: &Recv) -> Outcome {
     Outcome::Error(format!(
         "inconclusive: a valid host-adapter open this case relies on was answered {} ({})",
         rtoken(r),
-        r.frame().map(|f| f["error"]["message"].as_str().unwrap_or("").to_string()).unwrap_or_default()
+        r.frame().map(|f| f.error_message().unwrap_or("").to_string()).unwrap_or_default()
     ))
 }
 
@@ -155,7 +155,7 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
         r = conn.recv_for(&rid);
     }
     let out = match r.frame() {
-        Some(v) if v["error"]["code"] == DaemonCode::DuplicateRequestId.as_str() => match v["protocolVersion"].as_str() {
+        Some(v) if v.error_code() == Some(DaemonCode::DuplicateRequestId.as_str()) => match v["protocolVersion"].as_str() {
             Some("2.0") => Outcome::token("duplicate_request_id@2.0"),
             Some(x) => Outcome::with(
                 format!("duplicate_request_id@{x}"),
@@ -216,7 +216,7 @@ fn private_dir(d: &std::path::Path) -> std::io::Result<()> {
 /// code): the descriptor was admitted.
 fn admitted_then_failed(r: &Recv) -> bool {
     r.frame()
-        .and_then(|f| f["error"]["code"].as_str())
+        .and_then(|f| f.error_code())
         .is_some_and(|c| c == DaemonCode::OpenFailed.as_str() || c.starts_with("adapter_"))
 }
 
@@ -239,7 +239,7 @@ fn admission(c: &mut DCtx<'_>, code: Code, member: &str, mutate: impl FnOnce(&mu
         // Refused only after admission (the open failed later, or an adapter reason): the
         // faulted descriptor was admitted.
         Outcome::Error(_) if admitted_then_failed(&r) => {
-            let got = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("?").to_string();
+            let got = r.frame().and_then(|f| f.error_code()).unwrap_or("?").to_string();
             p.insert(
                 0,
                 format!("the descriptor passed admission: the open failed only later ({got}), not with {code}"),
@@ -406,7 +406,7 @@ fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let r = tryo!(r);
     let t = rtoken(&r);
-    let Some(f) = r.frame().filter(|f| f["ok"] == false) else {
+    let Some(f) = r.frame().filter(|f| f.ok() == Some(false)) else {
         return Outcome::with(t.clone(), vec![format!("a bound with a changed limit must fail the open, got {t}")]);
     };
     if !bind_seen_since(c, first) {
@@ -414,8 +414,8 @@ fn bind_typed_cause(c: &mut DCtx<'_>) -> Outcome {
             "inconclusive: the daemon refused the open ({t}) before any bind reached the probe"
         ));
     }
-    let code = f["error"]["code"].as_str().unwrap_or("");
-    let cause = &f["error"]["details"]["cause"];
+    let code = f.error_code().unwrap_or("");
+    let cause = f.error_details().and_then(|d| d.get("cause")).unwrap_or(&Value::Null);
     if let Some(typed) = [code, cause["code"].as_str().unwrap_or("")].into_iter().find(|c| c.starts_with("adapter_")) {
         return Outcome::token(format!("typed:{typed}"));
     }
@@ -469,12 +469,12 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     }
     // Confirm the refusal is about the endpoint: not a parse or admission refusal, and the
     // same open with the socket made private again succeeds (in a fresh session).
-    let code = r.frame().and_then(|f| f["error"]["code"].as_str()).unwrap_or("").to_string();
+    let code = r.frame().and_then(|f| f.error_code()).unwrap_or("").to_string();
     if code.starts_with("invalid_")
         || code.starts_with("unsupported_")
         || code == Code::ToolAdapterBindingMismatch.as_str()
     {
-        let field = r.frame().and_then(|f| f["error"]["details"]["field"].as_str()).unwrap_or("").to_string();
+        let field = r.frame().and_then(|f| f.error_field()).unwrap_or("").to_string();
         return Outcome::Error(format!(
             "inconclusive: the open was refused at parse or admission ({t}, field `{field}`), before the endpoint was looked at"
         ));
@@ -684,8 +684,8 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     let resp = loop {
         let r = conn.recv_within(c.target.step * 3);
         match r.frame() {
-            Some(f) if f["kind"] == "event" => events.push(f.clone()),
-            Some(f) if f["requestId"] == rid.as_str() => break r,
+            Some(f) if f.kind() == Some("event") => events.push(f.clone()),
+            Some(f) if f.request_id() == Some(rid.as_str()) => break r,
             Some(_) => continue,
             None => break r,
         }
@@ -714,7 +714,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     //   `hostToolAdapterQueue` telemetry (`rejectedRequests`, `lastRejectionReason`).
     let mut refused = std::collections::BTreeSet::new();
     let mut p = Vec::new();
-    let result = resp.frame().map(|f| f["data"]["result"]["toolCalls"].clone()).unwrap_or(Value::Null);
+    let result = resp.frame().map(|f| f.data()["result"]["toolCalls"].clone()).unwrap_or(Value::Null);
     for (i, t) in result.as_array().into_iter().flatten().enumerate() {
         let e = &t["error"];
         if e["code"] != CODE {
@@ -743,7 +743,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         let failed_tool_ends =
             events.iter().filter(|e| e["event"] == "toolEnd" && e["data"]["isError"] == true).count();
         let telemetry =
-            resp.frame().and_then(|f| find_key(&f["data"], "hostToolAdapterQueue")).cloned().unwrap_or(Value::Null);
+            resp.frame().and_then(|f| find_key(&f.data(), "hostToolAdapterQueue").cloned()).unwrap_or(Value::Null);
         let rejected = telemetry["rejectedRequests"].as_u64().unwrap_or(0) as usize;
         if rejected > 0 && telemetry["lastRejectionReason"] == CODE && failed_tool_ends >= rejected {
             refused.extend((0..rejected).map(|i| format!("telemetry#{i}")));
@@ -872,7 +872,7 @@ impl CallSeen {
 
     /// Whether the first tool call is reported a success (`toolCalls[0].ok` of the wake).
     pub fn first_call_ok(&self) -> Option<bool> {
-        self.first.frame().and_then(|f| f["data"]["result"]["toolCalls"][0]["ok"].as_bool())
+        self.first.frame().and_then(|f| f.data()["result"]["toolCalls"][0]["ok"].as_bool())
     }
 
     /// The verdict of a provoked bad adapter frame: it is never a successful tool result, and
@@ -1052,6 +1052,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conform::adapter::conn::Peer;
 
     fn refused(code: &str, field: Option<&str>) -> Recv {
         let mut e = json!({"code": code, "message": "m", "retryable": false});
@@ -1059,7 +1060,7 @@ mod tests {
             e["details"] = json!({"field": f});
         }
         let v = json!({"protocolVersion": "2.0", "kind": "response", "requestId": "r", "hostInstanceId": "h", "ok": false, "error": e});
-        Recv::Frame(v, Vec::new())
+        Recv::Frame(Peer::raw(v), Vec::new())
     }
 
     fn token(o: Outcome) -> String {
@@ -1108,7 +1109,7 @@ mod tests {
 
     #[test]
     fn an_acceptance_is_observed_as_accepted() {
-        let ok = Recv::Frame(json!({"ok": true, "data": {}}), Vec::new());
+        let ok = Recv::Frame(Peer::raw(json!({"ok": true, "data": {}})), Vec::new());
         assert_eq!(token(refusal(&ok, "invalid_field", Some("payload"))), "accepted");
         assert_eq!(token(refusal(&Recv::Timeout, "invalid_field", Some("payload"))), "timeout");
     }

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use crate::adapter::fs::{Cancel, Root};
 use crate::adapter::session::Job;
 use crate::conform::adapter::conn::BoundedLines;
-use crate::contract::{AdapterCode, AdapterError, Binding};
+use crate::contract::types::tool_adapter::AdapterFrame;
+use crate::contract::{compose, AdapterCode, AdapterError, Binding};
 
 /// How the probe answers `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,8 +207,8 @@ fn scripted(
 }
 
 /// Judge one line the daemon sent through the contract: the first as a `bind` request (whose
-/// binding then judges the rest), later ones as daemon → adapter frames.
-fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<(), String> {
+/// binding then judges the rest), later ones as daemon → adapter frames (returned typed).
+fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<Option<AdapterFrame>, String> {
     use crate::contract::{parse_adapter_frame, parse_bind_request, Direction};
     match binding {
         None => {
@@ -219,12 +220,18 @@ fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<(), String> {
                 operations: req.operations,
                 limits: req.limits,
             });
-            Ok(())
+            Ok(None)
         }
         Some(b) => parse_adapter_frame(line, b, Direction::ToAdapter)
-            .map(|_| ())
+            .map(Some)
             .map_err(|e| format!("the daemon sent the adapter a frame that breaks the contract: {}", why(&e.error))),
     }
+}
+
+/// The exact `bound` echo of a valid bind, from the generated type.
+fn typed_bound(b: &Binding) -> Option<Value> {
+    let limits = compose::limits(&b.limits).ok()?;
+    compose::bound(&b.identity, &b.operations, &limits).ok().map(|f| compose::to_wire(&f))
 }
 
 fn why(e: &crate::contract::ContractError) -> String {
@@ -262,6 +269,11 @@ fn serve(
             }
         };
         let verdict = judge(&line, &mut binding);
+        // The frame as the contract accepted it (the probe answers from it), `None` for a bind
+        // or a frame the contract refused (answered from the raw value: the refusal is logged).
+        let typed = verdict.as_ref().ok().cloned().flatten();
+        // This line is the connection's bind, valid: `binding` is the one it made.
+        let valid_bind = matches!(verdict, Ok(None));
         let Ok(f) = serde_json::from_slice::<Value>(&line) else {
             if let Ok(mut l) = log.lock() {
                 l.violations.push((n, verdict.err().unwrap_or_else(|| "a line that is not JSON".into())));
@@ -303,7 +315,12 @@ fn serve(
                     continue;
                 }
                 match bmode {
-                    BoundMode::Exact => {}
+                    // The exact echo, from the generated type when the bind was valid.
+                    BoundMode::Exact => {
+                        if let Some(t) = binding.as_ref().filter(|_| valid_bind).and_then(typed_bound) {
+                            b = t;
+                        }
+                    }
                     BoundMode::WrongLimits => {
                         let q = b["limits"]["maxQueuedRequests"].as_u64().unwrap_or(0);
                         b["limits"]["maxQueuedRequests"] = json!(if q == 0 { 1 } else { q - 1 });
@@ -335,7 +352,20 @@ fn serve(
                     continue;
                 }
                 scripted(&script, ScriptAt::BeforeResult, binding.as_ref(), Some(&f), &mut w);
-                let result = |data: Result<Value, Value>| {
+                // A well-formed answer, from the generated types (a case that mutates it on
+                // purpose, or an invoke the contract refused, takes the raw one below).
+                let typed_result = |data: &Result<Value, AdapterError>| -> Option<Value> {
+                    let (b, inv) = (binding.as_ref()?, typed.as_ref()?);
+                    let (rid, key, op) = (inv.request_id()?, inv.idempotency_key()?, inv.operation()?);
+                    match data {
+                        Ok(d) => compose::result(&b.identity, rid, key, op, d).ok()?.map(|r| compose::to_wire(&r)),
+                        Err(e) => {
+                            compose::result_error(&b.identity, rid, key, op, e).ok().map(|r| compose::to_wire(&r))
+                        }
+                    }
+                };
+                let result = |data: Result<Value, AdapterError>| {
+                    let data = data.map_err(|e| e.body());
                     let mut r = id.clone();
                     r["kind"] = json!("result");
                     for k in ["requestId", "idempotencyKey", "operation"] {
@@ -353,9 +383,9 @@ fn serve(
                     }
                     r
                 };
-                let run = || -> Result<Value, Value> {
+                let run = || -> Result<Value, AdapterError> {
                     let Some(root) = &root else {
-                        return Err(AdapterError::new(AdapterCode::IoError, "no root").body());
+                        return Err(AdapterError::new(AdapterCode::IoError, "no root"));
                     };
                     let job = Job {
                         request_id: f["requestId"].as_str().unwrap_or("").into(),
@@ -367,11 +397,13 @@ fn serve(
                         budget: 512 * 1024,
                         cancel: Cancel::new(),
                     };
-                    crate::adapter::ops::execute(root, &job).map_err(|e| e.body())
+                    crate::adapter::ops::execute(root, &job)
                 };
                 match imode {
                     InvokeMode::Normal => {
-                        if !send(&mut w, &result(run())) {
+                        let data = run();
+                        let answer = typed_result(&data).unwrap_or_else(|| result(data));
+                        if !send(&mut w, &answer) {
                             return;
                         }
                     }
@@ -400,11 +432,21 @@ fn serve(
                 if scripted(&script, ScriptAt::Abort, binding.as_ref(), Some(&f), &mut w) {
                     continue;
                 }
-                let mut a = id.clone();
-                a["kind"] = json!("aborted");
-                a["requestId"] = f["requestId"].clone();
-                a["targetRequestId"] = f["targetRequestId"].clone();
-                a["aborted"] = json!(true);
+                let typed_aborted = binding
+                    .as_ref()
+                    .zip(typed.as_ref())
+                    .and_then(|(b, t)| compose::aborted(&b.identity, t.request_id()?, t.target_request_id()?).ok());
+                let a = match typed_aborted {
+                    Some(t) => compose::to_wire(&t),
+                    None => {
+                        let mut a = id.clone();
+                        a["kind"] = json!("aborted");
+                        a["requestId"] = f["requestId"].clone();
+                        a["targetRequestId"] = f["targetRequestId"].clone();
+                        a["aborted"] = json!(true);
+                        a
+                    }
+                };
                 let _ = send(&mut w, &a);
                 if !held.is_empty() {
                     for h in held.drain(..) {
@@ -421,8 +463,15 @@ fn serve(
             }
             Some("revoke") => {
                 if let Some(id) = &identity {
-                    let mut r = id.clone();
-                    r["kind"] = json!("revoked");
+                    let typed_revoked = binding.as_ref().and_then(|b| compose::revoked(&b.identity).ok());
+                    let r = match typed_revoked {
+                        Some(t) => compose::to_wire(&t),
+                        None => {
+                            let mut r = id.clone();
+                            r["kind"] = json!("revoked");
+                            r
+                        }
+                    };
                     let _ = send(&mut w, &r);
                 }
                 return;
