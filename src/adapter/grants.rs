@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::session::{handle_digest, Grant};
-use crate::contract::descriptor::{admit_descriptor, Limits, LIMITS};
+use crate::contract::descriptor::{admit_descriptor, limits_from_values, LimitValues, LIMITS, MAX_SAFE_INTEGER};
+use crate::contract::types::tool_adapter::AdapterLimits;
 use crate::contract::types::tool_adapter::ToolOperation;
 
 /// Why the grants file could not be used.
@@ -49,6 +50,29 @@ pub enum GrantsError {
     /// A grant request that cannot be honoured.
     #[error("{0}")]
     Invalid(String),
+    /// A limit that must be at least 1 (`maxConcurrentRequests`, `maxIdempotencyKeys`) is 0,
+    /// or a limit does not fit a JSON-safe integer: no binding could ever use such a grant.
+    #[error("limits.{limit} must be an integer from {min} to 2^53-1")]
+    Limit {
+        /// The limit's key.
+        limit: &'static str,
+        /// Its least value.
+        min: u64,
+    },
+}
+
+/// The limits of a grant from values in canonical order: refused when a limit that must be at
+/// least 1 is 0 or a value exceeds 2^53-1 (the ranges themselves are the descriptor
+/// admission's, which `grant` runs).
+pub fn grant_limits(values: [u64; 7]) -> Result<AdapterLimits, GrantsError> {
+    for ((k, _, _), v) in LIMITS.iter().zip(values) {
+        let min = u64::from(matches!(*k, "maxConcurrentRequests" | "maxIdempotencyKeys"));
+        if v < min || v > MAX_SAFE_INTEGER {
+            return Err(GrantsError::Limit { limit: k, min });
+        }
+    }
+    // Every value is now in what the generated type holds.
+    limits_from_values(values).ok_or(GrantsError::Limit { limit: "maxConcurrentRequests", min: 1 })
 }
 
 /// One grant as stored.
@@ -193,7 +217,7 @@ fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
         session_id: g.session_id.clone(),
         generation: g.generation,
         operations,
-        ceilings: Limits::from_values(vals),
+        ceilings: grant_limits(vals).map_err(|e| e.to_string())?,
     })
 }
 
@@ -213,7 +237,7 @@ pub struct GrantRequest {
     /// Operations, in descriptor order.
     pub operations: Vec<ToolOperation>,
     /// Limits (also the grant's ceilings).
-    pub limits: Limits,
+    pub limits: AdapterLimits,
     /// adapterId.
     pub adapter_id: String,
     /// adapterVersion.

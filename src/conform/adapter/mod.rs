@@ -96,7 +96,7 @@ impl Target {
 
     /// The handle (for binding and for the secret scan only).
     pub fn handle(&self) -> &str {
-        self.admitted.handle.expose()
+        self.admitted.handle().expose()
     }
 }
 
@@ -180,7 +180,7 @@ impl<'a> Ctx<'a> {
     /// case breaks on purpose (a well-formed one comes from [`Ctx::invoke`], [`Ctx::abort`],
     /// [`Ctx::revoke`]).
     pub fn frame(&self, kind: &str, extra: Value) -> Value {
-        let mut f = self.target.admitted.identity.frame(kind, []);
+        let mut f = self.target.admitted.identity().frame(kind, []);
         if let (Value::Object(m), Value::Object(e)) = (&mut f, extra) {
             m.extend(e);
         }
@@ -189,7 +189,7 @@ impl<'a> Ctx<'a> {
 
     /// An `abort` of `target`, built from the generated type.
     pub fn abort(&self, request_id: &str, target: &str) -> Value {
-        match compose::abort(&self.target.admitted.identity, request_id, target) {
+        match compose::abort(&self.target.admitted.identity(), request_id, target) {
             Ok(f) => compose::to_wire(&f),
             Err(_) => self.frame("abort", json!({"requestId": request_id, "targetRequestId": target})),
         }
@@ -197,7 +197,7 @@ impl<'a> Ctx<'a> {
 
     /// The `revoke` of the binding, built from the generated type.
     pub fn revoke(&self) -> Value {
-        match compose::revoke(&self.target.admitted.identity) {
+        match compose::revoke(&self.target.admitted.identity()) {
             Ok(f) => compose::to_wire(&f),
             Err(_) => self.frame("revoke", json!({})),
         }
@@ -238,7 +238,7 @@ impl<'a> Ctx<'a> {
         let typed = op
             .parse::<ToolOperation>()
             .ok()
-            .and_then(|op| compose::invoke(&self.target.admitted.identity, id, key, op, &payload).ok().flatten());
+            .and_then(|op| compose::invoke(&self.target.admitted.identity(), id, key, op, &payload).ok().flatten());
         match typed {
             Some(f) => compose::to_wire(&f),
             None => self

@@ -213,12 +213,7 @@ fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<(), String> {
         None => {
             let req = parse_bind_request(line, MAX_BIND_LINE)
                 .map_err(|e| format!("the daemon's first frame is not a valid bind: {}", why(&e.error)))?;
-            *binding = Some(Binding {
-                identity: req.identity,
-                handle: req.handle,
-                operations: req.operations,
-                limits: req.limits,
-            });
+            *binding = Some(req);
             Ok(())
         }
         Some(b) => parse_adapter_frame(line, b, Direction::ToAdapter)
