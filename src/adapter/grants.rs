@@ -349,6 +349,56 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
 mod tests {
     use super::*;
 
+    /// A limit a binding needs at least 1 of is refused at 0, typed, naming the limit.
+    #[test]
+    fn a_zero_limit_is_refused_with_its_name() {
+        let ok = [1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000];
+        assert_eq!(grant_limits(ok).unwrap().values(), ok);
+        for (i, name) in [(2, "maxConcurrentRequests"), (5, "maxIdempotencyKeys")] {
+            let mut v = ok;
+            v[i] = 0;
+            let e = grant_limits(v).unwrap_err();
+            assert!(matches!(e, GrantsError::Limit { limit, min: 1 } if limit == name), "{e:?}");
+            assert_eq!(e.to_string(), format!("limits.{name} must be an integer from 1 to 2^53-1"));
+        }
+        let mut v = ok;
+        v[6] = u64::MAX;
+        assert_eq!(
+            grant_limits(v).unwrap_err().to_string(),
+            "limits.idempotencyTtlMs must be an integer from 0 to 2^53-1"
+        );
+    }
+
+    /// A grants file whose ceiling is 0 is refused as a format error naming the limit.
+    #[test]
+    fn a_grants_file_with_a_zero_ceiling_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grants.json");
+        let mut limits = serde_json::Map::new();
+        for ((k, _, _), v) in LIMITS.iter().zip([2048u64, 1024, 0, 0, 100, 1, 1000]) {
+            limits.insert((*k).into(), v.into());
+        }
+        let g = StoredGrant {
+            handle_sha256: "00".repeat(32),
+            root: dir.path().to_path_buf(),
+            root_device: None,
+            root_inode: None,
+            host_instance_id: "h".into(),
+            session_id: "s".into(),
+            generation: 1,
+            operations: vec!["fs.stat".into()],
+            limits,
+        };
+        let file = GrantsFile { version: 1, grants: vec![g] };
+        write_atomic(&path, &serde_json::to_vec(&file).unwrap()).unwrap();
+        match load(&path) {
+            Err(GrantsError::Format { message, .. }) => {
+                assert_eq!(message, "limits.maxConcurrentRequests must be an integer from 1 to 2^53-1")
+            }
+            other => panic!("a zero ceiling must be refused: {other:?}"),
+        }
+    }
+
     #[test]
     fn minted_handles_have_the_guarded_shape() {
         for _ in 0..16 {
