@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::command::RESOURCES;
-use super::descriptor::{Identity, LIMITS};
+use super::descriptor::{Descriptor, Identity, LIMITS};
 use super::secret::CapabilityHandle;
 use super::types::protocol_v2 as v2;
 use super::types::tool_adapter as ta;
@@ -180,6 +180,25 @@ fn ids(id: &Identity<'_>) -> Result<Ids, ComposeError> {
         session_id: conv("sessionId", id.session_id)?,
         generation: int("generation", id.generation)?,
     })
+}
+
+// The frames of an admitted descriptor live here, not in `descriptor.rs`, so that `descriptor`
+// does not import `compose` (no import cycle, tests/tidy.rs).
+impl Descriptor {
+    /// The normalized `bind` frame, generated (carries the handle: send it, never log it).
+    pub fn bind(&self) -> ta::BindFrame {
+        bind(self.doc())
+    }
+
+    /// The normalized `bind` frame's wire value (carries the handle: send it, never log it).
+    pub fn bind_frame(&self) -> Value {
+        to_wire(&self.bind())
+    }
+
+    /// The normalized `bound` frame the adapter must echo.
+    pub fn bound_frame(&self) -> Value {
+        to_wire(&bound(&self.bind()))
+    }
 }
 
 /// The normalized `bind` frame of an admitted descriptor (SPEC §3.3): its identity, handle,

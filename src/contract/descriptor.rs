@@ -5,12 +5,11 @@ use std::num::NonZeroU64;
 
 use serde_json::{json, Map, Value};
 
-use super::compose;
 use super::error::{join_field, Code, ContractError};
 use super::schema::{self, Entry};
 use super::secret::CapabilityHandle;
 use super::text::{has_control, is_adapter_id, is_base64url, is_semver, units_in};
-use super::types::tool_adapter::{AdapterLimits, BindFrame, HostToolAdapterDescriptor, ToolOperation};
+use super::types::tool_adapter::{AdapterLimits, HostToolAdapterDescriptor, ToolOperation};
 
 /// Largest safe JavaScript integer, 2^53 − 1.
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -125,7 +124,7 @@ impl Identity<'_> {
     /// A raw frame of `kind` with this identity and the extra members appended in order: for
     /// a frame the generated types cannot express (a negative case, a fault) and for the
     /// adapter's result-line prefix, its hot path. Every well-formed frame a daemon or a runner
-    /// sends is built in [`compose`] from the generated types.
+    /// sends is built in [`super::compose`] from the generated types.
     pub fn frame(&self, kind: &str, extra: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
         let mut m = Map::new();
         m.insert("protocolVersion".into(), self.protocol_version.into());
@@ -208,21 +207,6 @@ impl Descriptor {
     /// The operations as JSON strings, in order.
     pub fn operations_json(&self) -> Value {
         operations_json(self.operations())
-    }
-
-    /// The normalized `bind` frame, generated (carries the handle: send it, never log it).
-    pub fn bind(&self) -> BindFrame {
-        compose::bind(&self.doc)
-    }
-
-    /// The normalized `bind` frame's wire value (carries the handle: send it, never log it).
-    pub fn bind_frame(&self) -> Value {
-        compose::to_wire(&self.bind())
-    }
-
-    /// The normalized `bound` frame the adapter must echo.
-    pub fn bound_frame(&self) -> Value {
-        compose::to_wire(&compose::bound(&self.bind()))
     }
 
     /// The nonsecret policy summary retained by a daemon (SPEC §3.4).
