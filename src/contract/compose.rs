@@ -234,6 +234,34 @@ pub fn bound(b: &ta::BindFrame) -> ta::BoundFrame {
     }
 }
 
+/// The `revoke` of the binding a `bind` made (infallible: every member is already typed).
+pub fn revoke_of(b: &ta::BindFrame) -> ta::RevokeFrame {
+    ta::RevokeFrame {
+        adapter_id: b.adapter_id.clone(),
+        adapter_version: b.adapter_version.clone(),
+        generation: b.generation.clone(),
+        host_instance_id: b.host_instance_id.clone(),
+        kind: ta::KindRevoke::Revoke,
+        protocol_version: b.protocol_version,
+        session_id: b.session_id.clone(),
+    }
+}
+
+/// An `abort` of `target` on the binding a `bind` made.
+pub fn abort_of(b: &ta::BindFrame, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
+    Ok(ta::AbortFrame {
+        adapter_id: b.adapter_id.clone(),
+        adapter_version: b.adapter_version.clone(),
+        generation: b.generation.clone(),
+        host_instance_id: b.host_instance_id.clone(),
+        kind: ta::KindAbort::Abort,
+        protocol_version: b.protocol_version,
+        request_id: conv("requestId", request_id)?,
+        session_id: b.session_id.clone(),
+        target_request_id: conv("targetRequestId", target)?,
+    })
+}
+
 /// An `abort` of `target`.
 pub fn abort(id: &Identity<'_>, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
     let i = ids(id)?;

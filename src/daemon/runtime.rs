@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::ids::{uuid_v4, Rng};
+use crate::contract::compose;
 use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
 use crate::contract::operation::is_mutating;
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -568,7 +569,8 @@ impl AdapterRuntime {
             return;
         }
         self.state = State::Revoked;
-        self.transmit.push_back(OutLine(encode_line(&self.binding.identity().frame("revoke", []))));
+        let revoke = compose::to_wire(&compose::revoke_of(self.binding.bind()));
+        self.transmit.push_back(OutLine(encode_line(&revoke)));
         let n = self.fail_pending(DaemonCode::AdapterRevoked.as_str());
         self.counters.cancelled += n;
         self.tombstones.clear();
@@ -720,11 +722,13 @@ impl AdapterRuntime {
         let c = self.calls.remove(&id)?;
         self.release(&c);
         let abort_id = uuid_v4(self.rng.as_mut());
-        let frame = self.binding.identity().frame(
-            "abort",
-            [("requestId", Value::String(abort_id.clone())), ("targetRequestId", Value::String(c.request_id.clone()))],
-        );
-        self.transmit.push_back(OutLine(encode_line(&frame)));
+        // Both ids are UUIDs this runtime drew, which the generated `RequestId` always holds;
+        // were one refused, no abort could be sent and the connection fails.
+        let Ok(frame) = compose::abort_of(self.binding.bind(), &abort_id, &c.request_id) else {
+            self.fail(DaemonCode::AdapterConnectionFailed.as_str());
+            return None;
+        };
+        self.transmit.push_back(OutLine(encode_line(&compose::to_wire(&frame))));
         let ttl = Duration::from_millis(self.binding.limits().idempotency_ttl_ms as u64);
         self.tombstones.insert(
             c.request_id,
