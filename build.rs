@@ -48,6 +48,13 @@ fn generate(schema_path: &Path, replace_shared: bool) -> String {
         "crate::contract::secret::CapabilityHandle",
         std::iter::empty::<typify::TypeSpaceImpl>(),
     );
+    // The limits are seven integers: copied and compared as values (the runtime keeps them
+    // in the generated type, issue 14).
+    if !replace_shared {
+        let mut patch = typify::TypeSpacePatch::default();
+        patch.with_derive("Copy").with_derive("PartialEq").with_derive("Eq");
+        settings.with_patch("AdapterLimits", &patch);
+    }
     let mut space = typify::TypeSpace::new(&settings);
     space.add_root_schema(schema).unwrap_or_else(|e| panic!("typify failed on {}: {e}", schema_path.display()));
     let file: syn::File = syn::parse2(space.to_stream()).expect("typify emitted invalid Rust");

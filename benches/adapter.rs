@@ -44,7 +44,7 @@ use pi_conform::adapter::ops::execute;
 use pi_conform::adapter::server::{default_identity, serve, ServeConfig};
 use pi_conform::adapter::session::{handle_bind, Action, Session};
 use pi_conform::contract::descriptor::OPERATIONS;
-use pi_conform::contract::Limits;
+use pi_conform::contract::{const_limits, AdapterLimits};
 use pi_conform::util::prng::SplitMix64;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -183,7 +183,7 @@ fn main() {
     let search_socket = dir.path().join("adapter-search.sock");
     let grants = dir.path().join("grants.json");
     let grants_path = grants.clone();
-    let limits = Limits::from_values([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
+    let limits = const_limits([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
     let small_desc = mint(&grants, &socket, &small, "bench-small", limits);
     let tree_desc = mint(&grants, &search_socket, &tree.root, "bench-tree", limits);
     let (stop_adapter, rx) = watch::channel(false);
@@ -430,7 +430,7 @@ fn wait_for(socket: &Path) {
     }
 }
 
-fn mint(grants: &Path, socket: &Path, root: &Path, session: &str, limits: Limits) -> Value {
+fn mint(grants: &Path, socket: &Path, root: &Path, session: &str, limits: AdapterLimits) -> Value {
     let id = default_identity();
     let req = GrantRequest {
         socket: socket.to_path_buf(),

@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use memchr::memmem;
 use pi_conform::adapter::grants::{grant, write_atomic, GrantRequest};
 use pi_conform::adapter::server::{default_identity, serve, ServeConfig};
+use pi_conform::contract::const_limits;
 use pi_conform::contract::descriptor::OPERATIONS;
-use pi_conform::contract::Limits;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -168,7 +168,7 @@ fn main() {
 
     // --- every grant, minted before anything is timed ---------------------------------------
     let adapter_socket = dir.join("adapter.sock");
-    let limits = Limits::from_values([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
+    let limits = const_limits([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
     let mint_t = Instant::now();
     let mut stored = Vec::new();
     let mint_dir = dir.join("mint");

@@ -405,7 +405,7 @@ impl<'de> ::serde::Deserialize<'de> for AdapterId {
     }
 }
 ///The seven limits; no defaults.
-#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Copy, Debug, Eq, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AdapterLimits {
     ///How long an idempotency key is retained, in milliseconds.

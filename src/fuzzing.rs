@@ -259,12 +259,12 @@ pub fn command(data: &[u8]) {
 }
 
 fn same_descriptor(a: &Descriptor, b: &Descriptor) -> bool {
-    a.identity == b.identity
-        && a.handle == b.handle
-        && a.operations == b.operations
-        && a.limits == b.limits
-        && a.endpoint_path == b.endpoint_path
-        && (a.bind_bytes, a.bound_bytes) == (b.bind_bytes, b.bound_bytes)
+    a.identity() == b.identity()
+        && a.handle() == b.handle()
+        && a.operations() == b.operations()
+        && a.limits() == b.limits()
+        && a.endpoint_path() == b.endpoint_path()
+        && (a.bind_bytes(), a.bound_bytes()) == (b.bind_bytes(), b.bound_bytes())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ pub fn descriptor(data: &[u8]) {
             let value = decode_strict(data).expect("a descriptor accepted in one pass is strict JSON");
             let full = admit_descriptor(&value, exp.as_ref()).expect("the full path admits it too");
             assert_eq!(format!("{d:?}"), format!("{full:?}"), "one-pass and full admission differ");
-            assert!(d.handle == full.handle, "one-pass and full admission differ in the handle");
+            assert!(d.handle() == full.handle(), "one-pass and full admission differ in the handle");
         }
     }
     let Ok(value) = decode_strict(data) else { return };
@@ -335,13 +335,13 @@ pub fn descriptor(data: &[u8]) {
 fn check_admitted(value: &Value, d: &Descriptor) {
     assert!(schema::is_valid(Entry::Descriptor, value), "admitted descriptor violates the schema");
     let given = value.pointer("/binding/capabilityHandle").and_then(Value::as_str).unwrap_or_default();
-    assert!(d.handle.ct_eq_bytes(given.as_bytes()), "admitted handle differs from the descriptor's");
+    assert!(d.handle().ct_eq_bytes(given.as_bytes()), "admitted handle differs from the descriptor's");
     let bind = encode_line(&d.bind_frame());
     let bound = encode_line(&d.bound_frame());
-    assert_eq!(d.bind_bytes, bind.len(), "bind_bytes differs from the encoded bind line");
-    assert_eq!(d.bound_bytes, bound.len(), "bound_bytes differs from the encoded bound line");
-    assert!(d.bind_bytes as u64 <= d.limits.max_request_bytes, "admitted bind does not fit maxRequestBytes");
-    assert!(d.bound_bytes as u64 <= d.limits.max_response_bytes, "admitted bound does not fit maxResponseBytes");
+    assert_eq!(d.bind_bytes(), bind.len(), "bind_bytes differs from the encoded bind line");
+    assert_eq!(d.bound_bytes(), bound.len(), "bound_bytes differs from the encoded bound line");
+    assert!(d.bind_bytes() as i64 <= d.limits().max_request_bytes, "admitted bind does not fit maxRequestBytes");
+    assert!(d.bound_bytes() as i64 <= d.limits().max_response_bytes, "admitted bound does not fit maxResponseBytes");
     // The frames the descriptor defines are valid on the binding it defines.
     let binding = Binding::from(d);
     let bind_line = &bind[..bind.len() - 1];
@@ -352,12 +352,12 @@ fn check_admitted(value: &Value, d: &Descriptor) {
     if let Err(e) = parse_adapter_frame(bound_line, &binding, Direction::ToDaemon) {
         panic!("the descriptor's own bound is refused: {} (field {})", e.error.code, e.error.field());
     }
-    match parse_bind_request(bind_line, d.limits.max_request_bytes as usize) {
+    match parse_bind_request(bind_line, d.limits().max_request_bytes as usize) {
         Ok(req) => assert!(
-            req.identity == d.identity
-                && req.handle == d.handle
-                && req.operations == d.operations
-                && req.limits == d.limits,
+            req.identity() == d.identity()
+                && req.handle() == d.handle()
+                && req.operations() == d.operations()
+                && req.limits() == d.limits(),
             "the descriptor's bind reads back as another binding"
         ),
         Err(e) => {
@@ -423,25 +423,22 @@ fn frame(data: &[u8], dir: Direction) {
                 let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default();
                 assert!(dir.kinds().contains(&kind), "accepted frame of a kind this direction does not carry");
                 let is_bind = dir == Direction::ToAdapter && kind == "bind";
-                assert!(is_bind || !binding.handle.occurs_in(data), "accepted frame carries the handle");
+                assert!(is_bind || !binding.handle().occurs_in(data), "accepted frame carries the handle");
                 if is_bind {
                     let h = v.get("capabilityHandle").and_then(Value::as_str).unwrap_or_default();
-                    assert!(binding.handle.ct_eq_bytes(h.as_bytes()), "accepted bind presents another handle");
+                    assert!(binding.handle().ct_eq_bytes(h.as_bytes()), "accepted bind presents another handle");
                 }
                 for (k, want) in [
-                    ("protocolVersion", &binding.identity.protocol_version),
-                    ("adapterId", &binding.identity.adapter_id),
-                    ("adapterVersion", &binding.identity.adapter_version),
-                    ("hostInstanceId", &binding.identity.host_instance_id),
-                    ("sessionId", &binding.identity.session_id),
+                    ("protocolVersion", binding.identity().protocol_version),
+                    ("adapterId", binding.identity().adapter_id),
+                    ("adapterVersion", binding.identity().adapter_version),
+                    ("hostInstanceId", binding.identity().host_instance_id),
+                    ("sessionId", binding.identity().session_id),
                 ] {
-                    assert!(
-                        v.get(k).and_then(Value::as_str) == Some(want.as_str()),
-                        "accepted frame: identity differs"
-                    );
+                    assert!(v.get(k).and_then(Value::as_str) == Some(want), "accepted frame: identity differs");
                 }
                 assert!(
-                    v.get("generation").and_then(safe_integer) == Some(binding.identity.generation as i64),
+                    v.get("generation").and_then(safe_integer) == Some(binding.identity().generation as i64),
                     "accepted frame: generation differs"
                 );
                 assert!(check_adapter_frame(v, binding, dir).is_ok(), "check_adapter_frame refuses an accepted line");
@@ -464,7 +461,7 @@ fn check_frame_error(e: &FrameError, binding: &Binding, dir: Direction, value: O
             let a = e.attribution.as_ref();
             assert!(a.is_some(), "a reply error without attribution ({}, field {})", e.error.code, e.error.field());
             assert!(dir == Direction::ToAdapter, "a reply error on a frame sent to the daemon");
-            check_error(&e.error, &REPLY_CODES, Some(&binding.handle), "frame reply");
+            check_error(&e.error, &REPLY_CODES, Some(binding.handle()), "frame reply");
             let v = value.expect("a reply error is on a decoded frame");
             assert!(v.get("kind").and_then(Value::as_str) == Some("invoke"), "a reply error on a non-invoke");
             let a = a.expect("checked above");
@@ -475,7 +472,7 @@ fn check_frame_error(e: &FrameError, binding: &Binding, dir: Direction, value: O
                 "attribution differs from the invoke's keys"
             );
         }
-        Disposition::Close => check_error(&e.error, &CLOSE_CODES, Some(&binding.handle), "frame close"),
+        Disposition::Close => check_error(&e.error, &CLOSE_CODES, Some(binding.handle()), "frame close"),
     }
 }
 
@@ -509,15 +506,10 @@ pub fn bind_request(data: &[u8]) {
                 assert!(schema::is_valid(Entry::Frame, v), "accepted bind request violates the schema");
                 assert!(v.get("kind").and_then(Value::as_str) == Some("bind"), "accepted a first line that is no bind");
                 let h = v.get("capabilityHandle").and_then(Value::as_str).unwrap_or_default();
-                assert!(req.handle.ct_eq_bytes(h.as_bytes()), "bind request handle differs from the line's");
-                let binding = Binding {
-                    identity: req.identity.clone(),
-                    handle: req.handle.clone(),
-                    operations: req.operations.clone(),
-                    limits: req.limits,
-                };
+                assert!(req.handle().ct_eq_bytes(h.as_bytes()), "bind request handle differs from the line's");
+                let binding = req.clone();
                 let ops = binding.operations_json();
-                let fit = crate::contract::descriptor::fit_check(&req.identity, &req.handle, &ops, &req.limits, "");
+                let fit = crate::contract::descriptor::fit_check(req.identity(), req.handle(), &ops, req.limits(), "");
                 assert!(fit.is_ok(), "accepted bind request fails the fit check");
                 if let Err(e) = check_adapter_frame(v, &binding, Direction::ToAdapter) {
                     panic!(
@@ -526,7 +518,7 @@ pub fn bind_request(data: &[u8]) {
                         e.error.field()
                     );
                 }
-                if (data.len() as u64) < req.limits.max_request_bytes {
+                if (data.len() as i64) < req.limits().max_request_bytes {
                     let p = parse_adapter_frame(data, &binding, Direction::ToAdapter);
                     assert!(p.is_ok(), "accepted bind request line is refused on its own binding");
                 }

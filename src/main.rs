@@ -610,7 +610,7 @@ fn main() -> ExitCode {
             adapter_version,
             output,
         } => {
-            let limits = pi_conform::contract::Limits::from_values([
+            let limits = [
                 max_request_bytes,
                 max_response_bytes,
                 max_concurrent_requests,
@@ -618,7 +618,7 @@ fn main() -> ExitCode {
                 request_timeout_ms,
                 max_idempotency_keys,
                 idempotency_ttl_ms,
-            ]);
+            ];
             grant(
                 grants,
                 socket,
@@ -1388,7 +1388,7 @@ fn grant(
     session_id: String,
     generation: u64,
     operations: Vec<String>,
-    limits: pi_conform::contract::Limits,
+    limits: [u64; 7],
     adapter_id: String,
     adapter_version: String,
     output: Option<PathBuf>,
@@ -1397,6 +1397,8 @@ fn grant(
         .iter()
         .map(|o| o.trim().parse().map_err(|_| anyhow::anyhow!("unknown operation {o:?}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // A zero `maxConcurrentRequests` or `maxIdempotencyKeys` is refused here, typed.
+    let limits = pi_conform::adapter::grants::grant_limits(limits)?;
     let req = pi_conform::adapter::grants::GrantRequest {
         socket,
         root,

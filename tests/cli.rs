@@ -160,3 +160,32 @@ fn serve_daemon_refuses_a_host_instance_id_no_descriptor_could_bind() {
         assert!(!sock.exists(), "{id:?}: the socket was bound");
     }
 }
+
+/// `grant` refuses a zero `--max-concurrent-requests` or `--max-idempotency-keys` with a typed
+/// error naming the limit, and writes no grant.
+#[test]
+fn grant_refuses_a_zero_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("grants.json");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    for (flag, name) in
+        [("--max-concurrent-requests", "maxConcurrentRequests"), ("--max-idempotency-keys", "maxIdempotencyKeys")]
+    {
+        let out = bin()
+            .args(["grant", "--grants"])
+            .arg(&grants)
+            .arg("--socket")
+            .arg(dir.path().join("a.sock"))
+            .arg("--root")
+            .arg(&root)
+            .args(["--host-instance", "h", "--session", "s", "--generation", "1", flag, "0"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} 0 must be refused");
+        assert!(stderr.contains(&format!("limits.{name} must be an integer from 1 to 2^53-1")), "{stderr}");
+        assert!(out.stdout.is_empty(), "no descriptor is printed");
+        assert!(!grants.exists(), "no grant is written");
+    }
+}

@@ -381,10 +381,10 @@ pub(crate) fn has_dotdot(path: &str) -> bool {
 /// switched off: each fault rewrites only what its own rule looks at, and the rewritten frame
 /// must then pass every other rule (`check_adapter_frame`). `None`: refuse as usual.
 pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> Option<LenientInvoke> {
-    if line.len() as u64 + 1 > binding.limits.max_request_bytes && !faults.has(Fault::NoLineLimit) {
+    if line.len() as i64 + 1 > binding.limits().max_request_bytes && !faults.has(Fault::NoLineLimit) {
         return None;
     }
-    if binding.handle.occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
+    if binding.handle().occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
         return None;
     }
     let v = decode_strict(line).ok()?;
@@ -431,12 +431,12 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
         });
     }
     if faults.has(Fault::IgnoreInvokeIdentity) {
-        let id = &binding.identity;
-        check.insert("protocolVersion".into(), id.protocol_version.clone().into());
-        check.insert("adapterId".into(), id.adapter_id.clone().into());
-        check.insert("adapterVersion".into(), id.adapter_version.clone().into());
-        check.insert("hostInstanceId".into(), id.host_instance_id.clone().into());
-        check.insert("sessionId".into(), id.session_id.clone().into());
+        let id = binding.identity();
+        check.insert("protocolVersion".into(), id.protocol_version.into());
+        check.insert("adapterId".into(), id.adapter_id.into());
+        check.insert("adapterVersion".into(), id.adapter_version.into());
+        check.insert("hostInstanceId".into(), id.host_instance_id.into());
+        check.insert("sessionId".into(), id.session_id.into());
         check.insert("generation".into(), id.generation.into());
     }
     if faults.has(Fault::AcceptBadIds) {
@@ -458,12 +458,12 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     let mut check = Value::Object(check);
     if faults.has(Fault::AcceptHandleInInvoke) {
         let text = serde_json::to_string(&check).ok()?;
-        let h = binding.handle.expose();
+        let h = binding.handle().expose();
         check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
     }
     let mut b = binding.clone();
-    if faults.has(Fault::AcceptUngrantedOperation) && !b.operations.contains(&op) {
-        b.operations.push(op);
+    if faults.has(Fault::AcceptUngrantedOperation) && !b.operations().contains(&op) {
+        b.operations_mut().push(op);
     }
     check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
     Some(LenientInvoke { request_id, key, op, payload })

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::session::{handle_digest, Grant};
-use crate::contract::descriptor::{admit_descriptor, Limits, LIMITS};
+use crate::contract::descriptor::{admit_descriptor, limits_from_values, LimitValues, LIMITS, MAX_SAFE_INTEGER};
+use crate::contract::types::tool_adapter::AdapterLimits;
 use crate::contract::types::tool_adapter::ToolOperation;
 
 /// Why the grants file could not be used.
@@ -49,6 +50,29 @@ pub enum GrantsError {
     /// A grant request that cannot be honoured.
     #[error("{0}")]
     Invalid(String),
+    /// A limit that must be at least 1 (`maxConcurrentRequests`, `maxIdempotencyKeys`) is 0,
+    /// or a limit does not fit a JSON-safe integer: no binding could ever use such a grant.
+    #[error("limits.{limit} must be an integer from {min} to 2^53-1")]
+    Limit {
+        /// The limit's key.
+        limit: &'static str,
+        /// Its least value.
+        min: u64,
+    },
+}
+
+/// The limits of a grant from values in canonical order: refused when a limit that must be at
+/// least 1 is 0 or a value exceeds 2^53-1 (the ranges themselves are the descriptor
+/// admission's, which `grant` runs).
+pub fn grant_limits(values: [u64; 7]) -> Result<AdapterLimits, GrantsError> {
+    for ((k, _, _), v) in LIMITS.iter().zip(values) {
+        let min = u64::from(matches!(*k, "maxConcurrentRequests" | "maxIdempotencyKeys"));
+        if v < min || v > MAX_SAFE_INTEGER {
+            return Err(GrantsError::Limit { limit: k, min });
+        }
+    }
+    // Every value is now in what the generated type holds.
+    limits_from_values(values).ok_or(GrantsError::Limit { limit: "maxConcurrentRequests", min: 1 })
 }
 
 /// One grant as stored.
@@ -193,7 +217,7 @@ fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
         session_id: g.session_id.clone(),
         generation: g.generation,
         operations,
-        ceilings: Limits::from_values(vals),
+        ceilings: grant_limits(vals).map_err(|e| e.to_string())?,
     })
 }
 
@@ -213,7 +237,7 @@ pub struct GrantRequest {
     /// Operations, in descriptor order.
     pub operations: Vec<ToolOperation>,
     /// Limits (also the grant's ceilings).
-    pub limits: Limits,
+    pub limits: AdapterLimits,
     /// adapterId.
     pub adapter_id: String,
     /// adapterVersion.
@@ -324,6 +348,56 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A limit a binding needs at least 1 of is refused at 0, typed, naming the limit.
+    #[test]
+    fn a_zero_limit_is_refused_with_its_name() {
+        let ok = [1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000];
+        assert_eq!(grant_limits(ok).unwrap().values(), ok);
+        for (i, name) in [(2, "maxConcurrentRequests"), (5, "maxIdempotencyKeys")] {
+            let mut v = ok;
+            v[i] = 0;
+            let e = grant_limits(v).unwrap_err();
+            assert!(matches!(e, GrantsError::Limit { limit, min: 1 } if limit == name), "{e:?}");
+            assert_eq!(e.to_string(), format!("limits.{name} must be an integer from 1 to 2^53-1"));
+        }
+        let mut v = ok;
+        v[6] = u64::MAX;
+        assert_eq!(
+            grant_limits(v).unwrap_err().to_string(),
+            "limits.idempotencyTtlMs must be an integer from 0 to 2^53-1"
+        );
+    }
+
+    /// A grants file whose ceiling is 0 is refused as a format error naming the limit.
+    #[test]
+    fn a_grants_file_with_a_zero_ceiling_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grants.json");
+        let mut limits = serde_json::Map::new();
+        for ((k, _, _), v) in LIMITS.iter().zip([2048u64, 1024, 0, 0, 100, 1, 1000]) {
+            limits.insert((*k).into(), v.into());
+        }
+        let g = StoredGrant {
+            handle_sha256: "00".repeat(32),
+            root: dir.path().to_path_buf(),
+            root_device: None,
+            root_inode: None,
+            host_instance_id: "h".into(),
+            session_id: "s".into(),
+            generation: 1,
+            operations: vec!["fs.stat".into()],
+            limits,
+        };
+        let file = GrantsFile { version: 1, grants: vec![g] };
+        write_atomic(&path, &serde_json::to_vec(&file).unwrap()).unwrap();
+        match load(&path) {
+            Err(GrantsError::Format { message, .. }) => {
+                assert_eq!(message, "limits.maxConcurrentRequests must be an integer from 1 to 2^53-1")
+            }
+            other => panic!("a zero ceiling must be refused: {other:?}"),
+        }
+    }
 
     #[test]
     fn minted_handles_have_the_guarded_shape() {

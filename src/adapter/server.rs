@@ -155,7 +155,13 @@ pub fn bind_private(path: &Path) -> Result<UnixListener, ServeError> {
 /// Whether the grant a connection was bound under is still in `current`: the same handle
 /// digest with the same root and binding identity, still allowing the bound operations and
 /// limits. A reload that drops or narrows it revokes the binding.
-fn still_granted(bound: &Grant, ops: &[ToolOperation], limits: &crate::contract::Limits, current: &[Grant]) -> bool {
+fn still_granted(
+    bound: &Grant,
+    ops: &[ToolOperation],
+    limits: &crate::contract::AdapterLimits,
+    current: &[Grant],
+) -> bool {
+    use crate::contract::LimitValues;
     current.iter().any(|g| {
         bool::from(g.handle_sha256.ct_eq(&bound.handle_sha256))
             && g.root == bound.root
@@ -526,7 +532,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     drop(grants);
     let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
-    let guard = Guard::new(binding.handle.clone(), digests);
+    let guard = Guard::new(binding.handle().clone(), digests);
     let Some(pin) = grant.root_pin else {
         // DECISION (conformance/SPEC.md PC-4.5): a grant minted before roots were pinned
         // cannot bind; `grant` mints a pinned one.
@@ -564,7 +570,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
         info!(conn = id, "bound over a live connection of the same grant; revoking it");
     }
     let mut buf = vec![0u8; 64 * 1024];
-    info!(conn = id, session = %binding.identity.session_id, generation = binding.identity.generation, "bound");
+    info!(conn = id, session = %binding.identity().session_id, generation = binding.identity().generation, "bound");
     let mut session = Session::with_faults(binding, faults);
     if wr.write_all(&bound).await.is_err() {
         return;
@@ -662,7 +668,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
             Ok(()) = grants_rx.changed() => {
                 let current = grants_rx.borrow_and_update().clone();
                 let b = session.binding();
-                if !still_granted(&grant, &b.operations, &b.limits, &current) {
+                if !still_granted(&grant, b.operations(), b.limits(), &current) {
                     // DECISION (conformance/SPEC.md PC-4.5): a reload that removes the grant
                     // aborts in-flight work exactly like shutdown — no further result is sent.
                     revoke(&mut session, &mut wr).await;
@@ -677,7 +683,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
 /// Revoke a bound session: cancel every job (no result of theirs is sent after this),
 /// send `revoked` and close the write side.
 async fn revoke(session: &mut Session, wr: &mut tokio::net::unix::OwnedWriteHalf) {
-    let revoked = crate::wire::encode_line(&session.binding().identity.frame("revoked", []));
+    let revoked = crate::wire::encode_line(&session.binding().identity().frame("revoked", []));
     session.handle_eof();
     let _ = wr.write_all(&revoked).await;
     let _ = wr.shutdown().await;

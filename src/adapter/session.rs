@@ -12,11 +12,12 @@ use subtle::ConstantTimeEq;
 use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
 use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
-use crate::contract::descriptor::{bound_frame, Limits};
+use crate::contract::descriptor::LimitValues;
 use crate::contract::frame::{
     extra_keys_only, judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind,
 };
 use crate::contract::operation::is_mutating;
+use crate::contract::types::tool_adapter::AdapterLimits;
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError, Code};
 use crate::wire::{decode_strict, encode_line, json_len};
@@ -48,7 +49,7 @@ pub struct Grant {
     /// Operations a bind may ask for.
     pub operations: Vec<ToolOperation>,
     /// Upper bounds of the limits a bind may ask for.
-    pub ceilings: Limits,
+    pub ceilings: AdapterLimits,
 }
 
 /// Who this adapter is (a bind must name it).
@@ -116,7 +117,7 @@ pub fn handle_bind_with(
     let rewritten = faults::lenient_bind_line(line, faults);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
-    let digest = handle_digest(req.handle.expose());
+    let digest = handle_digest(req.handle().expose());
     // Constant time in the handle: every grant is compared, and the comparison itself is
     // constant-time.
     let mut found: Option<usize> = None;
@@ -130,7 +131,7 @@ pub fn handle_bind_with(
     }
     let i = found.ok_or(BindRefusal::UnknownHandle)?;
     let g = &grants[i];
-    let id = &req.identity;
+    let id = req.identity();
     if (id.adapter_id != me.adapter_id || id.adapter_version != me.adapter_version)
         && !faults.has(Fault::IgnoreAdapterIdentity)
     {
@@ -141,24 +142,22 @@ pub fn handle_bind_with(
     {
         return Err(BindRefusal::WrongIdentity);
     }
-    if req.operations.iter().any(|op| !g.operations.contains(op)) {
+    if req.operations().iter().any(|op| !g.operations.contains(op)) {
         return Err(BindRefusal::OperationNotGranted);
     }
-    if req.limits.values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max)
+    if req.limits().values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max)
         && !faults.has(Fault::AcceptLimitsAboveGrant)
     {
         return Err(BindRefusal::LimitAboveCeiling);
     }
-    let binding =
-        Binding { identity: req.identity, handle: req.handle, operations: req.operations, limits: req.limits };
-    let mut bound = if faults.has(Fault::BoundEchoesGrant) {
-        let ops = Value::Array(g.operations.iter().map(|o| Value::String(o.to_string())).collect());
-        bound_frame(&binding.identity, &ops, &g.ceilings.to_json())
-    } else {
-        bound_frame(&binding.identity, &binding.operations_json(), &binding.limits.to_json())
-    };
+    let binding = req;
+    let mut bound = binding.bound_frame();
+    if faults.has(Fault::BoundEchoesGrant) {
+        bound["operations"] = Value::Array(g.operations.iter().map(|o| Value::String(o.to_string())).collect());
+        bound["limits"] = g.ceilings.to_json();
+    }
     if faults.has(Fault::BoundLeaksHandle) {
-        bound["capabilityHandle"] = Value::String(binding.handle.expose().to_string());
+        bound["capabilityHandle"] = Value::String(binding.handle().expose().to_string());
     }
     Ok((binding, i, encode_line(&bound)))
 }
@@ -248,11 +247,14 @@ impl Session {
 
     /// [`Session::new`] with fault switches (test aid: production passes [`Faults::NONE`]).
     pub fn with_faults(binding: Binding, faults: Faults) -> Self {
-        let l = binding.limits;
-        let mut result_prefix = encode_line(&binding.identity.frame("result", []));
+        let l = *binding.limits();
+        let mut result_prefix = encode_line(&binding.identity().frame("result", []));
         result_prefix.truncate(result_prefix.len().saturating_sub(2)); // the closing `}` and LF
         Self {
-            cache: IdempotencyCache::new(l.max_idempotency_keys as usize, Duration::from_millis(l.idempotency_ttl_ms)),
+            cache: IdempotencyCache::new(
+                l.max_idempotency_keys.get() as usize,
+                Duration::from_millis(l.idempotency_ttl_ms as u64),
+            ),
             result_prefix,
             binding,
             inflight: HashMap::new(),
@@ -287,7 +289,7 @@ impl Session {
 
     /// Longest line the daemon may send, LF excluded.
     pub fn max_line(&self) -> usize {
-        self.binding.limits.max_request_bytes as usize - 1
+        self.binding.limits().max_request_bytes as usize - 1
     }
 
     fn close(&mut self, reason: CloseReason) -> Vec<Action> {
@@ -352,15 +354,14 @@ impl Session {
         };
         match frame.kind {
             FrameKind::Bind if self.faults.has(Fault::AcceptSecondBind) => {
-                let b = &self.binding;
-                vec![Action::Send(encode_line(&bound_frame(&b.identity, &b.operations_json(), &b.limits.to_json())))]
+                vec![Action::Send(encode_line(&self.binding.bound_frame()))]
             }
             FrameKind::Bind => self.close(CloseReason::ProtocolViolation("second_bind")),
             FrameKind::Revoke => {
                 if self.faults.has(Fault::RevokeNoReply) {
                     return self.close(CloseReason::Revoked);
                 }
-                let mut out = vec![Action::Send(encode_line(&self.binding.identity.frame("revoked", [])))];
+                let mut out = vec![Action::Send(encode_line(&self.binding.identity().frame("revoked", [])))];
                 if !self.faults.has(Fault::KeepWorkingAfterRevoke) {
                     out.extend(self.close(CloseReason::Revoked));
                 }
@@ -419,11 +420,11 @@ impl Session {
             // A read-only operation simply runs again.
             Lookup::Replay(_) | Lookup::Wait(_) | Lookup::Rerun | Lookup::New => false,
         };
-        let l = self.binding.limits;
+        let l = *self.binding.limits();
         let queue_cap = if self.faults.has(Fault::BusyEarly) { 0 } else { l.max_queued_requests as usize };
         if !waiting
             && !self.faults.has(Fault::NoBusy)
-            && self.running >= l.max_concurrent_requests as usize
+            && self.running >= l.max_concurrent_requests.get() as usize
             && self.queue.len() >= queue_cap
         {
             self.counters.busy += 1;
@@ -450,7 +451,7 @@ impl Session {
     /// Start queued requests while slots are free.
     fn pump(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
-        while self.running < self.binding.limits.max_concurrent_requests as usize {
+        while self.running < self.binding.limits().max_concurrent_requests.get() as usize {
             let Some(id) = self.queue.pop_front() else { break };
             let budget = self.data_budget(&id);
             let Some(f) = self.inflight.get_mut(&id) else { continue };
@@ -476,7 +477,7 @@ impl Session {
             return faults::NO_BUDGET;
         }
         let Some(f) = self.inflight.get(request_id) else { return 0 };
-        (self.binding.limits.max_response_bytes as usize).saturating_sub(self.result_overhead(
+        (self.binding.limits().max_response_bytes as usize).saturating_sub(self.result_overhead(
             request_id,
             &f.key,
             f.operation,
@@ -542,21 +543,21 @@ impl Session {
         outcome: Result<Value, AdapterError>,
     ) -> Vec<Action> {
         let mut line = self.result_line(request_id, key, op, outcome.as_ref());
-        if self.binding.handle.occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
+        if self.binding.handle().occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
             line = self.result_line(request_id, key, op, Err(&e));
         }
-        if line.len() as u64 > self.binding.limits.max_response_bytes && !self.faults.has(Fault::NoResponseBudget) {
+        if line.len() as i64 > self.binding.limits().max_response_bytes && !self.faults.has(Fault::NoResponseBudget) {
             let e = AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit maxResponseBytes");
             line = self.result_line(request_id, key, op, Err(&e));
-            if line.len() as u64 > self.binding.limits.max_response_bytes || self.binding.handle.occurs_in(&line) {
+            if line.len() as i64 > self.binding.limits().max_response_bytes || self.binding.handle().occurs_in(&line) {
                 return self.close(CloseReason::ResponseBudget);
             }
         }
         self.counters.results += 1;
         self.finished.push_back(request_id.to_string());
-        while self.finished.len() > self.binding.limits.max_idempotency_keys as usize {
+        while self.finished.len() > self.binding.limits().max_idempotency_keys.get() as usize {
             self.finished.pop_front();
         }
         vec![Action::Send(line)]
@@ -643,7 +644,7 @@ impl Session {
         if let Some(e) = error {
             extra.push(("error", e.body()));
         }
-        encode_line(&self.binding.identity.frame("aborted", extra))
+        encode_line(&self.binding.identity().frame("aborted", extra))
     }
 
     fn handle_abort(&mut self, now: Instant, request_id: String, target: String) -> Vec<Action> {
@@ -726,7 +727,7 @@ mod tests {
                         Ok(d) => extra.extend([("ok", Value::Bool(true)), ("data", d.clone())]),
                         Err(e) => extra.extend([("ok", Value::Bool(false)), ("error", e.body())]),
                     }
-                    let want = encode_line(&s.binding.identity.frame("result", extra));
+                    let want = encode_line(&s.binding.identity().frame("result", extra));
                     assert_eq!(s.result_line("r-1.x:y", "k_2", op, outcome), want);
                 }
                 // The counted overhead is the line of an empty `data` without the `{}`.
@@ -746,7 +747,7 @@ mod tests {
             ("operation", Value::from(op)),
             ("payload", payload),
         ];
-        let mut line = encode_line(&s.binding.identity.frame("invoke", extra));
+        let mut line = encode_line(&s.binding.identity().frame("invoke", extra));
         line.pop();
         line
     }
@@ -790,7 +791,7 @@ mod tests {
         assert!(matches!(&s.handle_line(t, &invoke(&s, "r1", "k1", "fs.read", p.clone()))[..], [Action::Execute(_)]));
         assert!(s.handle_line(t, &invoke(&s, "r2", "k1", "fs.read", p.clone())).is_empty(), "r2 queues");
         let mut abort =
-            s.binding.identity.frame("abort", [("requestId", "a1".into()), ("targetRequestId", "r2".into())]);
+            s.binding.identity().frame("abort", [("requestId", "a1".into()), ("targetRequestId", "r2".into())]);
         let aborted = s.handle_line(t, &encode_line(&abort.take())[..]);
         assert!(!aborted.is_empty());
         let c = s.handle_line(t, &invoke(&s, "r3", "k1", "fs.stat", json!({"path": "b.txt"})));

@@ -14,8 +14,8 @@ use super::adapter::Target;
 use crate::adapter::faults::Faults;
 use crate::adapter::grants::{grant, GrantRequest};
 use crate::adapter::server::{default_identity, serve_with, ServeConfig};
+use crate::contract::const_limits;
 use crate::contract::descriptor::OPERATIONS;
-use crate::contract::Limits;
 
 /// A running in-process reference adapter.
 pub struct ReferenceAdapter {
@@ -57,7 +57,7 @@ impl ReferenceAdapter {
             session_id: "selftest-session".into(),
             generation: 1,
             operations: OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect(),
-            limits: Limits::from_values([1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000]),
+            limits: const_limits([1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000]),
             adapter_id: id.adapter_id.clone(),
             adapter_version: id.adapter_version.clone(),
         };

@@ -555,7 +555,7 @@ mod tests {
     fn worked_example_open_is_admitted() {
         let c = parse_command(&base("open-v2"), &HOST).unwrap();
         let d = c.descriptor.unwrap();
-        assert_eq!((d.bind_bytes, d.bound_bytes), (492, 431));
+        assert_eq!((d.bind_bytes(), d.bound_bytes()), (492, 431));
         assert_eq!(c.version.text, "2.0");
     }
 

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::adapter_error::AdapterError;
 use super::command::RESOURCES;
-use super::descriptor::{Identity, Limits, LIMITS};
+use super::descriptor::{Descriptor, Identity, LIMITS};
 use super::secret::CapabilityHandle;
 use super::types::protocol_v2 as v2;
 use super::types::tool_adapter as ta;
@@ -51,10 +51,6 @@ where
 
 fn int<T: From<i64>>(member: &'static str, n: u64) -> Result<T, ComposeError> {
     i64::try_from(n).map(T::from).map_err(|_| ComposeError { member, why: "above i64".into() })
-}
-
-fn nonzero(member: &'static str, n: u64) -> Result<std::num::NonZeroU64, ComposeError> {
-    std::num::NonZeroU64::new(n).ok_or(ComposeError { member, why: "must be at least 1".into() })
 }
 
 // ---------------------------------------------------------------- wire order
@@ -174,34 +170,101 @@ struct Ids {
     generation: ta::Generation,
 }
 
-fn ids(id: &Identity) -> Result<Ids, ComposeError> {
+fn ids(id: &Identity<'_>) -> Result<Ids, ComposeError> {
     if id.protocol_version != ta::AdapterProtocolVersion::X10.to_string() {
         return Err(ComposeError { member: "protocolVersion", why: "a frame is version 1.0".into() });
     }
     Ok(Ids {
-        adapter_id: conv("adapterId", id.adapter_id.as_str())?,
-        adapter_version: conv("adapterVersion", id.adapter_version.as_str())?,
-        host_instance_id: conv("hostInstanceId", id.host_instance_id.as_str())?,
-        session_id: conv("sessionId", id.session_id.as_str())?,
+        adapter_id: conv("adapterId", id.adapter_id)?,
+        adapter_version: conv("adapterVersion", id.adapter_version)?,
+        host_instance_id: conv("hostInstanceId", id.host_instance_id)?,
+        session_id: conv("sessionId", id.session_id)?,
         generation: int("generation", id.generation)?,
     })
 }
 
-/// The `limits` object, typed.
-pub fn limits(l: &Limits) -> Result<ta::AdapterLimits, ComposeError> {
-    Ok(ta::AdapterLimits {
-        max_request_bytes: int("maxRequestBytes", l.max_request_bytes)?,
-        max_response_bytes: int("maxResponseBytes", l.max_response_bytes)?,
-        max_concurrent_requests: nonzero("maxConcurrentRequests", l.max_concurrent_requests)?,
-        max_queued_requests: int("maxQueuedRequests", l.max_queued_requests)?,
-        request_timeout_ms: int("requestTimeoutMs", l.request_timeout_ms)?,
-        max_idempotency_keys: nonzero("maxIdempotencyKeys", l.max_idempotency_keys)?,
-        idempotency_ttl_ms: int("idempotencyTtlMs", l.idempotency_ttl_ms)?,
+// The frames of an admitted descriptor live here, not in `descriptor.rs`, so that `descriptor`
+// does not import `compose` (no import cycle, tests/tidy.rs).
+impl Descriptor {
+    /// The normalized `bind` frame, generated (carries the handle: send it, never log it).
+    pub fn bind(&self) -> ta::BindFrame {
+        bind(self.doc())
+    }
+
+    /// The normalized `bind` frame's wire value (carries the handle: send it, never log it).
+    pub fn bind_frame(&self) -> Value {
+        to_wire(&self.bind())
+    }
+
+    /// The normalized `bound` frame the adapter must echo.
+    pub fn bound_frame(&self) -> Value {
+        to_wire(&bound(&self.bind()))
+    }
+}
+
+/// The normalized `bind` frame of an admitted descriptor (SPEC §3.3): its identity, handle,
+/// operations and limits (carries the handle: send it, never log it).
+pub fn bind(d: &ta::HostToolAdapterDescriptor) -> ta::BindFrame {
+    ta::BindFrame {
+        adapter_id: d.adapter_id.clone(),
+        adapter_version: d.adapter_version.clone(),
+        capability_handle: d.binding.capability_handle.clone(),
+        generation: d.binding.generation.clone(),
+        host_instance_id: d.binding.host_instance_id.clone(),
+        kind: ta::KindBind::Bind,
+        limits: d.limits,
+        operations: d.operations.clone(),
+        protocol_version: d.protocol_version,
+        session_id: d.binding.session_id.clone(),
+    }
+}
+
+/// The normalized `bound` frame answering `bind` (SPEC §3.3): its exact echo without the
+/// handle.
+pub fn bound(b: &ta::BindFrame) -> ta::BoundFrame {
+    ta::BoundFrame {
+        adapter_id: b.adapter_id.clone(),
+        adapter_version: b.adapter_version.clone(),
+        generation: b.generation.clone(),
+        host_instance_id: b.host_instance_id.clone(),
+        kind: ta::KindBound::Bound,
+        limits: b.limits,
+        operations: b.operations.clone(),
+        protocol_version: b.protocol_version,
+        session_id: b.session_id.clone(),
+    }
+}
+
+/// The `revoke` of the binding a `bind` made (infallible: every member is already typed).
+pub fn revoke_of(b: &ta::BindFrame) -> ta::RevokeFrame {
+    ta::RevokeFrame {
+        adapter_id: b.adapter_id.clone(),
+        adapter_version: b.adapter_version.clone(),
+        generation: b.generation.clone(),
+        host_instance_id: b.host_instance_id.clone(),
+        kind: ta::KindRevoke::Revoke,
+        protocol_version: b.protocol_version,
+        session_id: b.session_id.clone(),
+    }
+}
+
+/// An `abort` of `target` on the binding a `bind` made.
+pub fn abort_of(b: &ta::BindFrame, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
+    Ok(ta::AbortFrame {
+        adapter_id: b.adapter_id.clone(),
+        adapter_version: b.adapter_version.clone(),
+        generation: b.generation.clone(),
+        host_instance_id: b.host_instance_id.clone(),
+        kind: ta::KindAbort::Abort,
+        protocol_version: b.protocol_version,
+        request_id: conv("requestId", request_id)?,
+        session_id: b.session_id.clone(),
+        target_request_id: conv("targetRequestId", target)?,
     })
 }
 
 /// An `abort` of `target`.
-pub fn abort(id: &Identity, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
+pub fn abort(id: &Identity<'_>, request_id: &str, target: &str) -> Result<ta::AbortFrame, ComposeError> {
     let i = ids(id)?;
     Ok(ta::AbortFrame {
         adapter_id: i.adapter_id,
@@ -217,7 +280,7 @@ pub fn abort(id: &Identity, request_id: &str, target: &str) -> Result<ta::AbortF
 }
 
 /// A `revoke` of the binding.
-pub fn revoke(id: &Identity) -> Result<ta::RevokeFrame, ComposeError> {
+pub fn revoke(id: &Identity<'_>) -> Result<ta::RevokeFrame, ComposeError> {
     let i = ids(id)?;
     Ok(ta::RevokeFrame {
         adapter_id: i.adapter_id,
@@ -231,7 +294,7 @@ pub fn revoke(id: &Identity) -> Result<ta::RevokeFrame, ComposeError> {
 }
 
 /// The `revoked` acknowledgement of the binding.
-pub fn revoked(id: &Identity) -> Result<ta::RevokedFrame, ComposeError> {
+pub fn revoked(id: &Identity<'_>) -> Result<ta::RevokedFrame, ComposeError> {
     let i = ids(id)?;
     Ok(ta::RevokedFrame {
         adapter_id: i.adapter_id,
@@ -245,7 +308,7 @@ pub fn revoked(id: &Identity) -> Result<ta::RevokedFrame, ComposeError> {
 }
 
 /// The `aborted:true` acknowledgement of the abort `request_id` of `target`.
-pub fn aborted(id: &Identity, request_id: &str, target: &str) -> Result<ta::AbortedTrue, ComposeError> {
+pub fn aborted(id: &Identity<'_>, request_id: &str, target: &str) -> Result<ta::AbortedTrue, ComposeError> {
     let i = ids(id)?;
     Ok(ta::AbortedTrue {
         aborted: ta::True(true),
@@ -359,7 +422,7 @@ pub fn invoke_request(
 /// request type accepts: `Ok(None)` when it is not (a payload a case broke on purpose, which
 /// the case sends raw).
 pub fn invoke(
-    id: &Identity,
+    id: &Identity<'_>,
     request_id: &str,
     key: &str,
     op: ToolOperation,
@@ -375,26 +438,6 @@ pub fn invoke(
             Ok(None)
         }
     }
-}
-
-/// The `bound` echo of a bind of `operations` and `limits`.
-pub fn bound(
-    id: &Identity,
-    operations: &[ToolOperation],
-    limits: &ta::AdapterLimits,
-) -> Result<ta::BoundFrame, ComposeError> {
-    let i = ids(id)?;
-    Ok(ta::BoundFrame {
-        adapter_id: i.adapter_id,
-        adapter_version: i.adapter_version,
-        generation: i.generation,
-        host_instance_id: i.host_instance_id,
-        kind: ta::KindBound::Bound,
-        limits: limits.clone(),
-        operations: ta::ToolOperations(operations.to_vec()),
-        protocol_version: ta::AdapterProtocolVersion::X10,
-        session_id: i.session_id,
-    })
 }
 
 /// A successful `result` of `op` carrying `data`, when `data` is one the operation's generated
@@ -471,7 +514,7 @@ pub fn result_error(
 
 /// A host tool adapter descriptor for the adapter at `endpoint` (a Unix socket path).
 pub fn descriptor(
-    id: &Identity,
+    id: &Identity<'_>,
     endpoint: &str,
     handle: &CapabilityHandle,
     operations: &[ToolOperation],
@@ -491,7 +534,7 @@ pub fn descriptor(
             path: conv("endpoint.path", endpoint)?,
             transport: ta::EndpointTransport::Unix,
         },
-        limits: limits.clone(),
+        limits: *limits,
         operations: ta::ToolOperations(operations.to_vec()),
         protocol_version: ta::AdapterProtocolVersion::X10,
     })
@@ -633,13 +676,13 @@ mod tests {
     use crate::contract::frame::{parse_adapter_frame, Binding, Direction};
     use crate::contract::{parse_command, HostContext};
 
-    fn identity() -> Identity {
+    fn identity() -> Identity<'static> {
         Identity {
-            protocol_version: "1.0".into(),
-            adapter_id: "probe".into(),
-            adapter_version: "1.0.0".into(),
-            host_instance_id: "host-1".into(),
-            session_id: "s-1".into(),
+            protocol_version: "1.0",
+            adapter_id: "probe",
+            adapter_version: "1.0.0",
+            host_instance_id: "host-1",
+            session_id: "s-1",
             generation: 3,
         }
     }
@@ -649,7 +692,7 @@ mod tests {
     }
 
     fn wire_descriptor() -> Value {
-        let l = limits(&Limits::from_values([4096, 4096, 2, 4, 1000, 16, 60_000])).unwrap();
+        let l = crate::contract::descriptor::const_limits([4096, 4096, 2, 4, 1000, 16, 60_000]);
         let h = CapabilityHandle::new("A".repeat(43));
         to_wire(
             &descriptor(&identity(), "/run/a.sock", &h, &[ToolOperation::FsStat, ToolOperation::FsRead], &l).unwrap(),
@@ -667,8 +710,52 @@ mod tests {
         let limits: Vec<&str> = d["limits"].as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(limits, LIMITS.map(|(k, _, _)| k));
         let a = admit_descriptor(&d, None).expect("a built descriptor is admitted");
-        assert_eq!(a.identity, identity());
-        assert_eq!(a.operations, [ToolOperation::FsStat, ToolOperation::FsRead]);
+        assert_eq!(a.identity(), identity());
+        assert_eq!(a.operations(), [ToolOperation::FsStat, ToolOperation::FsRead]);
+    }
+
+    /// The exact bytes of a composed `bind`, `bound` and `invoke`: building them from the
+    /// generated types leaves the wire as it was (member order included).
+    #[test]
+    fn composed_frames_have_pinned_bytes() {
+        let d = admit_descriptor(&wire_descriptor(), None).unwrap();
+        let h = "A".repeat(43);
+        let bind = String::from_utf8(crate::wire::encode_line(&d.bind_frame())).unwrap();
+        assert_eq!(
+            bind,
+            format!(
+                "{{\"protocolVersion\":\"1.0\",\"kind\":\"bind\",\"adapterId\":\"probe\",\"adapterVersion\":\"1.0.0\",\
+                 \"hostInstanceId\":\"host-1\",\"sessionId\":\"s-1\",\"generation\":3,\"capabilityHandle\":\"{h}\",\
+                 \"operations\":[\"fs.stat\",\"fs.read\"],\"limits\":{{\"maxRequestBytes\":4096,\"maxResponseBytes\":4096,\
+                 \"maxConcurrentRequests\":2,\"maxQueuedRequests\":4,\"requestTimeoutMs\":1000,\"maxIdempotencyKeys\":16,\
+                 \"idempotencyTtlMs\":60000}}}}\n"
+            )
+        );
+        assert_eq!(bind.len(), d.bind_bytes());
+        let bound = crate::wire::encode_line(&d.bound_frame());
+        assert_eq!(
+            bound,
+            b"{\"protocolVersion\":\"1.0\",\"kind\":\"bound\",\"adapterId\":\"probe\",\"adapterVersion\":\"1.0.0\",\
+              \"hostInstanceId\":\"host-1\",\"sessionId\":\"s-1\",\"generation\":3,\"operations\":[\"fs.stat\",\"fs.read\"],\
+              \"limits\":{\"maxRequestBytes\":4096,\"maxResponseBytes\":4096,\"maxConcurrentRequests\":2,\
+              \"maxQueuedRequests\":4,\"requestTimeoutMs\":1000,\"maxIdempotencyKeys\":16,\"idempotencyTtlMs\":60000}}\n"
+        );
+        assert_eq!(bound.len(), d.bound_bytes());
+        let inv = invoke(
+            &d.identity(),
+            "r-1",
+            "k-1",
+            ToolOperation::FsRead,
+            &serde_json::json!({"path": "a", "maxBytes": 5}),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            crate::wire::encode_line(&to_wire(&inv)),
+            b"{\"protocolVersion\":\"1.0\",\"kind\":\"invoke\",\"adapterId\":\"probe\",\"adapterVersion\":\"1.0.0\",\
+              \"hostInstanceId\":\"host-1\",\"sessionId\":\"s-1\",\"generation\":3,\"requestId\":\"r-1\",\
+              \"idempotencyKey\":\"k-1\",\"operation\":\"fs.read\",\"payload\":{\"path\":\"a\",\"maxBytes\":5}}\n"
+        );
     }
 
     #[test]
@@ -714,10 +801,10 @@ mod tests {
         let e = abort(&identity(), "", "r").unwrap_err();
         assert_eq!(e.member, "requestId");
         let mut bad = identity();
-        bad.adapter_id = "-bad".into();
+        bad.adapter_id = "-bad";
         assert_eq!(revoke(&bad).unwrap_err().member, "adapterId");
         bad = identity();
-        bad.protocol_version = "2.0".into();
+        bad.protocol_version = "2.0";
         assert_eq!(revoke(&bad).unwrap_err().member, "protocolVersion");
     }
 

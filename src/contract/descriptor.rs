@@ -1,13 +1,15 @@
 //! Descriptor admission: SPEC §3.2 checks 1–11, in order, with the exact codes and fields,
 //! and the fit check of SPEC §3.3.
 
+use std::num::NonZeroU64;
+
 use serde_json::{json, Map, Value};
 
 use super::error::{join_field, Code, ContractError};
 use super::schema::{self, Entry};
 use super::secret::CapabilityHandle;
 use super::text::{has_control, is_adapter_id, is_base64url, is_semver, units_in};
-use super::types::tool_adapter::{HostToolAdapterDescriptor, ToolOperation};
+use super::types::tool_adapter::{AdapterLimits, HostToolAdapterDescriptor, ToolOperation};
 
 /// Largest safe JavaScript integer, 2^53 − 1.
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
@@ -31,54 +33,13 @@ pub(crate) const DESCRIPTOR_KEYS: [&str; 7] =
 pub(crate) const BINDING_KEYS: [&str; 4] = ["hostInstanceId", "sessionId", "generation", "capabilityHandle"];
 pub(crate) const ENDPOINT_KEYS: [&str; 2] = ["transport", "path"];
 
-/// The seven limits of a descriptor or frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest daemon → adapter line, LF included.
-    pub max_request_bytes: u64,
-    /// Largest adapter → daemon line, LF included.
-    pub max_response_bytes: u64,
-    /// Requests executing at once.
-    pub max_concurrent_requests: u64,
-    /// Requests waiting beyond those.
-    pub max_queued_requests: u64,
-    /// Timeout from admission, ms.
-    pub request_timeout_ms: u64,
-    /// Idempotency keys and tombstones retained.
-    pub max_idempotency_keys: u64,
-    /// Retention of those, ms.
-    pub idempotency_ttl_ms: u64,
-}
-
-impl Limits {
-    /// The values in canonical order.
-    pub fn values(&self) -> [u64; 7] {
-        [
-            self.max_request_bytes,
-            self.max_response_bytes,
-            self.max_concurrent_requests,
-            self.max_queued_requests,
-            self.request_timeout_ms,
-            self.max_idempotency_keys,
-            self.idempotency_ttl_ms,
-        ]
-    }
-
-    /// From values in canonical order.
-    pub fn from_values(v: [u64; 7]) -> Self {
-        Self {
-            max_request_bytes: v[0],
-            max_response_bytes: v[1],
-            max_concurrent_requests: v[2],
-            max_queued_requests: v[3],
-            request_timeout_ms: v[4],
-            max_idempotency_keys: v[5],
-            idempotency_ttl_ms: v[6],
-        }
-    }
-
+/// The limits as plain values: the generated [`AdapterLimits`] keeps the two that must be at
+/// least 1 as `NonZeroU64` and the rest as `i64`; every consumer reads them through this.
+pub trait LimitValues {
+    /// The values in canonical order ([`LIMITS`]).
+    fn values(&self) -> [u64; 7];
     /// The limits object as JSON, keys in canonical order.
-    pub fn to_json(&self) -> Value {
+    fn to_json(&self) -> Value {
         let mut m = Map::new();
         for ((k, _, _), v) in LIMITS.iter().zip(self.values()) {
             m.insert((*k).into(), v.into());
@@ -87,33 +48,91 @@ impl Limits {
     }
 }
 
-/// The nonsecret identity every frame of a binding carries (SPEC §4.1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
+impl LimitValues for AdapterLimits {
+    fn values(&self) -> [u64; 7] {
+        // Admission and the builders below only make nonnegative values.
+        let u = |n: i64| u64::try_from(n).unwrap_or(0);
+        [
+            u(self.max_request_bytes),
+            u(self.max_response_bytes),
+            self.max_concurrent_requests.get(),
+            u(self.max_queued_requests),
+            u(self.request_timeout_ms),
+            self.max_idempotency_keys.get(),
+            u(self.idempotency_ttl_ms),
+        ]
+    }
+}
+
+/// The limits of values in canonical order; `None` when `maxConcurrentRequests` or
+/// `maxIdempotencyKeys` is 0 or a value exceeds `i64` (ranges are admission's business).
+pub fn limits_from_values(v: [u64; 7]) -> Option<AdapterLimits> {
+    let i = |n: u64| i64::try_from(n).ok();
+    Some(AdapterLimits {
+        max_request_bytes: i(v[0])?,
+        max_response_bytes: i(v[1])?,
+        max_concurrent_requests: NonZeroU64::new(v[2])?,
+        max_queued_requests: i(v[3])?,
+        request_timeout_ms: i(v[4])?,
+        max_idempotency_keys: NonZeroU64::new(v[5])?,
+        idempotency_ttl_ms: i(v[6])?,
+    })
+}
+
+/// [`limits_from_values`] for constants: a zero or oversized value fails the build.
+pub const fn const_limits(v: [u64; 7]) -> AdapterLimits {
+    const fn nz(n: u64) -> NonZeroU64 {
+        match NonZeroU64::new(n) {
+            Some(n) => n,
+            None => panic!("a limit that must be at least 1 is 0"),
+        }
+    }
+    const fn i(n: u64) -> i64 {
+        assert!(n <= i64::MAX as u64, "a limit exceeds i64");
+        n as i64
+    }
+    AdapterLimits {
+        max_request_bytes: i(v[0]),
+        max_response_bytes: i(v[1]),
+        max_concurrent_requests: nz(v[2]),
+        max_queued_requests: i(v[3]),
+        request_timeout_ms: i(v[4]),
+        max_idempotency_keys: nz(v[5]),
+        idempotency_ttl_ms: i(v[6]),
+    }
+}
+
+/// The nonsecret identity every frame of a binding carries (SPEC §4.1), borrowed from the
+/// generated descriptor or frame that owns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity<'a> {
     /// Tool-adapter protocol version (`1.0`).
-    pub protocol_version: String,
+    pub protocol_version: &'a str,
     /// Adapter id.
-    pub adapter_id: String,
+    pub adapter_id: &'a str,
     /// Adapter version.
-    pub adapter_version: String,
+    pub adapter_version: &'a str,
     /// Host incarnation.
-    pub host_instance_id: String,
+    pub host_instance_id: &'a str,
     /// Logical session.
-    pub session_id: String,
+    pub session_id: &'a str,
     /// Session generation.
     pub generation: u64,
 }
 
-impl Identity {
-    /// A frame of `kind` with this identity and the extra fields appended in order.
+impl Identity<'_> {
+    /// A raw frame of `kind` with this identity and the extra members appended in order: for
+    /// a frame the generated types cannot express (a negative case, a fault) and for the
+    /// adapter's result-line prefix, its hot path. Every well-formed frame a daemon or a runner
+    /// sends is built in [`super::compose`] from the generated types.
     pub fn frame(&self, kind: &str, extra: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
         let mut m = Map::new();
-        m.insert("protocolVersion".into(), self.protocol_version.clone().into());
+        m.insert("protocolVersion".into(), self.protocol_version.into());
         m.insert("kind".into(), kind.into());
-        m.insert("adapterId".into(), self.adapter_id.clone().into());
-        m.insert("adapterVersion".into(), self.adapter_version.clone().into());
-        m.insert("hostInstanceId".into(), self.host_instance_id.clone().into());
-        m.insert("sessionId".into(), self.session_id.clone().into());
+        m.insert("adapterId".into(), self.adapter_id.into());
+        m.insert("adapterVersion".into(), self.adapter_version.into());
+        m.insert("hostInstanceId".into(), self.host_instance_id.into());
+        m.insert("sessionId".into(), self.session_id.into());
         m.insert("generation".into(), self.generation.into());
         for (k, v) in extra {
             m.insert(k.into(), v);
@@ -122,113 +141,101 @@ impl Identity {
     }
 }
 
-/// [`Identity`], borrowed: what the fit check reads of a document not yet admitted.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct IdentityRef<'a> {
-    pub protocol_version: &'a str,
-    pub adapter_id: &'a str,
-    pub adapter_version: &'a str,
-    pub host_instance_id: &'a str,
-    pub session_id: &'a str,
-    pub generation: u64,
-}
-
-impl IdentityRef<'_> {
-    /// The owned identity.
-    pub(crate) fn to_owned(self) -> Identity {
-        Identity {
-            protocol_version: self.protocol_version.to_string(),
-            adapter_id: self.adapter_id.to_string(),
-            adapter_version: self.adapter_version.to_string(),
-            host_instance_id: self.host_instance_id.to_string(),
-            session_id: self.session_id.to_string(),
-            generation: self.generation,
-        }
-    }
-}
-
-impl Identity {
-    /// The identity, borrowed.
-    pub(crate) fn borrowed(&self) -> IdentityRef<'_> {
-        IdentityRef {
-            protocol_version: &self.protocol_version,
-            adapter_id: &self.adapter_id,
-            adapter_version: &self.adapter_version,
-            host_instance_id: &self.host_instance_id,
-            session_id: &self.session_id,
-            generation: self.generation,
-        }
-    }
-}
-
-/// An admitted descriptor: the values every consumer needs. The generated type of an admitted
-/// descriptor value is [`typed_descriptor`].
+/// An admitted descriptor: a view over the generated [`HostToolAdapterDescriptor`] with the
+/// sizes of its normalized `bind` and `bound` frames, which admission computed.
 #[derive(Clone, Debug)]
 pub struct Descriptor {
-    /// The binding identity.
-    pub identity: Identity,
-    /// The adapter socket path.
-    pub endpoint_path: String,
-    /// The secret handle.
-    pub handle: CapabilityHandle,
-    /// Granted operations, in descriptor order.
-    pub operations: Vec<ToolOperation>,
-    /// The seven limits.
-    pub limits: Limits,
-    /// Serialized size of the normalized `bind` frame, LF included.
-    pub bind_bytes: usize,
-    /// Serialized size of the normalized `bound` frame, LF included.
-    pub bound_bytes: usize,
+    doc: HostToolAdapterDescriptor,
+    bind_bytes: usize,
+    bound_bytes: usize,
 }
 
 impl Descriptor {
+    /// The generated descriptor.
+    pub fn doc(&self) -> &HostToolAdapterDescriptor {
+        &self.doc
+    }
+
+    /// The binding identity.
+    pub fn identity(&self) -> Identity<'_> {
+        let d = &self.doc;
+        Identity {
+            protocol_version: "1.0",
+            adapter_id: &d.adapter_id,
+            adapter_version: &d.adapter_version,
+            host_instance_id: &d.binding.host_instance_id,
+            session_id: &d.binding.session_id,
+            generation: u64::try_from(d.binding.generation.0).unwrap_or(0),
+        }
+    }
+
+    /// The adapter socket path.
+    pub fn endpoint_path(&self) -> &str {
+        &self.doc.endpoint.path
+    }
+
+    /// The secret handle.
+    pub fn handle(&self) -> &CapabilityHandle {
+        &self.doc.binding.capability_handle
+    }
+
+    /// Granted operations, in descriptor order.
+    pub fn operations(&self) -> &[ToolOperation] {
+        &self.doc.operations.0
+    }
+
+    /// The seven limits.
+    pub fn limits(&self) -> &AdapterLimits {
+        &self.doc.limits
+    }
+
+    /// Serialized size of the normalized `bind` frame, LF included.
+    pub fn bind_bytes(&self) -> usize {
+        self.bind_bytes
+    }
+
+    /// Serialized size of the normalized `bound` frame, LF included.
+    pub fn bound_bytes(&self) -> usize {
+        self.bound_bytes
+    }
+
     /// Whether `op` is granted.
     pub fn grants(&self, op: ToolOperation) -> bool {
-        self.operations.contains(&op)
+        self.operations().contains(&op)
     }
 
     /// The operations as JSON strings, in order.
     pub fn operations_json(&self) -> Value {
-        Value::Array(self.operations.iter().map(|o| Value::String(o.to_string())).collect())
-    }
-
-    /// The normalized `bind` frame (carries the handle: send it, never log it).
-    pub fn bind_frame(&self) -> Value {
-        bind_frame(&self.identity, &self.handle, &self.operations_json(), &self.limits.to_json())
-    }
-
-    /// The normalized `bound` frame the adapter must echo.
-    pub fn bound_frame(&self) -> Value {
-        bound_frame(&self.identity, &self.operations_json(), &self.limits.to_json())
+        operations_json(self.operations())
     }
 
     /// The nonsecret policy summary retained by a daemon (SPEC §3.4).
     pub fn policy_summary(&self) -> Value {
         json!({
-            "protocolVersion": self.identity.protocol_version,
-            "adapterId": self.identity.adapter_id,
-            "adapterVersion": self.identity.adapter_version,
+            "protocolVersion": "1.0",
+            "adapterId": self.identity().adapter_id,
+            "adapterVersion": self.identity().adapter_version,
             "operations": self.operations_json(),
-            "limits": self.limits.to_json(),
+            "limits": self.limits().to_json(),
         })
+    }
+
+    /// The same descriptor with other limits (a fault or a test that breaks a size on
+    /// purpose); the frame sizes are recomputed, the fit is not checked.
+    pub fn with_limits(&self, limits: AdapterLimits) -> Self {
+        let mut doc = self.doc.clone();
+        doc.limits = limits;
+        let id = self.identity();
+        let names: Vec<String> = self.operations().iter().map(ToString::to_string).collect();
+        let ops_len = operations_len(names.iter().map(String::as_str));
+        let (bind_bytes, bound_bytes) = frame_lengths(id, self.handle().expose(), ops_len, &limits);
+        Self { doc, bind_bytes, bound_bytes }
     }
 }
 
-/// The normalized `bind` frame (SPEC §3.3).
-pub fn bind_frame(identity: &Identity, handle: &CapabilityHandle, operations: &Value, limits: &Value) -> Value {
-    identity.frame(
-        "bind",
-        [
-            ("capabilityHandle", Value::String(handle.expose().to_string())),
-            ("operations", operations.clone()),
-            ("limits", limits.clone()),
-        ],
-    )
-}
-
-/// The normalized `bound` frame (SPEC §3.3).
-pub fn bound_frame(identity: &Identity, operations: &Value, limits: &Value) -> Value {
-    identity.frame("bound", [("operations", operations.clone()), ("limits", limits.clone())])
+/// Operations as JSON strings, in order.
+pub fn operations_json(ops: &[ToolOperation]) -> Value {
+    Value::Array(ops.iter().map(|o| Value::String(o.to_string())).collect())
 }
 
 /// The binding a descriptor must match (check 8): this host, and the command's session and
@@ -247,14 +254,14 @@ pub struct ExpectedBinding<'a> {
 /// `maxResponseBytes`, LF included; `bind` is compared first; equality passes. Returns
 /// `(bind_bytes, bound_bytes)`.
 pub fn fit_check(
-    identity: &Identity,
+    identity: Identity<'_>,
     handle: &CapabilityHandle,
     operations: &Value,
-    limits: &Limits,
+    limits: &AdapterLimits,
     field_prefix: &str,
 ) -> Result<(usize, usize), ContractError> {
     let operations_len = crate::wire::json_len(operations).unwrap_or(0);
-    fit(identity.borrowed(), handle.expose(), operations_len, limits).map_err(|over| {
+    fit(identity, handle.expose(), operations_len, limits).map_err(|over| {
         ContractError::new(
             Code::InvalidToolAdapterLimit,
             format!("{field_prefix}{}", over.limit),
@@ -278,16 +285,16 @@ pub(crate) struct Overflow {
 /// The rule of [`fit_check`] on borrowed parts (`operations_len`: the encoded length of the
 /// operations array): `(bind_bytes, bound_bytes)`, or the first frame that does not fit.
 pub(crate) fn fit(
-    identity: IdentityRef<'_>,
+    identity: Identity<'_>,
     handle: &str,
     operations_len: usize,
-    limits: &Limits,
+    limits: &AdapterLimits,
 ) -> Result<(usize, usize), Overflow> {
     let (bind, bound) = frame_lengths(identity, handle, operations_len, limits);
-    if bind as u64 > limits.max_request_bytes {
+    if bind as i64 > limits.max_request_bytes {
         return Err(Overflow { limit: "maxRequestBytes", frame: "bind", bytes: bind });
     }
-    if bound as u64 > limits.max_response_bytes {
+    if bound as i64 > limits.max_response_bytes {
         return Err(Overflow { limit: "maxResponseBytes", frame: "bound", bytes: bound });
     }
     Ok((bind, bound))
@@ -308,7 +315,12 @@ fn int_len(n: u64) -> usize {
 /// without building them: `bound` is `{` + identity + `,"operations":…,"limits":…}` + LF and
 /// `bind` has `,"capabilityHandle":"…"` more. Equal to `encode_line(&bind_frame(..)).len()`
 /// and `encode_line(&bound_frame(..)).len()` (unit test and tests/properties.rs).
-fn frame_lengths(identity: IdentityRef<'_>, handle: &str, operations_len: usize, limits: &Limits) -> (usize, usize) {
+fn frame_lengths(
+    identity: Identity<'_>,
+    handle: &str,
+    operations_len: usize,
+    limits: &AdapterLimits,
+) -> (usize, usize) {
     let json_len = crate::wire::json_str_len;
     // `"key":` is the key's length plus 3 (two quotes and a colon); members are joined by commas.
     let member = |key: &str, value_len: usize| key.len() + 3 + value_len;
@@ -363,7 +375,7 @@ pub fn parse_operations(v: Option<&Value>) -> Option<Vec<ToolOperation>> {
 
 /// Check a limits object (exactly the seven keys, each an integer in range). On failure,
 /// the field suffix (`""` for the object, or the offending key).
-pub fn parse_limits(v: Option<&Value>) -> Result<Limits, String> {
+pub fn parse_limits(v: Option<&Value>) -> Result<AdapterLimits, String> {
     let obj = v.and_then(Value::as_object).ok_or_else(String::new)?;
     if let Some(k) = obj.keys().find(|k| !LIMITS.iter().any(|(n, _, _)| n == k)) {
         return Err(k.clone());
@@ -375,7 +387,8 @@ pub fn parse_limits(v: Option<&Value>) -> Result<Limits, String> {
             _ => return Err((*k).to_string()),
         }
     }
-    Ok(Limits::from_values(vals))
+    // The ranges keep both non-zero limits at least 1.
+    limits_from_values(vals).ok_or_else(String::new)
 }
 
 fn err(code: Code, field: impl Into<String>, msg: &str) -> ContractError {
@@ -497,18 +510,27 @@ pub fn admit_descriptor(value: &Value, expected: Option<&ExpectedBinding<'_>>) -
         return Err(err(InvalidToolAdapterDescriptor, v.dotted("descriptor"), "descriptor violates the schema"));
     }
     let identity = Identity {
-        protocol_version: pv.to_string(),
-        adapter_id: aid.to_string(),
-        adapter_version: aver.to_string(),
-        host_instance_id: host.to_string(),
-        session_id: session.to_string(),
+        protocol_version: pv,
+        adapter_id: aid,
+        adapter_version: aver,
+        host_instance_id: host,
+        session_id: session,
         generation,
     };
-    let handle = CapabilityHandle::new(handle);
-    let ops_json = Value::Array(operations.iter().map(|o| Value::String(o.to_string())).collect());
+    let ops_json = operations_json(&operations);
     // 11. fit check
-    let (bind_bytes, bound_bytes) = fit_check(&identity, &handle, &ops_json, &limits, "descriptor.limits.")?;
-    Ok(Descriptor { identity, endpoint_path: ep_path, handle, operations, limits, bind_bytes, bound_bytes })
+    let (bind_bytes, bound_bytes) =
+        fit_check(identity, &CapabilityHandle::new(handle), &ops_json, &limits, "descriptor.limits.")?;
+    let doc = typed_descriptor(value)?;
+    Ok(Descriptor { doc, bind_bytes, bound_bytes })
+}
+
+impl Descriptor {
+    /// The view over a generated descriptor that admission accepted, with its frame sizes
+    /// (the one-pass admission, which has computed them, builds it so).
+    pub(crate) fn from_admitted(doc: HostToolAdapterDescriptor, bind_bytes: usize, bound_bytes: usize) -> Self {
+        Self { doc, bind_bytes, bound_bytes }
+    }
 }
 
 /// The generated type of a descriptor value that [`admit_descriptor`] accepted (decoded on
@@ -588,7 +610,7 @@ mod tests {
     #[test]
     fn worked_example_sizes() {
         let d = admit_descriptor(&worked(), Some(&EXP)).unwrap();
-        assert_eq!((d.bind_bytes, d.bound_bytes), (492, 431));
+        assert_eq!((d.bind_bytes(), d.bound_bytes()), (492, 431));
         assert_eq!(crate::wire::encode_line(&d.bind_frame()).len(), 492);
         assert_eq!(crate::wire::encode_line(&d.bound_frame()).len(), 431);
     }
@@ -598,29 +620,32 @@ mod tests {
         for (host, session, generation) in
             [("h", "s", 0u64), ("€\"\\\u{1}x", "日本語\n", 9_007_199_254_740_991), ("host-019f", "agent-a", 2)]
         {
+            // Control characters no generated type admits: the frames are built raw.
             let id = Identity {
-                protocol_version: "1.0".into(),
-                adapter_id: "owner-filesystem".into(),
-                adapter_version: "1.2.0-rc.1+b".into(),
-                host_instance_id: host.into(),
-                session_id: session.into(),
+                protocol_version: "1.0",
+                adapter_id: "owner-filesystem",
+                adapter_version: "1.2.0-rc.1+b",
+                host_instance_id: host,
+                session_id: session,
                 generation,
             };
             let handle = CapabilityHandle::new("aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-AB");
             let ops = json!(["fs.read", "fs.stat"]);
-            let limits = Limits::from_values([2048, 1024, 1, 0, 100, 1, 1000]);
+            let limits = const_limits([2048, 1024, 1, 0, 100, 1, 1000]);
             let lj = limits.to_json();
-            let want = (
-                crate::wire::encode_line(&bind_frame(&id, &handle, &ops, &lj)).len(),
-                crate::wire::encode_line(&bound_frame(&id, &ops, &lj)).len(),
+            let bind = id.frame(
+                "bind",
+                [("capabilityHandle", handle.expose().into()), ("operations", ops.clone()), ("limits", lj.clone())],
             );
+            let bound = id.frame("bound", [("operations", ops.clone()), ("limits", lj)]);
+            let want = (crate::wire::encode_line(&bind).len(), crate::wire::encode_line(&bound).len());
             let ops_len = crate::wire::json_len(&ops).unwrap();
             assert_eq!(ops_len, operations_len(["fs.read", "fs.stat"]));
             assert_eq!(operations_len([]), 2);
             for n in [0, 9, 10, 99, 100, u64::MAX] {
                 assert_eq!(int_len(n), n.to_string().len());
             }
-            assert_eq!(frame_lengths(id.borrowed(), handle.expose(), ops_len, &limits), want, "{host:?} {session:?}");
+            assert_eq!(frame_lengths(id, handle.expose(), ops_len, &limits), want, "{host:?} {session:?}");
         }
     }
 
@@ -651,6 +676,6 @@ mod tests {
         assert_eq!(e.details["requiredBytes"], 1561);
         d["limits"]["maxResponseBytes"] = 2048.into();
         let ok = admit_descriptor(&d, Some(&exp)).unwrap();
-        assert_eq!((ok.bind_bytes, ok.bound_bytes), (1622, 1561));
+        assert_eq!((ok.bind_bytes(), ok.bound_bytes()), (1622, 1561));
     }
 }

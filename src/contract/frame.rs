@@ -4,13 +4,15 @@
 
 use serde_json::{Map, Value};
 
-use super::descriptor::{fit_check, parse_limits, parse_operations, safe_integer, Descriptor, Identity, Limits};
+use super::descriptor::{
+    fit_check, operations_json, parse_limits, parse_operations, safe_integer, Descriptor, Identity, LimitValues,
+};
 use super::error::{safe_key, Code, ContractError};
 use super::path::{validate_relative_path, validate_result_path, PathSide};
 use super::schema::{self, Entry};
 use super::secret::CapabilityHandle;
 use super::text::{has_control, is_base64url, is_digest, is_error_code, is_frame_id, is_timestamp, units_in};
-use super::types::tool_adapter::{AdapterFrame, ToolOperation};
+use super::types::tool_adapter::{AdapterFrame, AdapterLimits, BindFrame, ToolOperation};
 use crate::wire::{decode_strict, LineError};
 
 /// Largest `content` (fs.read data, fs.write payload) in bytes.
@@ -77,57 +79,102 @@ impl FrameError {
     }
 }
 
-/// The bound state a frame is judged against: identity, handle, operations and limits.
+/// The bound state a frame is judged against: a view over the generated `bind` frame that
+/// made it (identity, handle, operations and limits).
 #[derive(Clone, Debug)]
 pub struct Binding {
-    /// The nonsecret identity.
-    pub identity: Identity,
-    /// The handle.
-    pub handle: CapabilityHandle,
-    /// Granted operations in order.
-    pub operations: Vec<ToolOperation>,
-    /// The limits.
-    pub limits: Limits,
+    bind: BindFrame,
 }
 
 impl From<&Descriptor> for Binding {
     fn from(d: &Descriptor) -> Self {
-        Self {
-            identity: d.identity.clone(),
-            handle: d.handle.clone(),
-            operations: d.operations.clone(),
-            limits: d.limits,
-        }
+        Self { bind: d.bind() }
     }
 }
 
 impl Binding {
+    /// The binding a `bind` frame makes.
+    pub fn new(bind: BindFrame) -> Self {
+        Self { bind }
+    }
+
+    /// The generated `bind` frame (carries the handle: send it, never log it).
+    pub fn bind(&self) -> &BindFrame {
+        &self.bind
+    }
+
+    /// The nonsecret identity.
+    pub fn identity(&self) -> Identity<'_> {
+        let b = &self.bind;
+        Identity {
+            protocol_version: "1.0",
+            adapter_id: &b.adapter_id,
+            adapter_version: &b.adapter_version,
+            host_instance_id: &b.host_instance_id,
+            session_id: &b.session_id,
+            generation: u64::try_from(b.generation.0).unwrap_or(0),
+        }
+    }
+
+    /// The handle.
+    pub fn handle(&self) -> &CapabilityHandle {
+        &self.bind.capability_handle
+    }
+
+    /// Granted operations in order.
+    pub fn operations(&self) -> &[ToolOperation] {
+        &self.bind.operations.0
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &AdapterLimits {
+        &self.bind.limits
+    }
+
+    /// The limits, to change (a runner case or a fault that breaks them on purpose).
+    pub fn limits_mut(&mut self) -> &mut AdapterLimits {
+        &mut self.bind.limits
+    }
+
+    /// The operations, to change (a runner narrowing a binding).
+    pub fn operations_mut(&mut self) -> &mut Vec<ToolOperation> {
+        &mut self.bind.operations.0
+    }
+
+    /// Present another handle (a runner rewriting a vector onto a live binding).
+    pub fn set_handle(&mut self, handle: CapabilityHandle) {
+        self.bind.capability_handle = handle;
+    }
+
     /// The operations as JSON strings.
     pub fn operations_json(&self) -> Value {
-        Value::Array(self.operations.iter().map(|o| Value::String(o.to_string())).collect())
+        operations_json(self.operations())
+    }
+
+    /// The `bind` frame's wire value (carries the handle: send it, never log it).
+    pub fn bind_frame(&self) -> Value {
+        super::compose::to_wire(&self.bind)
+    }
+
+    /// The `bound` frame echoing it.
+    pub fn bound_frame(&self) -> Value {
+        super::compose::to_wire(&super::compose::bound(&self.bind))
     }
 
     /// The byte limit of a line travelling in `dir`, LF included.
     pub fn line_limit(&self, dir: Direction) -> u64 {
-        match dir {
-            Direction::ToAdapter => self.limits.max_request_bytes,
-            Direction::ToDaemon => self.limits.max_response_bytes,
-        }
+        let l = self.limits();
+        let n = match dir {
+            Direction::ToAdapter => l.max_request_bytes,
+            Direction::ToDaemon => l.max_response_bytes,
+        };
+        u64::try_from(n).unwrap_or(0)
     }
 }
 
-/// A `bind` frame read before any binding exists (the adapter's first line).
-#[derive(Clone, Debug)]
-pub struct BindRequest {
-    /// The identity it claims.
-    pub identity: Identity,
-    /// The handle it presents.
-    pub handle: CapabilityHandle,
-    /// The operations it asks for.
-    pub operations: Vec<ToolOperation>,
-    /// The limits it asks for.
-    pub limits: Limits,
-}
+/// A `bind` frame read before any binding exists (the adapter's first line): the binding it
+/// asks for.
+pub type BindRequest = Binding;
 
 pub(crate) const IDENTITY_KEYS: [&str; 6] =
     ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
@@ -283,7 +330,7 @@ pub fn check_adapter_frame(value: &Value, binding: &Binding, dir: Direction) -> 
 
 fn judge_value(value: &Value, binding: &Binding, dir: Direction) -> Result<FrameKind, FrameError> {
     let is_bind = value.get("kind").and_then(Value::as_str) == Some("bind");
-    if !(dir == Direction::ToAdapter && is_bind) && value_contains_handle(value, &binding.handle) {
+    if !(dir == Direction::ToAdapter && is_bind) && value_contains_handle(value, binding.handle()) {
         return Err(FrameError::close(
             Code::AdapterSecretReflected,
             "frame",
@@ -293,11 +340,11 @@ fn judge_value(value: &Value, binding: &Binding, dir: Direction) -> Result<Frame
     let code = Code::AdapterProtocolInvalid;
     let obj = value.as_object().ok_or_else(|| FrameError::close(code, "frame", "frame must be a JSON object"))?;
     let kind = check_kind_and_keys(obj, dir)?;
-    check_identity(obj, &binding.identity)?;
+    check_identity(obj, binding.identity())?;
     match kind {
         "bind" => {
-            let req = check_bind_body(obj)?;
-            if !binding.handle.ct_eq_bytes(req.handle.expose().as_bytes()) {
+            let (handle, _, _) = check_bind_body(obj)?;
+            if !binding.handle().ct_eq_bytes(handle.expose().as_bytes()) {
                 return Err(FrameError::close(code, "capabilityHandle", "bind presents another capability handle"));
             }
             check_echo(obj, binding)?;
@@ -356,13 +403,14 @@ pub fn parse_bind_request(line: &[u8], max_line_bytes: usize) -> Result<BindRequ
         return Err(FrameError::close(code, "kind", "the first frame must be bind"));
     }
     let identity = read_identity(obj)?;
-    let mut req = check_bind_body(obj)?;
-    req.identity = identity;
-    fit_check(&req.identity, &req.handle, &obj["operations"], &req.limits, "limits.")
+    let (handle, _, limits) = check_bind_body(obj)?;
+    fit_check(identity, &handle, &obj["operations"], &limits, "limits.")
         .map_err(|e| FrameError::close(code, e.field().to_string(), "limits cannot contain the bind frame"))?;
     check_schema(&value)?;
-    typed_decode(&value)?;
-    Ok(req)
+    match typed_decode(&value)? {
+        AdapterFrame::BindFrame(bind) => Ok(Binding::new(bind)),
+        _ => Err(FrameError::close(code, "kind", "the first frame must be bind")),
+    }
 }
 
 fn check_kind_and_keys(obj: &Map<String, Value>, dir: Direction) -> Result<&str, FrameError> {
@@ -381,13 +429,12 @@ fn check_kind_and_keys(obj: &Map<String, Value>, dir: Direction) -> Result<&str,
     Ok(kind)
 }
 
-fn read_identity(obj: &Map<String, Value>) -> Result<Identity, FrameError> {
+fn read_identity(obj: &Map<String, Value>) -> Result<Identity<'_>, FrameError> {
     let code = Code::AdapterProtocolInvalid;
-    let s = |k: &str, ok: &dyn Fn(&str) -> bool| {
+    let s = |k: &'static str, ok: &dyn Fn(&str) -> bool| {
         obj.get(k)
             .and_then(Value::as_str)
             .filter(|s| ok(s))
-            .map(str::to_string)
             .ok_or_else(|| FrameError::close(code, k, "identity field is missing or malformed"))
     };
     let protocol_version = s("protocolVersion", &|v| v == "1.0")?;
@@ -404,17 +451,17 @@ fn read_identity(obj: &Map<String, Value>) -> Result<Identity, FrameError> {
     Ok(Identity { protocol_version, adapter_id, adapter_version, host_instance_id, session_id, generation })
 }
 
-fn check_identity(obj: &Map<String, Value>, id: &Identity) -> Result<(), FrameError> {
+fn check_identity(obj: &Map<String, Value>, id: Identity<'_>) -> Result<(), FrameError> {
     let code = Code::AdapterProtocolInvalid;
     let strings = [
-        ("protocolVersion", &id.protocol_version),
-        ("adapterId", &id.adapter_id),
-        ("adapterVersion", &id.adapter_version),
-        ("hostInstanceId", &id.host_instance_id),
-        ("sessionId", &id.session_id),
+        ("protocolVersion", id.protocol_version),
+        ("adapterId", id.adapter_id),
+        ("adapterVersion", id.adapter_version),
+        ("hostInstanceId", id.host_instance_id),
+        ("sessionId", id.session_id),
     ];
     for (k, want) in strings {
-        if obj.get(k).and_then(Value::as_str) != Some(want.as_str()) {
+        if obj.get(k).and_then(Value::as_str) != Some(want) {
             return Err(FrameError::close(code, k, "identity does not match the binding"));
         }
     }
@@ -424,7 +471,7 @@ fn check_identity(obj: &Map<String, Value>, id: &Identity) -> Result<(), FrameEr
     Ok(())
 }
 
-fn check_ops_and_limits(obj: &Map<String, Value>) -> Result<(Vec<ToolOperation>, Limits), FrameError> {
+fn check_ops_and_limits(obj: &Map<String, Value>) -> Result<(Vec<ToolOperation>, AdapterLimits), FrameError> {
     let code = Code::AdapterProtocolInvalid;
     let ops = parse_operations(obj.get("operations"))
         .ok_or_else(|| FrameError::close(code, "operations", "operations must be 1-6 unique operations of the six"))?;
@@ -435,7 +482,9 @@ fn check_ops_and_limits(obj: &Map<String, Value>) -> Result<(Vec<ToolOperation>,
     Ok((ops, limits))
 }
 
-fn check_bind_body(obj: &Map<String, Value>) -> Result<BindRequest, FrameError> {
+fn check_bind_body(
+    obj: &Map<String, Value>,
+) -> Result<(CapabilityHandle, Vec<ToolOperation>, AdapterLimits), FrameError> {
     let code = Code::AdapterProtocolInvalid;
     let handle = obj
         .get("capabilityHandle")
@@ -446,22 +495,14 @@ fn check_bind_body(obj: &Map<String, Value>) -> Result<BindRequest, FrameError> 
             FrameError::close(code, "capabilityHandle", "capabilityHandle must be 32-512 base64url characters")
         })?;
     let (operations, limits) = check_ops_and_limits(obj)?;
-    let identity = Identity {
-        protocol_version: String::new(),
-        adapter_id: String::new(),
-        adapter_version: String::new(),
-        host_instance_id: String::new(),
-        session_id: String::new(),
-        generation: 0,
-    };
-    Ok(BindRequest { identity, handle, operations, limits })
+    Ok((handle, operations, limits))
 }
 
 /// `operations` and `limits` must equal the binding's exactly (order included).
 fn check_echo(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError> {
     let code = Code::AdapterProtocolInvalid;
     let (ops, limits) = check_ops_and_limits(obj)?;
-    if ops != b.operations {
+    if ops != b.operations() {
         return Err(FrameError::close(
             code,
             "operations",
@@ -469,7 +510,7 @@ fn check_echo(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError> {
         ));
     }
     for ((k, _, _), (got, want)) in
-        super::descriptor::LIMITS.iter().zip(limits.values().into_iter().zip(b.limits.values()))
+        super::descriptor::LIMITS.iter().zip(limits.values().into_iter().zip(b.limits().values()))
     {
         if got != want {
             return Err(FrameError::close(code, format!("limits.{k}"), "limit differs from the binding's"));
@@ -511,7 +552,7 @@ fn check_invoke(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError>
         disposition: Disposition::Reply,
         attribution: Some(attribution.clone()),
     };
-    if !b.operations.contains(&op) {
+    if !b.operations().contains(&op) {
         return Err(reply(ContractError::new(
             Code::OperationNotGranted,
             "operation",
@@ -602,7 +643,7 @@ fn check_result(obj: &Map<String, Value>, b: &Binding) -> Result<(), FrameError>
     let code = Code::AdapterProtocolInvalid;
     check_ids(obj, &["requestId", "idempotencyKey"])?;
     let op = operation_of(obj)
-        .filter(|op| b.operations.contains(op))
+        .filter(|op| b.operations().contains(op))
         .ok_or_else(|| FrameError::close(code, "operation", "result for an operation the binding does not grant"))?;
     let ok =
         obj.get("ok").and_then(Value::as_bool).ok_or_else(|| FrameError::close(code, "ok", "ok must be a boolean"))?;
@@ -926,7 +967,7 @@ mod tests {
             }),
             None
         );
-        let h = b.handle.expose().to_string();
+        let h = b.handle().expose().to_string();
         assert_eq!(with(&|v| v["note"] = json!(h.clone())), None);
         // Not an invoke.
         let mut abort = base("abort");
@@ -960,8 +1001,8 @@ mod tests {
     #[test]
     fn bind_request_reads_without_a_binding() {
         let r = parse_bind_request(&line(&base("bind")), 1 << 20).unwrap();
-        assert_eq!(r.identity.session_id, "agent-a");
-        assert_eq!(r.operations.len(), 6);
+        assert_eq!(r.identity().session_id, "agent-a");
+        assert_eq!(r.operations().len(), 6);
     }
 
     #[test]

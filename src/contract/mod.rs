@@ -19,7 +19,10 @@ pub use path::{is_0_3_3_passed_path, validate_relative_path, PathSide, ToolPath}
 pub mod descriptor;
 pub mod fingerprint;
 pub mod operation;
-pub use descriptor::{admit_descriptor, fit_check, Descriptor, ExpectedBinding, Identity, Limits};
+pub use descriptor::{
+    admit_descriptor, const_limits, fit_check, limits_from_values, Descriptor, ExpectedBinding, Identity, LimitValues,
+};
+pub use types::tool_adapter::AdapterLimits;
 pub mod command;
 pub mod compose;
 pub use command::{judge_command, parse_command, resources_with_tools, Command, CommandError, HostContext};

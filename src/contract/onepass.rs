@@ -41,7 +41,9 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use super::descriptor::{fit, is_endpoint_path, operations_len, Descriptor, ExpectedBinding, IdentityRef, Limits};
+use super::descriptor::{
+    fit, is_endpoint_path, limits_from_values, operations_len, Descriptor, ExpectedBinding, Identity,
+};
 use super::descriptor::{BINDING_KEYS, DESCRIPTOR_KEYS, ENDPOINT_KEYS, LIMITS, MAX_SAFE_INTEGER, OPERATIONS};
 use super::frame::{allowed_keys, data_keys, is_entry_name, payload_keys, Binding, Direction, FrameKind};
 use super::frame::{EDIT_KEYS, ENTRY_KEYS, ERROR_KEYS, IDENTITY_KEYS, MATCH_KEYS, MAX_CONTENT_BYTES};
@@ -51,7 +53,7 @@ use super::text::{
     has_control, is_adapter_id, is_base64url, is_digest, is_error_code, is_frame_id, is_semver, is_timestamp, units_in,
     utf16_len,
 };
-use super::types::tool_adapter::ToolOperation;
+use super::types::tool_adapter::{AdapterLimits, ToolOperation};
 
 /// Every member name of a frame or a descriptor, at any depth (the union of the key lists of
 /// `frame` and `descriptor`; a unit test keeps them equal), sorted. A key is its index here.
@@ -830,7 +832,7 @@ pub fn accept_frame(line: &[u8], binding: &Binding, dir: Direction) -> Option<Fr
     if super::schema::confirming() || line.len() as u64 + 1 > binding.line_limit(dir) {
         return None;
     }
-    with_root(line, Some(&binding.handle), |f| frame(f, binding, dir))
+    with_root(line, Some(binding.handle()), |f| frame(f, binding, dir))
 }
 
 fn frame(f: &Obj<'_>, binding: &Binding, dir: Direction) -> Option<FrameKind> {
@@ -847,7 +849,7 @@ fn frame(f: &Obj<'_>, binding: &Binding, dir: Direction) -> Option<FrameKind> {
     // The operation of an invoke or a result, with valid ids.
     let op = || {
         let op = f.str(key!("operation"))?.parse::<ToolOperation>().ok();
-        op.filter(|op| request && id(key!("idempotencyKey"), 512) && binding.operations.contains(op))
+        op.filter(|op| request && id(key!("idempotencyKey"), 512) && binding.operations().contains(op))
     };
     match kind {
         "invoke" => {
@@ -882,7 +884,7 @@ fn frame(f: &Obj<'_>, binding: &Binding, dir: Direction) -> Option<FrameKind> {
 
 /// The frame echoes the binding's identity.
 fn same_identity(f: &Obj<'_>, binding: &Binding) -> bool {
-    let id = binding.identity.borrowed();
+    let id = binding.identity();
     let strings = [
         (key!("protocolVersion"), id.protocol_version),
         (key!("adapterId"), id.adapter_id),
@@ -988,12 +990,12 @@ fn error_ok(e: &Obj<'_>, m: &Masks) -> bool {
 
 /// A descriptor this path admits, borrowed from the line.
 struct Admitted<'d> {
-    identity: IdentityRef<'d>,
+    identity: Identity<'d>,
     endpoint_path: &'d str,
     handle: &'d str,
     operations: [ToolOperation; 6],
     granted: usize,
-    limits: Limits,
+    limits: AdapterLimits,
     bind_bytes: usize,
     bound_bytes: usize,
 }
@@ -1039,9 +1041,8 @@ fn admit<'d>(d: &Obj<'d>, expected: Option<&ExpectedBinding<'_>>) -> Option<Admi
     for ((v, k), (_, lo, hi)) in values.iter_mut().zip(m.limit_keys).zip(LIMITS) {
         *v = l.int(k).filter(|n| (lo..=hi).contains(n))?;
     }
-    let limits = Limits::from_values(values);
-    let identity =
-        IdentityRef { protocol_version, adapter_id, adapter_version, host_instance_id, session_id, generation };
+    let limits = limits_from_values(values)?;
+    let identity = Identity { protocol_version, adapter_id, adapter_version, host_instance_id, session_id, generation };
     let (bind_bytes, bound_bytes) = fit(identity, handle, operations_len(ops.strs().flatten()), &limits).ok()?;
     Some(Admitted { identity, endpoint_path, handle, operations, granted, limits, bind_bytes, bound_bytes })
 }
@@ -1055,15 +1056,11 @@ pub fn accept_descriptor(line: &[u8], expected: Option<&ExpectedBinding<'_>>) ->
     }
     with_root(line, None, |d| {
         let a = admit(d, expected)?;
-        Some(Descriptor {
-            identity: a.identity.to_owned(),
-            endpoint_path: a.endpoint_path.to_string(),
-            handle: CapabilityHandle::new(a.handle),
-            operations: a.operations[..a.granted].to_vec(),
-            limits: a.limits,
-            bind_bytes: a.bind_bytes,
-            bound_bytes: a.bound_bytes,
-        })
+        let handle = CapabilityHandle::new(a.handle);
+        let ops = &a.operations[..a.granted];
+        // Admitted values fit every generated type (tests/fast_path.rs compares the two paths).
+        let doc = super::compose::descriptor(&a.identity, a.endpoint_path, &handle, ops, &a.limits).ok()?;
+        Some(Descriptor::from_admitted(doc, a.bind_bytes, a.bound_bytes))
     })
 }
 
@@ -1297,7 +1294,7 @@ mod tests {
             assert!(accept_frame(same.as_bytes(), &b, d).is_some(), "{same}");
         }
         // The handle anywhere, even escaped.
-        let h = b.handle.expose().to_string();
+        let h = b.handle().expose().to_string();
         refused(&text.replacen("src/protocol.ts", &format!("src/{h}.ts"), 1));
         let hidden = format!("\\u{:04x}{}", h.as_bytes()[0], &h[1..]);
         let with = text.replacen("src/protocol.ts", &format!("src/{hidden}.ts"), 1);
@@ -1313,7 +1310,7 @@ mod tests {
         let edit = json!({"path": "a.txt", "edits": [{"oldText": "a", "newText": ""}]});
         let mut inv = base("invoke");
         let mut b2 = b.clone();
-        b2.operations = ToolOperation::FsList.to_string().parse().into_iter().collect();
+        *b2.operations_mut() = ToolOperation::FsList.to_string().parse().into_iter().collect();
         for (op, payload) in [("fs.write", write), ("fs.edit", edit)] {
             inv["operation"] = json!(op);
             inv["payload"] = payload.clone();
@@ -1339,7 +1336,7 @@ mod tests {
         let one = accept_descriptor(&line(&v), Some(&EXP)).expect("the worked example");
         let full = admit_descriptor(&v, Some(&EXP)).unwrap();
         assert_eq!(format!("{one:?}"), format!("{full:?}"));
-        assert!(one.handle == full.handle);
+        assert!(one.handle() == full.handle());
         assert!(descriptor_accepted(&line(&v), Some(&EXP)));
         let mut other = v.clone();
         other["binding"]["sessionId"] = json!("agent-b");

@@ -296,8 +296,12 @@ pub(crate) fn lenient_command(
         d["limits"]["maxResponseBytes"] = json!(1_048_576);
         let mut cmd = parse_command(&v, &HostContext { host_instance_id: host_id }).ok()?;
         if let Some(desc) = cmd.descriptor.as_mut() {
-            desc.limits.max_request_bytes = req;
-            desc.limits.max_response_bytes = resp;
+            let limits = crate::contract::AdapterLimits {
+                max_request_bytes: i64::try_from(req).ok()?,
+                max_response_bytes: i64::try_from(resp).ok()?,
+                ..*desc.limits()
+            };
+            *desc = desc.with_limits(limits);
         }
         return Some(cmd);
     }

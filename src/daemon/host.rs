@@ -349,7 +349,7 @@ impl Host {
                 Ok(link) => {
                     let bound = {
                         let mut core = self.core();
-                        match core.bound(&sid, generation, link, d.handle.clone(), &cmd.version.text) {
+                        match core.bound(&sid, generation, link, d.handle().clone(), &cmd.version.text) {
                             Ok((replaced, record)) => {
                                 rebound_record = record.map(|r| self.store.queue_session(&r));
                                 Ok(replaced)

@@ -82,12 +82,12 @@ impl AdapterLink {
     /// [`AdapterLink::open`] with fault switches: the link is broken on purpose (test aid for
     /// the daemon kill matrix; see [`crate::daemon::faults`]).
     pub async fn open_with(descriptor: &Descriptor, faults: DaemonFaults) -> Result<AdapterLink, LinkError> {
-        let path = Path::new(&descriptor.endpoint_path);
+        let path = Path::new(descriptor.endpoint_path());
         let skip_checks = faults.has(DaemonFault::SkipEndpointCheck);
         if !skip_checks {
             check_endpoint(path)?;
         }
-        let timeout = Duration::from_millis(descriptor.limits.request_timeout_ms);
+        let timeout = Duration::from_millis(descriptor.limits().request_timeout_ms as u64);
         let stream = match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
             Err(_) => return Err(LinkError::from_code(DaemonCode::AdapterConnectTimeout.as_str())),
             Ok(Err(_)) => {

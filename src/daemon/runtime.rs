@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::faults::{DaemonFault, DaemonFaults};
 use super::ids::{uuid_v4, Rng};
+use crate::contract::compose;
 use crate::contract::frame::{judge_adapter_frame, Binding, Direction, Disposition, FrameError, FrameKind};
 use crate::contract::operation::is_mutating;
 use crate::contract::types::tool_adapter::ToolOperation;
@@ -335,13 +336,13 @@ impl AdapterRuntime {
     /// aid for the daemon kill matrix; see [`crate::daemon::faults`]).
     pub fn new_with(descriptor: &Descriptor, now: Instant, rng: Box<dyn Rng>, faults: DaemonFaults) -> Self {
         let binding = Binding::from(descriptor);
-        let limits = binding.limits;
+        let limits = *binding.limits();
         let mut transmit = VecDeque::new();
         transmit.push_back(OutLine(encode_line(&descriptor.bind_frame())));
         Self {
             // Adapter lines are at most maxResponseBytes, LF included.
             decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(1)),
-            bind_deadline: now + Duration::from_millis(limits.request_timeout_ms),
+            bind_deadline: now + Duration::from_millis(limits.request_timeout_ms as u64),
             binding,
             rng,
             state: State::Binding,
@@ -476,7 +477,7 @@ impl AdapterRuntime {
         }
         let request_id = uuid_v4(self.rng.as_mut());
         let key = idempotency_key(op, tool_call_id);
-        let frame = self.binding.identity.frame(
+        let frame = self.binding.identity().frame(
             "invoke",
             [
                 ("requestId", Value::String(request_id.clone())),
@@ -506,8 +507,8 @@ impl AdapterRuntime {
             f["toolCallId"] = Value::String(tool_call_id.to_string());
             line = encode_line(&f);
         }
-        let l = self.binding.limits;
-        let capacity = (l.max_concurrent_requests + l.max_queued_requests) as usize;
+        let l = *self.binding.limits();
+        let capacity = (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
         let full = self.active.len() + self.queue.len() >= capacity;
         if full && !self.faults.has(DaemonFault::NoQueueCapacity) {
             return Err(CallError {
@@ -515,7 +516,7 @@ impl AdapterRuntime {
                 message: "adapter concurrency and queue limits reached".into(),
                 retryable: true,
                 indeterminate: false,
-                retry_after_ms: Some(retry_after_ms(l.request_timeout_ms)),
+                retry_after_ms: Some(retry_after_ms(l.request_timeout_ms as u64)),
             });
         }
         let id = CallId(self.next_call);
@@ -526,7 +527,7 @@ impl AdapterRuntime {
             key,
             line: Some(line),
             admitted: now,
-            deadline: now + Duration::from_millis(l.request_timeout_ms),
+            deadline: now + Duration::from_millis(l.request_timeout_ms as u64),
             dispatched: None,
             path_lock: path.filter(|_| is_mutating(op)),
         };
@@ -568,7 +569,8 @@ impl AdapterRuntime {
             return;
         }
         self.state = State::Revoked;
-        self.transmit.push_back(OutLine(encode_line(&self.binding.identity.frame("revoke", []))));
+        let revoke = compose::to_wire(&compose::revoke_of(self.binding.bind()));
+        self.transmit.push_back(OutLine(encode_line(&revoke)));
         let n = self.fail_pending(DaemonCode::AdapterRevoked.as_str());
         self.counters.cancelled += n;
         self.tombstones.clear();
@@ -713,19 +715,21 @@ impl AdapterRuntime {
     /// would overflow `maxIdempotencyKeys` (the connection has then failed).
     fn abort_active(&mut self, now: Instant, id: CallId) -> Option<()> {
         self.tombstones.retain(|_, t| t.expires > now);
-        if self.tombstones.len() as u64 >= self.binding.limits.max_idempotency_keys {
+        if self.tombstones.len() as u64 >= self.binding.limits().max_idempotency_keys.get() {
             self.fail(DaemonCode::AdapterAbortCapacity.as_str());
             return None;
         }
         let c = self.calls.remove(&id)?;
         self.release(&c);
         let abort_id = uuid_v4(self.rng.as_mut());
-        let frame = self.binding.identity.frame(
-            "abort",
-            [("requestId", Value::String(abort_id.clone())), ("targetRequestId", Value::String(c.request_id.clone()))],
-        );
-        self.transmit.push_back(OutLine(encode_line(&frame)));
-        let ttl = Duration::from_millis(self.binding.limits.idempotency_ttl_ms);
+        // Both ids are UUIDs this runtime drew, which the generated `RequestId` always holds;
+        // were one refused, no abort could be sent and the connection fails.
+        let Ok(frame) = compose::abort_of(self.binding.bind(), &abort_id, &c.request_id) else {
+            self.fail(DaemonCode::AdapterConnectionFailed.as_str());
+            return None;
+        };
+        self.transmit.push_back(OutLine(encode_line(&compose::to_wire(&frame))));
+        let ttl = Duration::from_millis(self.binding.limits().idempotency_ttl_ms as u64);
         self.tombstones.insert(
             c.request_id,
             Tombstone { key: c.key, op: c.op, abort_request_id: abort_id, expires: now + ttl, result_dropped: false },
@@ -748,7 +752,7 @@ impl AdapterRuntime {
         if self.state != State::Bound {
             return;
         }
-        let max = self.binding.limits.max_concurrent_requests as usize;
+        let max = self.binding.limits().max_concurrent_requests.get() as usize;
         let mut i = 0;
         while self.active.len() < max && i < self.queue.len() {
             let id = self.queue[i];
@@ -869,13 +873,13 @@ impl AdapterRuntime {
     /// the last refusal code, saturation and per-operation queue-wait and latency summaries
     /// in milliseconds. Never payloads, paths, keys, ids, endpoints or handles.
     pub fn telemetry(&self) -> Value {
-        let l = self.binding.limits;
+        let l = *self.binding.limits();
         let c = self.counters;
         let saturated = self.active.len() + self.queue.len()
-            >= (l.max_concurrent_requests + l.max_queued_requests) as usize
+            >= (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize
             && self.state == State::Bound;
         let mut ops = Map::new();
-        for op in &self.binding.operations {
+        for op in self.binding.operations() {
             ops.insert(
                 op.to_string(),
                 json!({
@@ -945,7 +949,7 @@ mod tests {
     }
 
     fn result_for(d: &Descriptor, invoke: &Value, data: Value) -> Vec<u8> {
-        encode_line(&d.identity.frame(
+        encode_line(&d.identity().frame(
             "result",
             [
                 ("requestId", invoke["requestId"].clone()),
@@ -1202,7 +1206,7 @@ mod tests {
         assert_eq!(abort["targetRequestId"], inv["requestId"]);
         rt.handle_input(t1, &result_for(&d, &inv, stat()));
         assert_eq!(rt.failure(), None, "dropped while the tombstone lives");
-        let aborted = d.identity.frame(
+        let aborted = d.identity().frame(
             "aborted",
             [
                 ("requestId", abort["requestId"].clone()),
@@ -1260,7 +1264,7 @@ mod tests {
         check(rt, id, Code::AdapterSecretReflected.as_str());
         // aborted without abort.
         let (mut rt, id, _) = fresh();
-        let ab = d.identity.frame(
+        let ab = d.identity().frame(
             "aborted",
             [("requestId", "x1".into()), ("targetRequestId", "x2".into()), ("aborted", Value::Bool(true))],
         );
@@ -1290,9 +1294,9 @@ mod tests {
         let t0 = Instant::now();
         let mut rt = AdapterRuntime::new(&d, t0, rng());
         bound(&d, &mut rt, t0);
-        rt.handle_input(t0, &encode_line(&d.identity.frame("revoked", [])));
+        rt.handle_input(t0, &encode_line(&d.identity().frame("revoked", [])));
         // A valid frame padded with whitespace to exactly 2048 bytes, LF included, passes.
-        let mut line = serde_json::to_vec(&d.identity.frame("revoked", [])).unwrap();
+        let mut line = serde_json::to_vec(&d.identity().frame("revoked", [])).unwrap();
         line.splice(1..1, std::iter::repeat_n(b' ', 2047 - line.len()));
         line.push(b'\n');
         assert_eq!(line.len(), 2048);
@@ -1309,7 +1313,7 @@ mod tests {
         let d = descriptor(BASE);
         let t0 = Instant::now();
         let mut rt = AdapterRuntime::new(&d, t0, rng());
-        rt.handle_input(t0, &encode_line(&d.identity.frame("revoked", [])));
+        rt.handle_input(t0, &encode_line(&d.identity().frame("revoked", [])));
         assert_eq!(rt.failure(), Some(Code::AdapterProtocolInvalid.as_str()));
         let mut rt = AdapterRuntime::new(&d, t0, rng());
         assert_eq!(rt.poll_timeout(), Some(t0 + Duration::from_millis(1000)));

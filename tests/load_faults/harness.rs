@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 
 use pi_conform::adapter::grants::{self, GrantRequest};
 use pi_conform::adapter::server::default_identity;
+use pi_conform::contract::limits_from_values;
 use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::types::tool_adapter::ToolOperation;
-use pi_conform::contract::Limits;
 
 use crate::support::bin;
 
@@ -190,7 +190,7 @@ impl AdapterProc {
             session_id: session.to_string(),
             generation: 1,
             operations: OPERATIONS.iter().map(|o| o.parse::<ToolOperation>().unwrap()).collect(),
-            limits: Limits::from_values(limits),
+            limits: limits_from_values(limits).expect("non-zero limits"),
             adapter_id: default_identity().adapter_id,
             adapter_version: default_identity().adapter_version,
         };

@@ -9,7 +9,7 @@
 //! Capability handles here are random test strings, still kept out of every message: they
 //! travel in [`FakeHandle`], whose `Debug` is redacted, and no assertion prints a frame.
 
-use pi_conform::contract::descriptor::{bind_frame, bound_frame, fit_check, Identity, Limits};
+use pi_conform::contract::descriptor::{fit_check, limits_from_values, Identity, LimitValues};
 use pi_conform::contract::operation::OPERATIONS;
 use pi_conform::contract::{CapabilityHandle, Code};
 use pi_conform::util::prng::SplitMix64;
@@ -53,13 +53,13 @@ struct Ident {
 }
 
 impl Ident {
-    fn identity(&self) -> Identity {
+    fn identity(&self) -> Identity<'_> {
         Identity {
-            protocol_version: "1.0".into(),
-            adapter_id: self.adapter_id.clone(),
-            adapter_version: self.adapter_version.clone(),
-            host_instance_id: self.host.clone(),
-            session_id: self.session.clone(),
+            protocol_version: "1.0",
+            adapter_id: &self.adapter_id,
+            adapter_version: &self.adapter_version,
+            host_instance_id: &self.host,
+            session_id: &self.session,
             generation: self.generation,
         }
     }
@@ -307,7 +307,8 @@ fn ops_json(ops: &[&str]) -> Value {
 
 fn run_fit(id: &Ident, h: &FakeHandle, ops: &[&str], limits: [u64; 7]) -> Result<(usize, usize), (Code, String, u64)> {
     let handle = CapabilityHandle::new(h.0.clone());
-    let r = fit_check(&id.identity(), &handle, &ops_json(ops), &Limits::from_values(limits), "descriptor.limits.");
+    let limits = limits_from_values(limits).expect("the strategies keep both non-zero limits at least 1");
+    let r = fit_check(id.identity(), &handle, &ops_json(ops), &limits, "descriptor.limits.");
     r.map_err(|e| {
         // Nothing about the refusal may carry the handle.
         let body = serde_json::to_string(&e.to_body()).unwrap_or_default();
@@ -341,9 +342,19 @@ proptest! {
 
         let identity = id.identity();
         let handle = CapabilityHandle::new(h.0.clone());
-        let limits_json = Limits::from_values(lim).to_json();
-        let bind_line = encode_line(&bind_frame(&identity, &handle, &ops_json(&ops), &limits_json));
-        let bound_line = encode_line(&bound_frame(&identity, &ops_json(&ops), &limits_json));
+        let limits_json = limits_from_values(lim).expect("non-zero limits").to_json();
+        // Identities no generated type admits (control characters): the frames are built raw.
+        let bind_frame = identity.frame(
+            "bind",
+            [
+                ("capabilityHandle", Value::from(handle.expose())),
+                ("operations", ops_json(&ops)),
+                ("limits", limits_json.clone()),
+            ],
+        );
+        let bound_frame = identity.frame("bound", [("operations", ops_json(&ops)), ("limits", limits_json)]);
+        let bind_line = encode_line(&bind_frame);
+        let bound_line = encode_line(&bound_frame);
         prop_assert_eq!(bind_line.len(), bind);
         prop_assert_eq!(bound_line.len(), bound);
         let bind_back = decode_strict(&bind_line[..bind_line.len() - 1]);

@@ -98,21 +98,21 @@ fn refused_bind(c: &mut Ctx<'_>, mutate: impl FnOnce(&mut Value)) -> Outcome {
 }
 
 fn bind_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
-    let cur = c.target.admitted.limits.max_concurrent_requests;
+    let cur = c.target.admitted.limits().max_concurrent_requests.get();
     if cur >= 64 {
         return Outcome::Skip("maxConcurrentRequests is already at its maximum".into());
     }
     refused_bind(c, |b| b["limits"]["maxConcurrentRequests"] = json!(cur + 1))
 }
 fn bind_operation_outside_grant(c: &mut Ctx<'_>) -> Outcome {
-    let granted = c.target.admitted.operations.len();
+    let granted = c.target.admitted.operations().len();
     if granted == 6 {
         return Outcome::Skip("the descriptor grants all six operations".into());
     }
     let all = crate::contract::descriptor::OPERATIONS;
     let missing = all
         .iter()
-        .find(|o| !c.target.admitted.operations.iter().any(|g| g.to_string() == **o))
+        .find(|o| !c.target.admitted.operations().iter().any(|g| g.to_string() == **o))
         .copied()
         .unwrap_or("fs.write");
     refused_bind(c, |b| {
@@ -164,7 +164,7 @@ fn invoke_payload_wrong_type(c: &mut Ctx<'_>) -> Outcome {
 fn invoke_ungranted_operation(c: &mut Ctx<'_>) -> Outcome {
     let mut b = c.bind_frame();
     let ops: Vec<Value> =
-        c.target.admitted.operations.iter().map(|o| json!(o.to_string())).filter(|o| o != "fs.write").collect();
+        c.target.admitted.operations().iter().map(|o| json!(o.to_string())).filter(|o| o != "fs.write").collect();
     if ops.is_empty() {
         return Outcome::Skip("the descriptor grants only fs.write".into());
     }
@@ -174,7 +174,7 @@ fn invoke_ungranted_operation(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(token(&r))
 }
 fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
-    let max = c.target.admitted.limits.max_request_bytes as usize;
+    let max = c.target.admitted.limits().max_request_bytes as usize;
     let f = c.invoke("r-1", "k-1", req::write("x.txt", &"y".repeat(max)));
     closes_after(c, f)
 }
@@ -679,12 +679,12 @@ fn write_through_symlink_dir(c: &mut Ctx<'_>) -> Outcome {
 /// content whole (a torn file shows as a shorter or mixed content, or an early `eof`). The
 /// size is as large as the bound limits let one line carry (at most 4 MiB).
 fn write_atomic_overwrite(c: &mut Ctx<'_>) -> Outcome {
-    let l = c.target.admitted.limits;
+    let l = *c.target.admitted.limits();
     let len = (l.max_request_bytes.min(l.max_response_bytes) as usize).min(MAX_CONTENT).saturating_sub(4096);
     if len < 64 * 1024 {
         return Outcome::Skip("maxRequestBytes/maxResponseBytes are too small for a large overwrite".into());
     }
-    if l.max_concurrent_requests < 2 {
+    if l.max_concurrent_requests.get() < 2 {
         return Outcome::Skip("maxConcurrentRequests 1: no read can run beside the write".into());
     }
     let make = |tag: &str| {
@@ -703,7 +703,7 @@ fn write_atomic_overwrite(c: &mut Ctx<'_>) -> Outcome {
         return Outcome::Error("cannot lay atomic.txt".into());
     }
     let mut conn = tryo!(c.bound());
-    let in_flight = (l.max_concurrent_requests as usize - 1).min(3);
+    let in_flight = (l.max_concurrent_requests.get() as usize - 1).min(3);
     let read = |c: &mut Ctx<'_>, conn: &mut super::conn::Conn| {
         let (id, key) = c.ids();
         conn.send(&c.invoke(&id, &key, req::read("atomic.txt").max_bytes(MAX_CONTENT as u64)));
@@ -927,9 +927,10 @@ fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(if busy { "busy-seen" } else { "no-busy" })
 }
 fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
-    let l = c.target.admitted.limits;
-    let n = (l.max_concurrent_requests + l.max_queued_requests).min(16) as usize;
-    let rs = tryo!(burst(c, l.max_concurrent_requests, l.max_queued_requests, n));
+    let l = *c.target.admitted.limits();
+    let (concurrent, queued) = (l.max_concurrent_requests.get(), l.max_queued_requests as u64);
+    let n = (concurrent + queued).min(16) as usize;
+    let rs = tryo!(burst(c, concurrent, queued, n));
     let tokens: Vec<String> = rs.iter().map(token).collect();
     if tokens.iter().all(|t| t == "result:ok") {
         Outcome::token("all-ok")

@@ -259,12 +259,7 @@ impl FrameJudge {
         match v.get("kind").and_then(Value::as_str) {
             Some("bind") if !self.bind_sent => {
                 self.bind_sent = true;
-                self.bind = parse_bind_request(line, usize::MAX).ok().map(|r| Binding {
-                    identity: r.identity,
-                    handle: r.handle,
-                    operations: r.operations,
-                    limits: r.limits,
-                });
+                self.bind = parse_bind_request(line, usize::MAX).ok();
             }
             Some("invoke") => self.pending.push((s("requestId"), s("idempotencyKey"), s("operation"))),
             Some("abort") => self.aborts.push((s("requestId"), s("targetRequestId"))),
@@ -330,11 +325,11 @@ impl FrameJudge {
             return None;
         }
         let op: ToolOperation = v.get("operation")?.as_str()?.parse().ok()?;
-        if binding.operations.contains(&op) {
+        if binding.operations().contains(&op) {
             return None;
         }
         let mut b = binding.clone();
-        b.operations.push(op);
+        b.operations_mut().push(op);
         let j = judge_adapter_frame(line, &b, Direction::ToDaemon).ok()?;
         let f = j.typed().ok()?;
         if f.ok() != Some(false) || f.error_code() != Some(AdapterCode::OperationNotGranted.as_str()) {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::adapter::grants::{grant, GrantRequest};
+use crate::contract::const_limits;
 use crate::contract::descriptor::OPERATIONS;
-use crate::contract::Limits;
 
 /// The binding the runner grants (it plays a daemon with this identity).
 pub const HOST_INSTANCE: &str = "pi-conform-runner";
@@ -123,7 +123,7 @@ impl Launched {
             session_id: SESSION.into(),
             generation: GENERATION,
             operations: OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect(),
-            limits: Limits::from_values([1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000]),
+            limits: const_limits([1_048_576, 1_048_576, 4, 16, 30_000, 256, 3_600_000]),
             adapter_id: spec.adapter_id.clone(),
             adapter_version: spec.adapter_version.clone(),
         };

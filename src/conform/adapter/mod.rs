@@ -97,7 +97,7 @@ impl Target {
 
     /// The handle (for binding and for the secret scan only).
     pub fn handle(&self) -> &str {
-        self.admitted.handle.expose()
+        self.admitted.handle().expose()
     }
 }
 
@@ -181,7 +181,7 @@ impl<'a> Ctx<'a> {
     /// case breaks on purpose (a well-formed one comes from [`Ctx::invoke`], [`Ctx::abort`],
     /// [`Ctx::revoke`]).
     pub fn frame(&self, kind: &str, extra: Value) -> Value {
-        let mut f = self.target.admitted.identity.frame(kind, []);
+        let mut f = self.target.admitted.identity().frame(kind, []);
         if let (Value::Object(m), Value::Object(e)) = (&mut f, extra) {
             m.extend(e);
         }
@@ -190,7 +190,7 @@ impl<'a> Ctx<'a> {
 
     /// An `abort` of `target`, built from the generated type.
     pub fn abort(&self, request_id: &str, target: &str) -> Value {
-        match compose::abort(&self.target.admitted.identity, request_id, target) {
+        match compose::abort(&self.target.admitted.identity(), request_id, target) {
             Ok(f) => compose::to_wire(&f),
             Err(_) => self.frame("abort", json!({"requestId": request_id, "targetRequestId": target})),
         }
@@ -198,7 +198,7 @@ impl<'a> Ctx<'a> {
 
     /// The `revoke` of the binding, built from the generated type.
     pub fn revoke(&self) -> Value {
-        match compose::revoke(&self.target.admitted.identity) {
+        match compose::revoke(&self.target.admitted.identity()) {
             Ok(f) => compose::to_wire(&f),
             Err(_) => self.frame("revoke", json!({})),
         }
@@ -236,7 +236,7 @@ impl<'a> Ctx<'a> {
     /// An invoke frame of `call` ([`req`]): built from the generated types when its payload
     /// is typed and the ids fit, raw otherwise (a payload or an id a case broke on purpose).
     pub fn invoke(&self, id: &str, key: &str, call: Call) -> Value {
-        req::invoke_frame(&self.target.admitted.identity, id, key, &call)
+        req::invoke_frame(&self.target.admitted.identity(), id, key, &call)
     }
 
     /// Send `call` on `conn` with fresh ids and wait for its result.

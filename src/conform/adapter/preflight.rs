@@ -73,10 +73,10 @@ pub fn preflight(target: &Target) -> Result<(), PreflightError> {
             )))
         }
     }
-    if !target.admitted.operations.iter().any(|o| o.to_string() == "fs.stat") {
+    if !target.admitted.operations().iter().any(|o| o.to_string() == "fs.stat") {
         return Ok(());
     }
-    let id = target.admitted.identity.clone();
+    let id = target.admitted.identity();
     let invoke = json!({
         "protocolVersion": "1.0", "kind": "invoke", "adapterId": id.adapter_id, "adapterVersion": id.adapter_version,
         "hostInstanceId": id.host_instance_id, "sessionId": id.session_id, "generation": id.generation,

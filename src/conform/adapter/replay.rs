@@ -38,7 +38,7 @@ use crate::conform::case::{CaseMeta, Level, Outcome};
 use crate::conform::daemon::replay::{is_decision, PREFIX};
 use crate::contract::frame::{extra_keys_only, Binding, Direction};
 use crate::contract::path::{validate_relative_path, PathSide};
-use crate::contract::Code;
+use crate::contract::{Code, LimitValues};
 use crate::judge::{judge_line, Context, Kind, Verdict};
 use crate::vectors::{Vector, VectorSet};
 
@@ -183,12 +183,12 @@ struct Rewrite<'a> {
 
 impl Rewrite<'_> {
     fn strings(&self) -> Vec<(String, String)> {
-        let (f, t) = (&self.from.identity, &self.to.identity);
+        let (f, t) = (self.from.identity(), self.to.identity());
         let mut out = vec![
-            (f.adapter_id.clone(), t.adapter_id.clone()),
-            (f.adapter_version.clone(), t.adapter_version.clone()),
-            (f.host_instance_id.clone(), t.host_instance_id.clone()),
-            (f.session_id.clone(), t.session_id.clone()),
+            (f.adapter_id.to_string(), t.adapter_id.to_string()),
+            (f.adapter_version.to_string(), t.adapter_version.to_string()),
+            (f.host_instance_id.to_string(), t.host_instance_id.to_string()),
+            (f.session_id.to_string(), t.session_id.to_string()),
         ];
         out.extend(self.key.clone());
         out
@@ -201,7 +201,7 @@ impl Rewrite<'_> {
         if let Some((_, to)) = self.strings().into_iter().find(|(from, _)| from == s) {
             return to;
         }
-        let (vh, lh) = (self.from.handle.expose(), self.to.handle.expose());
+        let (vh, lh) = (self.from.handle().expose(), self.to.handle().expose());
         if s.contains(vh) {
             return s.replace(vh, lh);
         }
@@ -249,7 +249,7 @@ impl Rewrite<'_> {
     /// The vector's generation becomes the live one; another generation keeps its distance
     /// from it (one below stays one below), so a wrong generation stays wrong.
     fn generation(&self, x: &Value) -> Value {
-        let (from, to) = (self.from.identity.generation as i64, self.to.identity.generation as i64);
+        let (from, to) = (self.from.identity().generation as i64, self.to.identity().generation as i64);
         match x.as_i64() {
             Some(g) if g == from => json!(to),
             Some(g) => {
@@ -268,10 +268,10 @@ impl Rewrite<'_> {
             .into_iter()
             .map(|(f, t)| (format!("\"{f}\"").into_bytes(), format!("\"{t}\"").into_bytes()))
             .collect();
-        pairs.push((self.from.handle.expose().as_bytes().to_vec(), self.to.handle.expose().as_bytes().to_vec()));
+        pairs.push((self.from.handle().expose().as_bytes().to_vec(), self.to.handle().expose().as_bytes().to_vec()));
         for sep in [b',', b'}'] {
-            let mut f = format!("\"generation\":{}", self.from.identity.generation).into_bytes();
-            let mut t = format!("\"generation\":{}", self.to.identity.generation).into_bytes();
+            let mut f = format!("\"generation\":{}", self.from.identity().generation).into_bytes();
+            let mut t = format!("\"generation\":{}", self.to.identity().generation).into_bytes();
             f.push(sep);
             t.push(sep);
             pairs.push((f, t));
@@ -284,7 +284,7 @@ impl Rewrite<'_> {
 }
 
 fn limits_json(b: &Binding) -> Value {
-    b.limits.to_json()
+    b.limits().to_json()
 }
 
 fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
@@ -349,8 +349,8 @@ fn materialize(c: &Ctx<'_>, set: &VectorSet, v: &Vector) -> Result<Live, String>
     // the line limit: the limit grows by what the rewriting added (a line exactly at the limit
     // stays exactly at it).
     let grown = line.len().saturating_sub(set.line(v)?.len()) as u64;
-    if raw && grown > 0 && to.limits == from.limits && to.limits != c.target.admitted.limits {
-        to.limits.max_request_bytes += grown;
+    if raw && grown > 0 && to.limits() == from.limits() && to.limits() != c.target.admitted.limits() {
+        to.limits_mut().max_request_bytes += grown as i64;
     }
     let kind = kind_of(&line);
     if kind.as_deref() == Some("bind") && !raw {
@@ -389,8 +389,7 @@ fn materialize(c: &Ctx<'_>, set: &VectorSet, v: &Vector) -> Result<Live, String>
             }
         }
     }
-    let bind =
-        crate::contract::descriptor::bind_frame(&to.identity, &to.handle, &to.operations_json(), &to.limits.to_json());
+    let bind = to.bind_frame();
     Ok(Live { line, kind, accepted, allowed, bind })
 }
 
@@ -401,15 +400,15 @@ fn materialize(c: &Ctx<'_>, set: &VectorSet, v: &Vector) -> Result<Live, String>
 /// or about a small line limit can still be replayed.
 fn narrowed(live: &Binding, vector: &Binding) -> Binding {
     let mut b = live.clone();
-    if vector.operations != live.operations && vector.operations.iter().all(|o| live.operations.contains(o)) {
-        b.operations = vector.operations.clone();
+    if vector.operations() != live.operations() && vector.operations().iter().all(|o| live.operations().contains(o)) {
+        *b.operations_mut() = vector.operations().to_vec();
     }
-    let (l, v) = (live.limits.to_json(), vector.limits.to_json());
+    let (l, v) = (live.limits().to_json(), vector.limits().to_json());
     let below = v
         .as_object()
         .is_some_and(|m| m.iter().all(|(k, x)| matches!((x.as_u64(), l[k].as_u64()), (Some(a), Some(b)) if a <= b)));
     if below && v != l {
-        b.limits = vector.limits;
+        *b.limits_mut() = *vector.limits();
     }
     b
 }
@@ -448,7 +447,7 @@ fn run_path(c: &mut Ctx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
         Ok(d) => d,
         Err(why) => return Outcome::Skip(why),
     };
-    if !c.target.admitted.operations.iter().any(|o| o.to_string() == "fs.stat") {
+    if !c.target.admitted.operations().iter().any(|o| o.to_string() == "fs.stat") {
         return Outcome::Skip("the binding does not grant fs.stat".into());
     }
     c.settle = std::time::Duration::from_millis(2);
@@ -465,7 +464,7 @@ fn run_path(c: &mut Ctx<'_>, set: &VectorSet, v: &Vector) -> Outcome {
 /// root is answered.
 fn alive_after_reply(c: &mut Ctx<'_>, conn: &mut super::conn::Conn, r: &Recv) -> Vec<String> {
     let refused = r.frame().is_some_and(|f| f.kind() == Some("result") && f.ok() == Some(false));
-    if !refused || !c.target.admitted.operations.iter().any(|o| o.to_string() == "fs.stat") {
+    if !refused || !c.target.admitted.operations().iter().any(|o| o.to_string() == "fs.stat") {
         return Vec::new();
     }
     let follow = c.call(conn, super::req::stat("."));
@@ -595,14 +594,14 @@ mod tests {
         let v = set.vectors.iter().find(|v| v.id == "frame.bind.handle-differs-last-char").unwrap();
         let from = set.context(v).unwrap().binding.unwrap();
         let mut to = from.clone();
-        to.handle = crate::contract::CapabilityHandle::new("Q".repeat(43));
+        to.set_handle(crate::contract::CapabilityHandle::new("Q".repeat(43)));
         let rw = Rewrite { from: &from, to: &to, key: None };
         let near = rw.string(v.patch[0].value.as_str().unwrap());
         assert_eq!(near.len(), 43);
         assert_eq!(&near[..42], &"Q".repeat(42));
         assert_ne!(near, "Q".repeat(43));
-        assert_eq!(rw.string(from.handle.expose()), "Q".repeat(43));
-        assert_eq!(rw.string(&format!("x{}y", from.handle.expose())), format!("x{}y", "Q".repeat(43)));
+        assert_eq!(rw.string(from.handle().expose()), "Q".repeat(43));
+        assert_eq!(rw.string(&format!("x{}y", from.handle().expose())), format!("x{}y", "Q".repeat(43)));
     }
 
     #[test]

@@ -260,13 +260,13 @@ mod tests {
 
     use super::*;
 
-    fn identity() -> Identity {
+    fn identity() -> Identity<'static> {
         Identity {
-            protocol_version: "1.0".into(),
-            adapter_id: "probe".into(),
-            adapter_version: "1.0.0".into(),
-            host_instance_id: "host-1".into(),
-            session_id: "s-1".into(),
+            protocol_version: "1.0",
+            adapter_id: "probe",
+            adapter_version: "1.0.0",
+            host_instance_id: "host-1",
+            session_id: "s-1",
             generation: 3,
         }
     }

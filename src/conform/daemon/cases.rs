@@ -10,7 +10,7 @@ use super::probe::{BoundMode, InvokeMode};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
-use crate::contract::{Code, DaemonCode, Limits};
+use crate::contract::{AdapterLimits, Code, DaemonCode, LimitValues};
 
 /// A case implementation.
 pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
@@ -26,7 +26,7 @@ macro_rules! tryo {
 
 /// The default limits with another `requestTimeoutMs`.
 fn limits_with_timeout(ms: u64) -> Value {
-    Limits { request_timeout_ms: ms, ..super::DEFAULT_LIMITS }.to_json()
+    AdapterLimits { request_timeout_ms: ms as i64, ..super::DEFAULT_LIMITS }.to_json()
 }
 
 fn data(r: &Recv) -> Value {
@@ -319,7 +319,7 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
                     .into(),
             );
         }
-        if seen.sizes[i] as u64 > a.limits.max_request_bytes {
+        if seen.sizes[i] as i64 > a.limits().max_request_bytes {
             p.push("the bind line exceeds maxRequestBytes".into());
         }
     }
@@ -654,10 +654,10 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
     let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
-    let limits = Limits {
-        max_concurrent_requests: 1,
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 0,
-        request_timeout_ms: CAPACITY_TIMEOUT_MS,
+        request_timeout_ms: CAPACITY_TIMEOUT_MS as i64,
         ..super::DEFAULT_LIMITS
     }
     .to_json();

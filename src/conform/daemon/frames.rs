@@ -170,13 +170,13 @@ const CALL_KEYS: [&str; 3] = ["requestId", "idempotencyKey", "operation"];
 impl Rewrite<'_> {
     /// (vector, live) string pairs: identity, then the call.
     fn pairs(&self) -> Vec<(String, String)> {
-        let (a, b) = (&self.vector.identity, &self.live.identity);
+        let (a, b) = (self.vector.identity(), self.live.identity());
         let mut p = vec![
-            (a.protocol_version.clone(), b.protocol_version.clone()),
-            (a.adapter_id.clone(), b.adapter_id.clone()),
-            (a.adapter_version.clone(), b.adapter_version.clone()),
-            (a.host_instance_id.clone(), b.host_instance_id.clone()),
-            (a.session_id.clone(), b.session_id.clone()),
+            (a.protocol_version.to_string(), b.protocol_version.to_string()),
+            (a.adapter_id.to_string(), b.adapter_id.to_string()),
+            (a.adapter_version.to_string(), b.adapter_version.to_string()),
+            (a.host_instance_id.to_string(), b.host_instance_id.to_string()),
+            (a.session_id.to_string(), b.session_id.to_string()),
         ];
         if let Some(live) = self.live_call {
             p.extend(self.vector_call.iter().zip(live).map(|(x, y)| (x.to_string(), y.to_string())));
@@ -186,7 +186,7 @@ impl Rewrite<'_> {
     }
 
     fn handle(&self) -> (&str, &str) {
-        (self.vector.handle.expose(), self.live.handle.expose())
+        (self.vector.handle().expose(), self.live.handle().expose())
     }
 }
 
@@ -194,7 +194,7 @@ impl Rewrite<'_> {
 /// (top level), the base call's `requestId`/`idempotencyKey`/`operation` to the live invoke's,
 /// and the vector's handle wherever it occurs in a string or a key.
 pub fn rewrite_doc(doc: &mut Value, rw: &Rewrite<'_>) {
-    let (a, b) = (&rw.vector.identity, &rw.live.identity);
+    let (a, b) = (rw.vector.identity(), rw.live.identity());
     if let Value::Object(m) = doc {
         let ids = [
             ("protocolVersion", json!(a.protocol_version), json!(b.protocol_version)),
@@ -377,7 +377,7 @@ fn prepare_with(set: &VectorSet, v: &Vector, vd: Value, mut d: Value) -> Result<
     let base = set.base("result")?;
     let vector_call = CALL_KEYS.map(|k| base[k].as_str().unwrap_or_default().to_string());
     let vector_abort = set.base("aborted")?["requestId"].as_str().unwrap_or_default().to_string();
-    let generation = vector_binding.identity.generation;
+    let generation = vector_binding.identity().generation;
     // The live descriptor: the vector's, with the daemon's host, the case session and a fresh
     // handle, at the probe's endpoint.
     for k in ["protocolVersion", "adapterId", "adapterVersion", "operations"] {
@@ -387,7 +387,7 @@ fn prepare_with(set: &VectorSet, v: &Vector, vd: Value, mut d: Value) -> Result<
         // The call must time out on the wire for the daemon to send its abort.
         d["limits"]["requestTimeoutMs"] = json!(ABORT_TIMEOUT_MS);
     }
-    let ops: Vec<String> = vector_binding.operations.iter().map(|o| o.to_string()).collect();
+    let ops: Vec<String> = vector_binding.operations().iter().map(|o| o.to_string()).collect();
     // The operation the live invoke must have for the frame to answer it.
     let named = loose.as_ref().and_then(|d| d["operation"].as_str().map(str::to_string));
     let op = named

@@ -22,7 +22,7 @@ use crate::contract::compose;
 use crate::contract::operation::OPERATIONS;
 use crate::contract::types::protocol_v2::{NoneResource, ToolsPolicy};
 use crate::contract::types::tool_adapter::{AdapterLimits, ToolOperation};
-use crate::contract::{CapabilityHandle, Identity, Limits};
+use crate::contract::{const_limits, CapabilityHandle, Identity};
 
 /// The prefix of a replayed golden vector's case id (`vector:<vector id>`), in both suites.
 pub const PREFIX: &str = "vector:";
@@ -144,17 +144,16 @@ impl<'a> DCtx<'a> {
         let handle = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
         self.handles.push(handle.clone());
         let id = Identity {
-            protocol_version: "1.0".into(),
-            adapter_id: "pi-conform-probe".into(),
-            adapter_version: "1.0.0".into(),
-            host_instance_id: self.host.clone(),
-            session_id: self.session.clone(),
+            protocol_version: "1.0",
+            adapter_id: "pi-conform-probe",
+            adapter_version: "1.0.0",
+            host_instance_id: &self.host,
+            session_id: &self.session,
             generation,
         };
         let ops: Vec<ToolOperation> = OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect();
         let socket = self.probe.socket.to_string_lossy();
-        let d = compose::limits(&DEFAULT_LIMITS)
-            .and_then(|l| compose::descriptor(&id, &socket, &CapabilityHandle::new(handle), &ops, &l))
+        let d = compose::descriptor(&id, &socket, &CapabilityHandle::new(handle), &ops, &DEFAULT_LIMITS)
             .map_err(harness)?;
         let mut d = compose::to_wire(&d);
         if let Some(l) = limits {
@@ -312,15 +311,7 @@ impl<'a> DCtx<'a> {
 }
 
 /// The limits of a minted descriptor unless a case names others.
-pub(crate) const DEFAULT_LIMITS: Limits = Limits {
-    max_request_bytes: 1_048_576,
-    max_response_bytes: 1_048_576,
-    max_concurrent_requests: 4,
-    max_queued_requests: 16,
-    request_timeout_ms: 3000,
-    max_idempotency_keys: 256,
-    idempotency_ttl_ms: 60_000,
-};
+pub(crate) const DEFAULT_LIMITS: AdapterLimits = const_limits([1_048_576, 1_048_576, 4, 16, 3000, 256, 60_000]);
 
 /// A command or descriptor the runner could not build from the generated types: a value the
 /// daemon or the options gave it breaks the schema (inconclusive, never a verdict on the

@@ -214,12 +214,7 @@ fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<Option<AdapterFra
         None => {
             let req = parse_bind_request(line, MAX_BIND_LINE)
                 .map_err(|e| format!("the daemon's first frame is not a valid bind: {}", why(&e.error)))?;
-            *binding = Some(Binding {
-                identity: req.identity,
-                handle: req.handle,
-                operations: req.operations,
-                limits: req.limits,
-            });
+            *binding = Some(req);
             Ok(None)
         }
         Some(b) => parse_adapter_frame(line, b, Direction::ToAdapter)
@@ -230,8 +225,7 @@ fn judge(line: &[u8], binding: &mut Option<Binding>) -> Result<Option<AdapterFra
 
 /// The exact `bound` echo of a valid bind, from the generated type.
 fn typed_bound(b: &Binding) -> Option<Value> {
-    let limits = compose::limits(&b.limits).ok()?;
-    compose::bound(&b.identity, &b.operations, &limits).ok().map(|f| compose::to_wire(&f))
+    Some(b.bound_frame())
 }
 
 fn why(e: &crate::contract::ContractError) -> String {
@@ -358,9 +352,9 @@ fn serve(
                     let (b, inv) = (binding.as_ref()?, typed.as_ref()?);
                     let (rid, key, op) = (inv.request_id()?, inv.idempotency_key()?, inv.operation()?);
                     match data {
-                        Ok(d) => compose::result(&b.identity, rid, key, op, d).ok()?.map(|r| compose::to_wire(&r)),
+                        Ok(d) => compose::result(&b.identity(), rid, key, op, d).ok()?.map(|r| compose::to_wire(&r)),
                         Err(e) => {
-                            compose::result_error(&b.identity, rid, key, op, e).ok().map(|r| compose::to_wire(&r))
+                            compose::result_error(&b.identity(), rid, key, op, e).ok().map(|r| compose::to_wire(&r))
                         }
                     }
                 };
@@ -435,7 +429,7 @@ fn serve(
                 let typed_aborted = binding
                     .as_ref()
                     .zip(typed.as_ref())
-                    .and_then(|(b, t)| compose::aborted(&b.identity, t.request_id()?, t.target_request_id()?).ok());
+                    .and_then(|(b, t)| compose::aborted(&b.identity(), t.request_id()?, t.target_request_id()?).ok());
                 let a = match typed_aborted {
                     Some(t) => compose::to_wire(&t),
                     None => {
@@ -463,7 +457,7 @@ fn serve(
             }
             Some("revoke") => {
                 if let Some(id) = &identity {
-                    let typed_revoked = binding.as_ref().and_then(|b| compose::revoked(&b.identity).ok());
+                    let typed_revoked = binding.as_ref().and_then(|b| compose::revoked(&b.identity()).ok());
                     let r = match typed_revoked {
                         Some(t) => compose::to_wire(&t),
                         None => {
