@@ -669,6 +669,19 @@ pub fn close(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::CloseCommand, C
     })
 }
 
+/// The identity the unit tests of `compose` and of the runners' builders frame with.
+#[cfg(test)]
+pub(crate) fn test_identity() -> Identity<'static> {
+    Identity {
+        protocol_version: "1.0",
+        adapter_id: "probe",
+        adapter_version: "1.0.0",
+        host_instance_id: "host-1",
+        session_id: "s-1",
+        generation: 3,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,16 +689,7 @@ mod tests {
     use crate::contract::frame::{parse_adapter_frame, Binding, Direction};
     use crate::contract::{parse_command, HostContext};
 
-    fn identity() -> Identity<'static> {
-        Identity {
-            protocol_version: "1.0",
-            adapter_id: "probe",
-            adapter_version: "1.0.0",
-            host_instance_id: "host-1",
-            session_id: "s-1",
-            generation: 3,
-        }
-    }
+    use super::test_identity as identity;
 
     fn line(v: &Value) -> Vec<u8> {
         serde_json::to_vec(v).unwrap()

@@ -260,16 +260,7 @@ mod tests {
 
     use super::*;
 
-    fn identity() -> Identity<'static> {
-        Identity {
-            protocol_version: "1.0",
-            adapter_id: "probe",
-            adapter_version: "1.0.0",
-            host_instance_id: "host-1",
-            session_id: "s-1",
-            generation: 3,
-        }
-    }
+    use crate::contract::compose::test_identity as identity;
 
     /// The invoke the adapter cases built before this module: `payload` written with `json!`,
     /// typed when the operation's request type accepts it, raw otherwise.
