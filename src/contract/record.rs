@@ -61,10 +61,19 @@ pub enum HostRecord {
     Event(v2::Event),
 }
 
+/// Decode a record the schema accepted. The schema's `integer` admits an integral float (`3.0`)
+/// where the generated type holds a Rust integer, so such a record is decoded with its integral
+/// floats written as integers (`wire::normalize_numbers`), as the commands are.
 fn decode<T: for<'de> Deserialize<'de>>(code: Code, v: &Value) -> Result<T, ContractError> {
-    T::deserialize(v).map_err(|_| {
-        ContractError::new(code, "record", "a record the schema accepts does not decode into the generated type")
-    })
+    T::deserialize(v)
+        .or_else(|_| {
+            let mut n = v.clone();
+            crate::wire::normalize_numbers(&mut n);
+            T::deserialize(n)
+        })
+        .map_err(|_| {
+            ContractError::new(code, "record", "a record the schema accepts does not decode into the generated type")
+        })
 }
 
 /// Judge a daemon's record (a response by `validate_response`, an event by `validate_event`)
@@ -136,5 +145,29 @@ impl HostRecord {
             HostRecord::Event(e) => Some(&e.data),
             HostRecord::Failure(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_integral_float_the_schema_accepts_also_decodes() {
+        let event = json!({"protocolVersion": "2.0", "kind": "event", "event": "opened", "hostInstanceId": "h",
+            "sessionId": "s", "generation": 3.0, "sequence": 1.0, "data": {}});
+        assert!(validate_event(&event).is_ok(), "the schema's integer admits 3.0");
+        let r = parse_host_record(&event).expect("a record the contract accepts decodes");
+        assert_eq!(r.kind(), "event");
+        let failure = json!({"protocolVersion": "2.0", "kind": "response", "requestId": "r", "hostInstanceId": "h",
+            "ok": false, "sequence": 2.0, "error": {"code": "busy", "message": "m", "retryable": true}});
+        assert!(validate_response(&failure).is_ok());
+        assert!(matches!(parse_host_record(&failure), Ok(HostRecord::Failure(_))));
+        let fraction = json!({"protocolVersion": "2.0", "kind": "event", "event": "opened", "hostInstanceId": "h",
+            "sessionId": "s", "generation": 3.5, "sequence": 1, "data": {}});
+        let e = parse_host_record(&fraction).expect_err("3.5 is no generation");
+        assert_eq!((e.code, e.field()), (Code::InvalidEvent, "generation"), "refused by the schema, not the decode");
     }
 }
