@@ -194,6 +194,10 @@ impl Peer {
     }
 }
 
+/// The prefix of a note the judge records about itself, not about the adapter: a case that
+/// carries one is inconclusive (`error`), never a failure of the peer.
+pub const HARNESS: &str = "harness: ";
+
 /// The judge of one connection.
 pub struct FrameJudge {
     fallback: Binding,
@@ -305,7 +309,7 @@ impl FrameJudge {
                 // this is a harness bug, reported as one.
                 Err(e) => {
                     self.violation(format!(
-                        "harness: a frame the contract accepts does not decode into the generated type ({} at `{}`)",
+                        "{HARNESS}a frame the contract accepts does not decode into the generated type ({} at `{}`)",
                         e.error.message,
                         e.error.field()
                     ));

@@ -162,19 +162,9 @@ impl<'a> Ctx<'a> {
 
     /// The case's outcome with every contract violation the adapter's frames showed added:
     /// a violation fails the case whatever it was testing.
+    /// A note of the judge about itself ([`judge::HARNESS`]) makes the case inconclusive.
     pub fn judged(&self, outcome: Outcome) -> Outcome {
-        let violations = self.violations.borrow().clone();
-        if violations.is_empty() {
-            return outcome;
-        }
-        match outcome {
-            Outcome::Observed { token, mut problems } => {
-                problems.extend(violations);
-                Outcome::Observed { token, problems }
-            }
-            Outcome::Skip(_) => Outcome::with("contract-violation", violations),
-            o @ Outcome::Error(_) => o,
-        }
+        with_violations(outcome, self.violations.borrow().clone())
     }
 
     /// A frame of `kind` with the binding's identity and `extra` members, raw: for a frame a
@@ -262,4 +252,55 @@ pub fn token(r: &Recv) -> String {
 /// The `data` of a successful result.
 pub fn data(r: &Recv) -> Option<&Value> {
     r.frame().filter(|v| v.ok() == Some(true)).map(|v| &v["data"])
+}
+
+/// `outcome` with the contract violations the adapter's frames showed: each fails the case,
+/// except a harness note (the judge broke, not the peer), which makes it inconclusive.
+fn with_violations(outcome: Outcome, violations: Vec<String>) -> Outcome {
+    if let Some(h) = violations.iter().find(|v| v.starts_with(judge::HARNESS)) {
+        return Outcome::Error(h.clone());
+    }
+    if violations.is_empty() {
+        return outcome;
+    }
+    match outcome {
+        Outcome::Observed { token, mut problems } => {
+            problems.extend(violations);
+            Outcome::Observed { token, problems }
+        }
+        Outcome::Skip(_) => Outcome::with("contract-violation", violations),
+        o @ Outcome::Error(_) => o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(problems: &[&str]) -> Outcome {
+        Outcome::Observed { token: "result:ok".into(), problems: problems.iter().map(|p| p.to_string()).collect() }
+    }
+
+    #[test]
+    fn a_violation_fails_the_case_and_a_harness_note_makes_it_inconclusive() {
+        let peer = "PC-4.2: the adapter sent a result frame the contract refuses".to_string();
+        match with_violations(observed(&[]), vec![peer.clone()]) {
+            Outcome::Observed { token, problems } => {
+                assert_eq!((token.as_str(), problems), ("result:ok", vec![peer.clone()]))
+            }
+            o => panic!("a peer's violation must fail the case: {o:?}"),
+        }
+        let harness = format!("{}a frame the contract accepts does not decode", judge::HARNESS);
+        match with_violations(observed(&[]), vec![peer.clone(), harness.clone()]) {
+            Outcome::Error(why) => assert_eq!(why, harness, "the harness note is the reason"),
+            o => panic!("a harness note must never fail the peer: {o:?}"),
+        }
+        assert!(matches!(with_violations(Outcome::Skip("n/a".into()), vec![]), Outcome::Skip(_)));
+        match with_violations(Outcome::Skip("n/a".into()), vec![peer.clone()]) {
+            Outcome::Observed { token, problems } => {
+                assert_eq!((token.as_str(), problems), ("contract-violation", vec![peer]))
+            }
+            o => panic!("a skipped case with a violation fails: {o:?}"),
+        }
+    }
 }
