@@ -6,6 +6,16 @@
 //! - F13: a tampered state directory is refused at startup with an error naming the file, and
 //!   nothing in it is followed, blocked on or read whole (SPEC PC-6, DECISION on the state
 //!   directory).
+//!
+//! And those of issue 25 (round 3):
+//!
+//! - N4: one owner per state directory (SPEC PC-6, DECISION on one owner per state directory).
+//! - N5: attached connections that fall silent cannot lock new clients out either: at the cap
+//!   the oldest idle holder is shed, attached or not, a stalled outbound queue first (SPEC
+//!   PC-1.1, DECISION on idle connections).
+//! - N10: a cap on sessions, resident, dormant and retained closed together (SPEC PC-2.5,
+//!   DECISION on the session cap).
+//! - N8: a close is durable before it is answered (SPEC PC-2.5, DECISION on durable closes).
 
 mod support;
 
@@ -231,37 +241,6 @@ fn f12_silent_connections_are_closed_at_the_handshake_deadline() {
     assert!(d.log_text().contains("handshake deadline"), "{}", d.log_text());
 }
 
-/// Attached connections are not idle: 64 of them keep every slot, and the 65th connection is
-/// closed without a line (SPEC PC-1.1), while every attached one keeps working.
-#[test]
-fn f12_attached_connections_are_never_reclaimed() {
-    let d = Daemon::start(&[]);
-    let cwd = tempfile::tempdir().unwrap();
-    let mut c0 = d.client();
-    let r = c0.call(json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": "att", "generation": 1,
-        "payload": {"cwd": cwd.path(), "session": {"mode": "memory"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
-    assert_eq!(r["ok"], true, "{r}");
-    let attach = |rid: &str| json!({"protocolVersion": "2.0", "requestId": rid, "operation": "attach", "sessionId": "att", "generation": 1, "payload": {}});
-    assert_eq!(c0.call(attach("a0"))["ok"], true);
-    let mut attached = vec![c0];
-    for i in 1..64 {
-        let mut c = d.client();
-        let r = c.call(attach(&format!("a{i}")));
-        assert_eq!(r["ok"], true, "{r}");
-        attached.push(c);
-    }
-    let mut extra = UnixStream::connect(&d.socket).unwrap();
-    let _ = extra.write_all(&[serde_json::to_vec(&handshake("x")).unwrap(), b"\n".to_vec()].concat());
-    assert_eq!(
-        closed_within(&mut extra, Duration::from_secs(10)),
-        Some(Vec::new()),
-        "with every connection attached the new one is closed without a line"
-    );
-    for (i, c) in attached.iter_mut().enumerate() {
-        assert_eq!(c.call(handshake(&format!("s{i}")))["ok"], true, "attached connection {i} must survive");
-    }
-}
-
 // ---- F13: the state directory ----------------------------------------------------------
 
 fn digest_name(parts: &[&str]) -> String {
@@ -457,4 +436,327 @@ fn f13_an_untampered_state_directory_restarts_and_answers_from_the_journal() {
     );
     assert_eq!(r["error"]["code"], "idempotency_conflict", "{r}");
     d.kill9();
+}
+
+// ---- N4: one owner per state directory ---------------------------------------------------
+
+/// A second `serve-daemon` on the same state directory (another socket): its exit status, its
+/// standard error, and whether it ever listened. A daemon still running after 20 s fails.
+fn second_daemon(d: &Daemon, socket: &Path) -> (i32, String, bool) {
+    let log = d.dir.path().join("second.log");
+    let mut child = Command::new(bin())
+        .args(["serve-daemon", "--socket"])
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut listened = false;
+    loop {
+        listened |= UnixStream::connect(socket).is_ok();
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.code().unwrap_or(-1), std::fs::read_to_string(&log).unwrap_or_default(), listened);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a second daemon on an owned state directory ran for 20 s (listening: {listened})");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// While a daemon runs, a second one on the same state directory exits at once (status 2) with
+/// an error naming the directory and the owner, without ever listening or touching the state;
+/// `daemon-state --reconcile` is refused the same way while reading is not; once the first
+/// daemon is gone (SIGTERM, or kill -9 as a restart script does), the directory is free.
+#[test]
+fn n4_a_second_daemon_on_the_same_state_directory_is_refused() {
+    let mut d = Daemon::start(&[]);
+    let mut c = d.client();
+    let cwd = d.dir.path().join("work");
+    let open = |rid: &str, generation: u64| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": "s", "generation": generation,
+        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}})
+    };
+    assert_eq!(c.call(open("o1", 5))["ok"], true);
+    let before = std::fs::read(session_file(&d.state, "s")).unwrap();
+    let owner = d.child.as_ref().unwrap().id();
+
+    let second = d.dir.path().join("d2.sock");
+    let (code, err, listened) = second_daemon(&d, &second);
+    assert_eq!(code, 2, "{err}");
+    assert!(!listened && !second.exists(), "the second daemon must not listen");
+    let dir = d.state.display().to_string();
+    assert!(
+        err.contains(&format!("state directory {dir} is in use by another daemon (process {owner})")),
+        "the refusal must name the directory and its owner: {err}"
+    );
+    // The state is the first daemon's, untouched, and the first daemon still serves.
+    assert_eq!(std::fs::read(session_file(&d.state, "s")).unwrap(), before);
+    assert_eq!(c.call(open("o2", 5))["data"]["created"], false);
+    // Reconciling writes the state: refused while the daemon owns it; reading is not.
+    let out = Command::new(bin()).args(["daemon-state", "--reconcile", "--state-dir"]).arg(&d.state).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains(&format!("state directory {dir} is in use")), "{text}");
+    let out = Command::new(bin()).args(["daemon-state", "--state-dir"]).arg(&d.state).output().unwrap();
+    assert!(out.status.success(), "reading the state needs no lock: {}", String::from_utf8_lossy(&out.stderr));
+
+    // SIGTERM: the daemon exits and its lock goes with it.
+    let mut first = d.child.take().unwrap();
+    assert!(Command::new("kill").arg("-TERM").arg(owner.to_string()).status().unwrap().success());
+    assert!(first.wait().unwrap().success());
+    d.spawn();
+    let mut c = d.client();
+    assert_eq!(c.call(open("o3", 6))["ok"], true, "the restarted daemon owns the directory");
+    // kill -9 and an immediate restart (the restart scripts' pattern): free as well.
+    d.kill9();
+    d.spawn();
+    let mut c = d.client();
+    assert_eq!(c.call(open("o4", 7))["ok"], true);
+}
+
+// ---- N8: a close is durable before `ok` ----------------------------------------------------
+
+/// Makes a directory unwritable for this process, and writable again when dropped: mode 0500,
+/// and for root (whom modes do not stop) the immutable attribute too. `None` when neither
+/// stops a write here (the caller skips, saying why).
+struct Unwritable(PathBuf, bool);
+
+impl Unwritable {
+    fn make(dir: &Path) -> Option<Unwritable> {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
+        let probe = dir.join(".probe.tmp");
+        let writable = |p: &Path| {
+            let ok = std::fs::write(p, b"x").is_ok();
+            let _ = std::fs::remove_file(p);
+            ok
+        };
+        if !writable(&probe) {
+            return Some(Unwritable(dir.to_path_buf(), false));
+        }
+        let immutable = Command::new("chattr").arg("+i").arg(dir).status().is_ok_and(|s| s.success());
+        let u = Unwritable(dir.to_path_buf(), immutable);
+        (immutable && !writable(&probe)).then_some(u)
+    }
+}
+
+impl Drop for Unwritable {
+    fn drop(&mut self) {
+        if self.1 {
+            let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+        }
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o700));
+    }
+}
+
+/// With `sessions/` unwritable, `close` (`retainSession:false`, and retained) is refused with
+/// `internal_error` naming no file, and the session stays open and live — and after a restart
+/// the catalog still holds it. Once the directory is writable, the same close is `ok`, and
+/// after a restart the session is gone.
+#[test]
+fn n8_a_close_that_cannot_be_persisted_is_refused_and_the_session_kept() {
+    let mut d = Daemon::start(&[]);
+    let mut c = d.client();
+    let cwd = d.dir.path().join("work");
+    let open = |rid: &str, sid: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid, "generation": 3,
+        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}})
+    };
+    let close = |rid: &str, sid: &str, retain: bool| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "close", "sessionId": sid, "generation": 3,
+        "payload": {"retainSession": retain}})
+    };
+    let status = |rid: &str, sid: &str| json!({"protocolVersion": "2.0", "requestId": rid, "operation": "status", "sessionId": sid, "payload": {}});
+    for sid in ["del", "ret"] {
+        assert_eq!(c.call(open(&format!("o-{sid}"), sid))["data"]["created"], true);
+    }
+    let sessions = d.state.join("sessions");
+    {
+        let Some(_ro) = Unwritable::make(&sessions) else {
+            eprintln!("skipped: cannot make a directory unwritable here (mode and chattr both ignored)");
+            return;
+        };
+        for (sid, retain) in [("del", false), ("ret", true)] {
+            let r = c.call(close(&format!("c-{sid}"), sid, retain));
+            assert_eq!(r["ok"], false, "a close that cannot be persisted must not be ok: {r}");
+            assert_eq!(r["error"]["code"], "internal_error", "{r}");
+            assert!(!r.to_string().contains("sessions/"), "the error names no file: {r}");
+            let st = c.call(status(&format!("s-{sid}"), sid));
+            assert_eq!(st["data"]["session"]["state"], "active", "the session stays open: {st}");
+        }
+        assert!(session_file(&d.state, "del").is_file() && session_file(&d.state, "ret").is_file());
+    }
+    // A restart: the catalog still holds both (a same-generation open is not a creation).
+    d.kill9();
+    d.spawn();
+    let mut c = d.client();
+    for sid in ["del", "ret"] {
+        let r = c.call(open(&format!("o2-{sid}"), sid));
+        assert_eq!(r["data"]["created"], false, "{sid} must survive the refused close: {r}");
+    }
+    // Writable again: the delete is ok, durable, and survives a restart.
+    let r = c.call(close("c2", "del", false));
+    assert_eq!(r["data"]["closed"], true, "{r}");
+    assert!(!session_file(&d.state, "del").exists());
+    d.kill9();
+    d.spawn();
+    let mut c = d.client();
+    assert_eq!(c.call(open("o3", "del"))["data"]["created"], true, "a deleted session is gone after a restart");
+    assert!(d.log_text().contains("cannot record the close"), "{}", d.log_text());
+}
+
+// ---- N5: attached, silent connections ------------------------------------------------------
+
+fn attach(rid: &str) -> Value {
+    json!({"protocolVersion": "2.0", "requestId": rid, "operation": "attach", "sessionId": "att", "generation": 1, "payload": {}})
+}
+
+fn open_memory(d: &Daemon, c: &mut Client) {
+    let cwd = d.dir.path().join("work");
+    let r = c.call(json!({"protocolVersion": "2.0", "requestId": "o", "operation": "open", "sessionId": "att", "generation": 1,
+        "payload": {"cwd": cwd, "session": {"mode": "memory"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}}));
+    assert_eq!(r["ok"], true, "{r}");
+}
+
+/// 64 connections attach to a session and then never send or read again: they hold every
+/// slot. Five new clients each still get their handshake answer; each takes the slot of the
+/// attached connection silent longest (closed without a line), the younger ones stay, and the
+/// attached session keeps delivering to them.
+#[test]
+fn n5_attached_silent_connections_do_not_lock_new_clients_out() {
+    let d = Daemon::start(&[]);
+    let mut c0 = d.client();
+    open_memory(&d, &mut c0);
+    assert_eq!(c0.call(attach("a0"))["ok"], true);
+    let mut attached = vec![c0];
+    for i in 1..64 {
+        // Order the silences: connection 0 is silent longest.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut c = d.client();
+        assert_eq!(c.call(attach(&format!("a{i}")))["ok"], true);
+        attached.push(c);
+    }
+    let mut fresh = Vec::new();
+    for i in 0..5 {
+        let mut c = d.client();
+        let r = c.call(handshake(&format!("new{i}")));
+        assert_eq!(r["ok"], true, "new client {i} must get its handshake answer: {r}");
+        fresh.push(c);
+    }
+    for (i, c) in attached.iter_mut().enumerate().take(5) {
+        assert_eq!(
+            closed_within(&mut c.w, Duration::from_secs(10)),
+            Some(Vec::new()),
+            "the attached connection silent longest ({i}) is shed without a line"
+        );
+    }
+    for (i, c) in attached.iter_mut().enumerate().skip(5) {
+        assert_eq!(closed_within(&mut c.w, Duration::from_millis(50)), None, "attached connection {i} must stay");
+    }
+    for (i, c) in fresh.iter_mut().enumerate() {
+        assert_eq!(c.call(handshake(&format!("again{i}")))["ok"], true, "new client {i} keeps its slot");
+    }
+    // The survivors are still attached: a close reaches them as an event.
+    let r = fresh[0].call(json!({"protocolVersion": "2.0", "requestId": "c", "operation": "close", "sessionId": "att", "generation": 1, "payload": {}}));
+    assert_eq!(r["ok"], true, "{r}");
+    let mut ev = Vec::new();
+    attached[63].w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    attached[63].r.read_until(b'\n', &mut ev).unwrap();
+    let ev: Value = serde_json::from_slice(&ev).unwrap();
+    assert_eq!(ev["event"], "sessionClosed", "{ev}");
+    let log = d.log_text();
+    assert!(log.contains("reclaimed the longest idle connection") && log.contains("attached=true"), "{log}");
+}
+
+/// A connection whose outbound queue is not being drained (its peer sends requests with large
+/// answers and never reads) is shed first at the cap, even though it spoke last; the
+/// connection silent longest keeps its slot.
+#[test]
+fn n5_a_connection_that_does_not_read_its_answers_is_shed_first() {
+    let d = Daemon::start(&[]);
+    let mut idle: Vec<Client> = Vec::new();
+    let mut c0 = d.client();
+    open_memory(&d, &mut c0);
+    idle.push(c0);
+    for i in 1..63 {
+        let mut c = d.client();
+        assert_eq!(c.call(handshake(&format!("h{i}")))["ok"], true);
+        idle.push(c);
+    }
+    // 63 idle connections, then one that asks for ~1 MiB of answers and reads none of them.
+    let mut hog = UnixStream::connect(&d.socket).unwrap();
+    let prompt = "x".repeat(250_000);
+    for k in 0..4 {
+        let w = json!({"protocolVersion": "2.0", "requestId": format!("w{k}"), "operation": "wake", "sessionId": "att", "generation": 1,
+            "idempotencyKey": format!("k{k}"), "payload": {"prompt": prompt}});
+        hog.write_all(&[serde_json::to_vec(&w).unwrap(), b"\n".to_vec()].concat()).unwrap();
+    }
+    // Its queue stalls (no progress for a second).
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut fresh = d.client();
+    assert_eq!(fresh.call(handshake("fresh"))["ok"], true, "the 65th client must be served");
+    let got = closed_within(&mut hog, Duration::from_secs(10));
+    assert!(got.is_some(), "the connection with a stalled outbound queue must be shed");
+    assert_eq!(closed_within(&mut idle[0].w, Duration::from_millis(50)), None, "the oldest idle connection stays");
+    assert_eq!(idle[0].call(handshake("still"))["ok"], true);
+}
+
+// ---- N10: a cap on sessions ------------------------------------------------------------------
+
+/// With `--max-sessions 6`: six sessions are kept (durable and memory alike); a seventh is
+/// refused with retryable `session_capacity` naming the cap, while a new generation of a kept
+/// session is not a new session. A retained close keeps its slot (its record stays), a delete
+/// frees one, and reopening a retained session's id replaces its record. The durable count
+/// survives a restart.
+#[test]
+fn n10_sessions_past_the_cap_are_refused_with_session_capacity() {
+    let mut d = Daemon::start(&["--max-sessions", "6"]);
+    let mut c = d.client();
+    let cwd = d.dir.path().join("work");
+    let open = |rid: &str, sid: &str, generation: u64, mode: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid, "generation": generation,
+        "payload": {"cwd": cwd, "session": {"mode": mode}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}})
+    };
+    let close = |rid: &str, sid: &str, generation: u64, retain: bool| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "close", "sessionId": sid, "generation": generation,
+        "payload": {"retainSession": retain}})
+    };
+    let refused = |r: &Value| {
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(r["error"]["code"], "session_capacity", "{r}");
+        assert_eq!(r["error"]["retryable"], true, "{r}");
+        assert_eq!(r["error"]["details"]["maxSessions"], 6, "{r}");
+    };
+    for i in 0..5 {
+        assert_eq!(c.call(open(&format!("o{i}"), &format!("s{i}"), 1, "new"))["data"]["created"], true);
+    }
+    assert_eq!(c.call(open("om", "mem", 1, "memory"))["data"]["created"], true, "a memory session counts too");
+    refused(&c.call(open("x1", "s6", 1, "new")));
+    refused(&c.call(open("x2", "mem2", 1, "memory")));
+    // Not new sessions: the same generation again, and a higher generation replacing one.
+    assert_eq!(c.call(open("r0", "s0", 1, "new"))["data"]["created"], false);
+    assert_eq!(c.call(open("g0", "s0", 2, "new"))["data"]["created"], true);
+    // A retained close keeps the slot; a delete frees one.
+    assert_eq!(c.call(close("c1", "s1", 1, true))["data"]["closed"], true);
+    refused(&c.call(open("x3", "s6", 1, "new")));
+    assert_eq!(c.call(close("c2", "s2", 1, false))["data"]["closed"], true);
+    assert_eq!(c.call(open("o6", "s6", 1, "new"))["data"]["created"], true);
+    refused(&c.call(open("x4", "s7", 1, "new")));
+    // After a restart the memory session is gone: four durable sessions and one retained
+    // record are five, and one more is the sixth.
+    d.kill9();
+    d.spawn();
+    let mut c = d.client();
+    assert_eq!(c.call(open("om2", "mem", 1, "memory"))["data"]["created"], true);
+    refused(&c.call(open("x5", "s7", 1, "new")));
+    // The retained session's id may be opened again: its record is replaced, not added to.
+    assert_eq!(c.call(open("o1", "s1", 2, "new"))["data"]["created"], true);
+    refused(&c.call(open("x6", "s7", 1, "new")));
+    assert_eq!(c.call(close("c3", "s1", 2, false))["data"]["closed"], true);
+    assert_eq!(c.call(open("o7", "s7", 1, "new"))["data"]["created"], true);
 }

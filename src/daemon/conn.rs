@@ -153,7 +153,7 @@ impl Connection {
             Ok(c) => c,
             Err(e) => {
                 let mut body = DErr::new(faults::refusal_code(e.error.code.as_str(), self.faults), &e.error.message);
-                body.details = e.error.details.clone();
+                body.details = faults::refusal_details(e.error.code, e.error.details.clone(), self.faults);
                 let rid = match e.request_id.clone() {
                     Some(r) => r,
                     None => self.invalid_id(),

@@ -34,6 +34,10 @@ pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Queued outbound bytes per connection before a slow reader is disconnected.
 pub const MAX_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
+/// The default most sessions a host keeps: resident, dormant and retained closed together
+/// (SPEC PC-2.5, DECISION on the session cap; `serve-daemon --max-sessions`). Pi Daemon 0.3.3's
+/// retained catalog has the same default.
+pub const MAX_SESSIONS: usize = 4096;
 
 /// What the core asks of a session's adapter link.
 pub trait LinkState {
@@ -64,6 +68,9 @@ pub(crate) struct Session<L> {
     pub(crate) turn: Option<Arc<AtomicBool>>,
     /// Wake keys journaled (the record's high-water mark, carried across generations).
     pub(crate) wakes: u64,
+    /// A `close` is persisting this generation's record change: it is no longer live, and
+    /// comes back if the change cannot be persisted (SPEC PC-2.5, DECISION on durable closes).
+    pub(crate) closing: bool,
 }
 
 impl<L> Session<L> {
@@ -168,14 +175,19 @@ pub struct HostCore<L> {
     /// The session generations each open connection is attached to (event delivery).
     attachments: HashMap<u64, HashSet<(String, u64)>>,
     faults: DaemonFaults,
+    /// Sessions closed with `retainSession:true`: their `closed` records stay in the catalog.
+    retained_closed: HashSet<String>,
+    /// The most sessions kept, `sessions` and `retained_closed` together.
+    max_sessions: usize,
 }
 
-/// A restarted host: its core and the records to rewrite, sessions first, in order.
+/// A restarted host: its core and the wake records to rewrite, in order. No session record
+/// is rewritten: what recovery makes of a session (dormant, quarantined when it has a tool
+/// policy) follows from its record alone and is derived again at every start, so the time to
+/// restart is the time to read the state (SPEC PC-2.5, DECISION on the session cap).
 pub struct Recovered<L> {
     /// The core.
     pub core: HostCore<L>,
-    /// Session records whose state or recovery condition changed.
-    pub sessions: Vec<SessionRecord>,
     /// Wake records that failed or became indeterminate.
     pub wakes: Vec<WakeRecord>,
 }
@@ -192,19 +204,15 @@ impl<L: LinkState + Clone> HostCore<L> {
     pub fn recover(id: String, loaded: Loaded, faults: DaemonFaults, now: Instant, unix_secs: u64) -> Recovered<L> {
         let mut sessions = HashMap::new();
         let mut quarantined = HashSet::new();
-        let mut session_writes = Vec::new();
+        let mut retained_closed = HashSet::new();
         for mut r in loaded.sessions {
             if r.state == "closed" {
+                retained_closed.insert(r.session_id);
                 continue;
             }
-            let before = r.clone();
             if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
                 quarantined.insert((r.session_id.clone(), r.generation));
-            }
-            r.state = "dormant".into();
-            if r != before {
-                session_writes.push(r.clone());
             }
             sessions.insert(
                 r.session_id.clone(),
@@ -223,6 +231,7 @@ impl<L: LinkState + Clone> HostCore<L> {
                     seq: 0,
                     turn: None,
                     wakes: r.wakes,
+                    closing: false,
                 },
             );
         }
@@ -265,8 +274,21 @@ impl<L: LinkState + Clone> HostCore<L> {
             counters: BTreeMap::new(),
             attachments: HashMap::new(),
             faults,
+            retained_closed,
+            max_sessions: MAX_SESSIONS,
         };
-        Recovered { core, sessions: session_writes, wakes: wake_writes }
+        Recovered { core, wakes: wake_writes }
+    }
+
+    /// Set the most sessions kept (at least 1; see [`MAX_SESSIONS`]). A state that already
+    /// holds more is kept whole: new sessions are refused until it is below the cap.
+    pub fn set_max_sessions(&mut self, n: usize) {
+        self.max_sessions = n.max(1);
+    }
+
+    /// The sessions kept (resident, dormant and retained closed), and the most kept.
+    pub fn session_count(&self) -> (usize, usize) {
+        (self.sessions.len() + self.retained_closed.len(), self.max_sessions)
     }
 
     /// This incarnation's id.
@@ -286,7 +308,7 @@ impl<L: LinkState + Clone> HostCore<L> {
 
     /// The live generation a command names, or `stale_generation` / `session_not_found`.
     pub fn live(&self, sid: &str, generation: u64) -> Result<(String, u64), DErr> {
-        match self.sessions.get(sid) {
+        match self.sessions.get(sid).filter(|x| !x.closing) {
             Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid.to_string(), generation)),
             Some(x) if x.state == SState::Active && generation < x.generation => {
                 Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open").with_details(
@@ -344,8 +366,7 @@ impl<L: LinkState + Clone> HostCore<L> {
         self.attachments.remove(&conn);
     }
 
-    /// Whether a connection is attached to any session (an attached connection is never
-    /// reclaimed as idle).
+    /// Whether a connection is attached to any session (the log of a reclaim says so).
     pub fn is_attached(&self, conn: u64) -> bool {
         self.attachments.get(&conn).is_some_and(|a| !a.is_empty())
     }
@@ -441,6 +462,17 @@ impl<L: LinkState + Clone> HostCore<L> {
         let cwd = open.payload.cwd.to_string();
         let mut old_link = None;
         let mut carried_wakes = 0;
+        if !self.sessions.contains_key(&sid) {
+            // A new session (not a new generation of one kept): within the cap. Its own
+            // retained `closed` record, if any, is replaced, not added to.
+            let held =
+                self.sessions.len() + self.retained_closed.len() - usize::from(self.retained_closed.contains(&sid));
+            if held >= self.max_sessions {
+                let max_sessions = NonZeroU64::new(self.max_sessions as u64).unwrap_or(NonZeroU64::MIN);
+                return Err(DErr::of(DaemonCode::SessionCapacity, "the host keeps as many sessions as it may")
+                    .with_details(&v2::SessionCapacityDetails { max_sessions }));
+            }
+        }
         if let Some(x) = self.sessions.get_mut(&sid) {
             if generation < x.generation {
                 return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
@@ -504,10 +536,15 @@ impl<L: LinkState + Clone> HostCore<L> {
             seq: 0,
             turn: None,
             wakes: carried_wakes,
+            closing: false,
         };
         // The retained policy is recorded before binding (SPEC §3.4): the shell queues the
         // record now, in order with every other write, and waits for it before answering.
         let record = durable_record(&sess);
+        if record.is_some() {
+            // Its record replaces the retained `closed` one.
+            self.retained_closed.remove(&sid);
+        }
         self.sessions.insert(sid, sess);
         Ok(OpenPlan::Bind { old_link, rebind_existing: false, record })
     }
@@ -547,16 +584,28 @@ impl<L: LinkState + Clone> HostCore<L> {
 
     /// One more wake key journaled for `sid`: its record's raised high-water mark to persist.
     pub fn count_wake(&mut self, sid: &str) -> Result<Option<SessionRecord>, DErr> {
-        let x = self.sessions.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
+        // A closing session writes nothing more: its record's removal is already queued.
+        let x = self
+            .sessions
+            .get_mut(sid)
+            .filter(|x| !x.closing)
+            .ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
         x.wakes += 1;
         Ok(durable_record(x))
     }
 
-    /// Remove a closed session: its link, and what the store must do — keep its record as
-    /// `closed` (`retain`), remove it, or nothing (a memory session).
-    pub fn close(&mut self, sid: &str, retain: bool) -> (Option<L>, CloseWrite) {
-        let Some(x) = self.sessions.remove(sid) else { return (None, CloseWrite::Nothing) };
-        let write = if x.mode == "memory" {
+    /// Start closing the live `generation` of `sid` (SPEC PC-2.5, DECISION on durable closes):
+    /// it stops being live (no command reaches it, no wake is counted) and the store write to
+    /// make durable before answering is returned — keep its record as `closed` (`retain`),
+    /// remove it, or nothing (a memory session). Then [`HostCore::finish_close`] once the
+    /// write is durable, or [`HostCore::cancel_close`] when it failed.
+    pub fn begin_close(&mut self, sid: &str, generation: u64, retain: bool) -> Result<CloseWrite, DErr> {
+        self.live(sid, generation)?;
+        let Some(x) = self.sessions.get_mut(sid) else {
+            return Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation"));
+        };
+        x.closing = true;
+        Ok(if x.mode == "memory" {
             CloseWrite::Nothing
         } else if retain {
             let mut r = x.record();
@@ -564,8 +613,29 @@ impl<L: LinkState + Clone> HostCore<L> {
             CloseWrite::Put(Box::new(r))
         } else {
             CloseWrite::Remove
-        };
-        (x.link, write)
+        })
+    }
+
+    /// The close of `sid`'s `generation` is durable: the session is removed (its `closed`
+    /// record counted while `retained`); its link (for revocation). Nothing when that
+    /// generation was replaced meanwhile.
+    pub fn finish_close(&mut self, sid: &str, generation: u64, retained: bool) -> Option<L> {
+        if self.sessions.get(sid).is_none_or(|x| x.generation != generation) {
+            return None;
+        }
+        let x = self.sessions.remove(sid)?;
+        if retained && x.mode != "memory" {
+            self.retained_closed.insert(x.id);
+        }
+        x.link
+    }
+
+    /// The close of `sid`'s `generation` could not be persisted: the session is live again,
+    /// exactly as it was.
+    pub fn cancel_close(&mut self, sid: &str, generation: u64) {
+        if let Some(x) = self.sessions.get_mut(sid).filter(|x| x.generation == generation) {
+            x.closing = false;
+        }
     }
 
     /// Take every link (shutdown revokes them).
@@ -741,11 +811,11 @@ mod tests {
             ],
         };
         let r = HostCore::<FakeLink>::recover(HOST.into(), loaded, DaemonFaults::NONE, t0, 951_782_400);
-        // Only the record that changed is rewritten: the tool session, quarantined and dormant.
-        assert_eq!(r.sessions.len(), 1);
-        assert_eq!(r.sessions[0].session_id, "tools");
-        assert_eq!(r.sessions[0].state, "dormant");
-        assert_eq!(r.sessions[0].recovery, Some(quarantine_condition()));
+        // No session record is rewritten; the tool session is quarantined in memory.
+        assert_eq!(r.core.sessions["tools"].recovery.as_ref().map(data), Some(quarantine_condition()));
+        assert_eq!(r.core.sessions["tools"].state, SState::Dormant);
+        assert!(r.core.sessions["plain"].recovery.is_none());
+        assert_eq!(r.core.session_count(), (3, MAX_SESSIONS), "the retained closed record counts");
         let codes: Vec<(String, String, Option<Value>)> = r
             .wakes
             .iter()
@@ -834,13 +904,25 @@ mod tests {
         assert_eq!(replaced, Some(FakeLink("a", false)));
         assert_eq!(record.map(|r| r.open_version), Some("2.3".into()), "a new open version is persisted");
         assert_eq!(core.bound("s", 9, FakeLink("c", false), handle.clone(), "2.0").unwrap_err(), FakeLink("c", false));
-        let (link, write) = core.close("s", true);
-        assert_eq!(link, Some(FakeLink("b", false)));
-        let CloseWrite::Put(r) = write else { panic!("retained") };
+        let CloseWrite::Put(r) = core.begin_close("s", 1, true).unwrap() else { panic!("retained") };
         assert_eq!(r.state, "closed");
+        // While the close is persisted the session is not live, and writes nothing more.
+        assert_eq!(core.live("s", 1).unwrap_err().code, "session_not_found");
+        assert_eq!(core.count_wake("s").unwrap_err().code, "session_not_found");
+        assert_eq!(core.begin_close("s", 1, true).unwrap_err().code, "session_not_found", "one close at a time");
+        // A close that could not be persisted leaves the session as it was.
+        core.cancel_close("s", 1);
+        assert_eq!(core.live("s", 1).unwrap(), ("s".to_string(), 1));
+        assert_eq!(core.handles(), vec![handle.clone()]);
+        assert_eq!(core.begin_close("s", 2, true).unwrap_err().code, "session_not_found", "only the live generation");
+        let CloseWrite::Put(_) = core.begin_close("s", 1, true).unwrap() else { panic!("retained") };
+        assert_eq!(core.finish_close("s", 1, true), Some(FakeLink("b", false)));
         assert!(core.handles().is_empty());
         let _ = admit(&mut core, &open("t", 1, "new")).ok().unwrap();
-        assert_eq!(core.close("t", false), (None, CloseWrite::Remove));
+        assert_eq!(core.begin_close("t", 1, false).unwrap(), CloseWrite::Remove);
+        assert_eq!(core.finish_close("t", 1, false), None);
+        let _ = admit(&mut core, &open("m", 1, "memory")).ok().unwrap();
+        assert_eq!(core.begin_close("m", 1, false).unwrap(), CloseWrite::Nothing, "a memory session writes nothing");
         let _ = admit(&mut core, &open("u", 1, "new")).ok().unwrap();
         core.sessions.get_mut("u").unwrap().link = Some(FakeLink("u", false));
         assert_eq!(core.forget("u", 2), None, "another generation is left alone");

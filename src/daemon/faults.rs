@@ -139,6 +139,48 @@ faults! {
     /// Results with another idempotencyKey are accepted.
     AcceptMismatchedResults = "accept-mismatched-results", "PC-4.3",
         "a result whose idempotencyKey differs from its invoke's is accepted instead of failing the connection";
+    /// One invoke more than maxConcurrentRequests is outstanding.
+    ConcurrencyOnePast = "concurrency-one-past", "PC-4.4",
+        "one more invoke than maxConcurrentRequests is sent while the others are outstanding (the queue is drained one too far)";
+    /// A call's timeout starts when its invoke is sent.
+    TimeoutFromDispatch = "timeout-from-dispatch", "PC-4.4",
+        "a call's requestTimeoutMs starts when its invoke is sent, not at admission (queue wait does not count)";
+    /// Queued calls are not failed when the adapter closes.
+    QueuedNotFailedOnEof = "queued-not-failed-on-eof", "PC-4.3",
+        "when the adapter connection ends, only the calls in flight fail: queued calls are left waiting";
+    /// One tombstone more than maxIdempotencyKeys is kept.
+    AbortCapacityOnePast = "abort-capacity-one-past", "PC-4.4",
+        "one tombstone more than maxIdempotencyKeys is kept instead of failing the connection with adapter_abort_capacity";
+    /// Results of another granted operation are accepted.
+    AcceptOtherOperationResults = "accept-other-operation-results", "PC-4.3",
+        "a result whose operation differs from its invoke's (another granted operation) is accepted instead of failing the connection";
+    /// A second copy of a result is ignored.
+    IgnoreDuplicateResults = "ignore-duplicate-results", "PC-4.3",
+        "a duplicate result for a call already completed is ignored instead of failing the connection";
+    /// A second `bound` is ignored.
+    IgnoreSecondBound = "ignore-second-bound", "PC-4.3",
+        "a second bound on a bound connection is ignored instead of failing the connection";
+    /// A frame before `bound` is ignored.
+    IgnoreFrameBeforeBound = "ignore-frame-before-bound", "PC-4.3",
+        "a well-formed frame before bound (a revoked) is ignored instead of failing the connection";
+    /// An `aborted` is not matched against the daemon's own aborts.
+    UncheckedAborted = "unchecked-aborted", "PC-4.3",
+        "an aborted with no matching abort (another requestId, or a call never aborted) is ignored instead of failing the connection";
+    /// No tombstone: a late result of an aborted call is fatal.
+    NoTombstone = "no-tombstone", "PC-4.4",
+        "a result of a timed-out call arriving before its aborted fails the connection instead of being dropped while its tombstone lives";
+    /// The reflection scan skips `aborted` frames.
+    AbortedSecretUnchecked = "aborted-secret-unchecked", "PC-4.3",
+        "an aborted frame carrying the capability handle is accepted: the reflection scan skips aborted frames";
+    /// The fit check lets a frame one byte over its limit pass.
+    FitOnePast = "fit-one-past", "PC-3.3",
+        "the fit check admits a descriptor whose bind or bound line is exactly one byte over its limit";
+    /// Descriptor refusals carry no details.field.
+    AdmissionRefusalWithoutField = "admission-refusal-without-field", "PC-3.2",
+        "a descriptor admission refusal is answered without details.field";
+    /// Events go to every connection.
+    EventsToAll = "events-to-all", "PC-2.3",
+        "a session's events are sent to every open connection, attached or not";
     // ---- restart
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
@@ -305,7 +347,44 @@ pub(crate) fn lenient_command(
         }
         return Some(cmd);
     }
+    if faults.has(DaemonFault::FitOnePast) && code == Code::InvalidToolAdapterLimit {
+        // The limit the fit check refused, one byte larger: if that passes, the frame was
+        // exactly one byte over, and the descriptor keeps its own limit.
+        let member = field.rsplit('.').next()?.to_string();
+        if member != "maxRequestBytes" && member != "maxResponseBytes" {
+            return None;
+        }
+        let mut v = value.clone();
+        let d = descriptor_mut(&mut v)?;
+        let limit = d["limits"][&member].as_u64()?;
+        d["limits"][&member] = json!(limit + 1);
+        let mut cmd = parse_command(&v, &HostContext { host_instance_id: host_id }).ok()?;
+        if let Some(desc) = cmd.descriptor.as_mut() {
+            let mut limits = *desc.limits();
+            let limit = i64::try_from(limit).ok()?;
+            if member == "maxRequestBytes" {
+                limits.max_request_bytes = limit;
+            } else {
+                limits.max_response_bytes = limit;
+            }
+            *desc = desc.with_limits(limits);
+        }
+        return Some(cmd);
+    }
     None
+}
+
+/// The details of a command refusal as a faulty daemon sends them
+/// ([`DaemonFault::AdmissionRefusalWithoutField`]: a descriptor refusal loses `field`).
+pub(crate) fn refusal_details(
+    code: Code,
+    mut details: serde_json::Map<String, Value>,
+    faults: DaemonFaults,
+) -> serde_json::Map<String, Value> {
+    if faults.has(DaemonFault::AdmissionRefusalWithoutField) && ADMISSION_CODES.contains(&code) {
+        details.remove("field");
+    }
+    details
 }
 
 /// Under [`DaemonFault::ConnectBeforeAdmission`]: the endpoint a refused descriptor names,

@@ -37,16 +37,19 @@ pub struct Out {
 /// A connection as the host sees it (for event delivery and the connection cap).
 pub struct ConnEntry {
     tx: mpsc::UnboundedSender<Out>,
-    queued: Arc<AtomicUsize>,
     activity: Arc<ConnActivity>,
 }
 
 /// The bit of [`ConnActivity`]'s state word that marks a reclaimed connection.
 const RECLAIMED: usize = 1 << (usize::BITS - 1);
 
+/// An outbound queue that has made no progress this long is not being drained: its
+/// connection is shed first at the connection cap (SPEC PC-1.1, DECISION on idle connections).
+pub const STALLED_AFTER: Duration = Duration::from_secs(1);
+
 /// What the connection cap needs to know about one connection (SPEC PC-1.1, DECISION on idle
-/// connections): when it last sent a byte, how many of its requests are unanswered, and whether
-/// it has been reclaimed.
+/// connections): when it last sent a byte, how many of its requests are unanswered, whether
+/// its outbound queue is being drained, and whether it has been reclaimed.
 ///
 /// The in-flight count and the reclaimed mark share one atomic word, so "reclaim it only if
 /// nothing is in flight" and "admit a request only if it is not reclaimed" are each a single
@@ -58,24 +61,57 @@ pub struct ConnActivity {
     last_read_ms: AtomicU64,
     state: AtomicUsize,
     reclaimed: tokio::sync::Notify,
+    /// Outbound bytes queued or being written (the writer subtracts a line once written).
+    queued: AtomicUsize,
+    /// When the outbound queue last made progress: a line written, or the first line queued
+    /// on an empty queue.
+    progress_ms: AtomicU64,
 }
 
 impl ConnActivity {
     /// A connection's record; `epoch` is the host's start, shared by every connection so
     /// their silences compare.
     pub fn new(epoch: Instant) -> Self {
+        let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         ConnActivity {
             epoch,
-            last_read_ms: AtomicU64::new(u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            last_read_ms: AtomicU64::new(now),
             state: AtomicUsize::new(0),
             reclaimed: tokio::sync::Notify::new(),
+            queued: AtomicUsize::new(0),
+            progress_ms: AtomicU64::new(now),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Record that bytes arrived now.
     pub fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_read_ms.store(ms, Ordering::Relaxed);
+        self.last_read_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Queue `n` outbound bytes; false past [`MAX_OUTBOUND_BYTES`] (the reader is too slow).
+    fn queue(&self, n: usize) -> bool {
+        let before = self.queued.fetch_add(n, Ordering::SeqCst);
+        if before == 0 {
+            self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+        before + n <= MAX_OUTBOUND_BYTES
+    }
+
+    /// The writer wrote `n` queued bytes to the socket.
+    pub fn written(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Whether its outbound queue holds bytes and has made no progress for
+    /// [`STALLED_AFTER`] (its peer is not reading).
+    fn stalled(&self, now_ms: u64) -> bool {
+        self.queued.load(Ordering::SeqCst) > 0
+            && now_ms.saturating_sub(self.progress_ms.load(Ordering::Relaxed)) >= STALLED_AFTER.as_millis() as u64
     }
 
     /// Count one more request in flight; false when the connection was reclaimed (the caller
@@ -129,6 +165,10 @@ pub struct Host {
     pub faults: DaemonFaults,
     /// Links kept alive unrevoked under the no-revoke faults.
     leaked: Mutex<Vec<AdapterLink>>,
+    /// Every handle a session holds, as the writers scan for them: republished under the
+    /// core's lock whenever a binding is added (so no writer ever scans without a live
+    /// handle) or removed, and read without the core's lock.
+    handles: Mutex<Arc<Vec<crate::contract::CapabilityHandle>>>,
 }
 
 impl LinkState for AdapterLink {
@@ -144,28 +184,41 @@ impl Host {
     /// Start a host over a state directory: load the catalog and apply restart recovery
     /// (SPEC §6, [`HostCore::recover`]): host-adapter sessions are quarantined, queued wakes
     /// fail terminally, accepted wakes become indeterminate.
-    pub fn start(store: Store, id: Option<String>) -> Result<Arc<Host>, super::store::StoreError> {
-        Self::start_with(store, id, DaemonFaults::NONE)
+    pub async fn start(store: Store, id: Option<String>) -> Result<Arc<Host>, super::store::StoreError> {
+        Self::start_with(store, id, DaemonFaults::NONE, super::core::MAX_SESSIONS).await
     }
 
-    /// [`Host::start`] with fault switches: the host is broken on purpose (test aid for the
-    /// daemon kill matrix; see [`crate::daemon::faults`]).
-    pub fn start_with(
+    /// [`Host::start`] with fault switches (the host is broken on purpose: test aid for the
+    /// daemon kill matrix; see [`crate::daemon::faults`]) and the most sessions it keeps.
+    ///
+    /// Recovery rewrites no session record, and the wake records it settles are queued on the
+    /// store's writer together and awaited together (group commits), so the time to restart
+    /// is the time to read the state (SPEC PC-2.5, DECISION on the session cap).
+    pub async fn start_with(
         store: Store,
         id: Option<String>,
         faults: DaemonFaults,
+        max_sessions: usize,
     ) -> Result<Arc<Host>, super::store::StoreError> {
         let id = id.unwrap_or_else(|| format!("host-{}", uuid::Uuid::new_v4().simple()));
         let loaded = store.load()?;
         let unix_secs =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let started = Instant::now();
-        let recovered = HostCore::recover(id.clone(), loaded, faults, started, unix_secs);
-        for r in &recovered.sessions {
-            store.put_session(r)?;
+        let mut recovered = HostCore::recover(id.clone(), loaded, faults, started, unix_secs);
+        recovered.core.set_max_sessions(max_sessions);
+        let (held, max) = recovered.core.session_count();
+        if held > max {
+            tracing::warn!(
+                sessions = held,
+                max_sessions = max,
+                "the state holds more sessions than the cap: new sessions are refused until some are closed"
+            );
         }
-        for w in &recovered.wakes {
-            store.put_wake(w)?;
+        // In order (the writer applies writes in queue order).
+        let pending: Vec<Pending> = recovered.wakes.iter().map(|w| store.queue_wake(w)).collect();
+        for p in pending {
+            p.durable().await?;
         }
         Ok(Arc::new(Host {
             id,
@@ -178,6 +231,7 @@ impl Host {
             wakes_running: Mutex::new(HashMap::new()),
             faults,
             leaked: Mutex::new(Vec::new()),
+            handles: Mutex::new(Arc::new(Vec::new())),
         }))
     }
 
@@ -191,35 +245,37 @@ impl Host {
         self.core().count(k);
     }
 
-    /// Register a connection. At the cap, the idle connection (nothing in flight, nothing
-    /// attached) that has been silent longest is reclaimed to make room (it is closed without a
-    /// line); `None` when every connection is busy or attached (SPEC PC-1.1, DECISION on idle
-    /// connections).
-    pub fn add_conn(
-        &self,
-        tx: mpsc::UnboundedSender<Out>,
-        queued: Arc<AtomicUsize>,
-        activity: Arc<ConnActivity>,
-    ) -> Option<u64> {
+    /// Register a connection. At the cap, the oldest idle holder is shed to make room (closed
+    /// without a line): among the connections with nothing in flight — attached or not — those
+    /// whose outbound queue is stalled first, then the one that sent its last byte longest
+    /// ago. `None` only when every connection has a request in flight (SPEC PC-1.1, DECISION
+    /// on idle connections).
+    pub fn add_conn(&self, tx: mpsc::UnboundedSender<Out>, activity: Arc<ConnActivity>) -> Option<u64> {
         // Lock order: the connections, then the core (never the other way round).
         let mut c = self.conns.lock().ok()?;
         let mut core = self.core();
         if c.len() >= MAX_CONNECTIONS {
-            let mut idle: Vec<(u64, u64)> = c
+            let now = activity.now_ms();
+            let mut idle: Vec<(bool, u64, u64)> = c
                 .iter()
-                .filter(|(id, _)| !core.is_attached(**id))
-                .map(|(id, e)| (e.activity.last_read_ms.load(Ordering::Relaxed), *id))
+                .filter(|(_, e)| e.activity.state.load(Ordering::SeqCst) == 0)
+                .map(|(id, e)| (!e.activity.stalled(now), e.activity.last_read_ms.load(Ordering::Relaxed), *id))
                 .collect();
-            // Silent longest first.
+            // Stalled first, then silent longest.
             idle.sort_unstable();
-            let victim = idle.into_iter().map(|(_, id)| id).find(|id| c[id].activity.try_reclaim())?;
+            let victim = idle.into_iter().map(|(.., id)| id).find(|id| c[id].activity.try_reclaim())?;
+            let attached = core.is_attached(victim);
             c.remove(&victim);
             core.close_conn(victim);
             core.count("idleConnectionsReclaimed");
-            tracing::info!(connection = victim, "connection cap reached: reclaimed the longest idle connection");
+            tracing::info!(
+                connection = victim,
+                attached,
+                "connection cap reached: reclaimed the longest idle connection"
+            );
         }
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        c.insert(id, ConnEntry { tx, queued, activity });
+        c.insert(id, ConnEntry { tx, activity });
         core.open_conn(id);
         Some(id)
     }
@@ -237,16 +293,26 @@ impl Host {
         self.core().close_conn(id);
     }
 
-    /// Every capability handle the host holds (for the outgoing scan).
-    pub fn live_handles(&self) -> Vec<crate::contract::CapabilityHandle> {
-        self.core().handles()
+    /// Every capability handle the host holds (for the outgoing scan): a shared snapshot,
+    /// taken without the core's lock.
+    pub fn live_handles(&self) -> Arc<Vec<crate::contract::CapabilityHandle>> {
+        self.handles.lock().map(|h| h.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Publish the handles of `core` (call it holding the core's lock, after any change of a
+    /// session's binding).
+    fn publish_handles(&self, core: &HostCore<AdapterLink>) {
+        let now = Arc::new(core.handles());
+        match self.handles.lock() {
+            Ok(mut h) => *h = now,
+            Err(p) => *p.into_inner() = now,
+        }
     }
 
     /// Queue a line for a connection with the outbound byte bound; false when the reader is
     /// too slow (the caller closes the connection).
-    pub fn push(tx: &mpsc::UnboundedSender<Out>, queued: &AtomicUsize, out: Out) -> bool {
-        let n = out.line.len();
-        if queued.fetch_add(n, Ordering::SeqCst) + n > MAX_OUTBOUND_BYTES {
+    pub fn push(tx: &mpsc::UnboundedSender<Out>, activity: &ConnActivity, out: Out) -> bool {
+        if !activity.queue(out.line.len()) {
             return false;
         }
         tx.send(out).is_ok()
@@ -254,10 +320,13 @@ impl Host {
 
     /// Deliver the next event of a session generation to the connections attached to it.
     fn emit(&self, sid: &str, generation: u64, event: &str, request_id: Option<&str>, data: Value) {
-        let Some((line, to)) = self.core().deliver(sid, generation, event, request_id, data) else { return };
+        let Some((line, mut to)) = self.core().deliver(sid, generation, event, request_id, data) else { return };
         if let Ok(c) = self.conns.lock() {
+            if self.faults.has(DaemonFault::EventsToAll) {
+                to = c.keys().copied().collect();
+            }
             for e in to.iter().filter_map(|id| c.get(id)) {
-                let _ = Host::push(&e.tx, &e.queued, Out { line: line.clone(), close: false });
+                let _ = Host::push(&e.tx, &e.activity, Out { line: line.clone(), close: false });
             }
         }
     }
@@ -280,25 +349,44 @@ impl Host {
         }
     }
 
-    /// Dispatch one accepted command for connection `conn`.
-    pub async fn dispatch(self: &Arc<Self>, conn: u64, cmd: Command) -> Result<Value, DErr> {
+    /// Answer one accepted command for connection `conn` at once when it needs no I/O and
+    /// never waits (`handshake`, `status`, `steer`, `followUp`, `abort`, `attach`, `detach`):
+    /// the connection's task answers it inline, with no task spawned and no channel hop, so a
+    /// `status` is not queued behind the turns that saturate the runtime. `None` for the
+    /// others ([`Host::dispatch`] runs them).
+    pub fn dispatch_now(&self, conn: u64, cmd: &Command) -> Option<Result<Value, DErr>> {
         use protocol_v2::Command as C;
-        self.count("commands");
-        match &cmd.body {
+        let r = match &cmd.body {
             C::HandshakeCommand(_) => Ok(self.handshake(cmd.version.major == 2)),
-            C::OpenCommand(open) => self.open(&cmd, open).await,
-            C::WakeCommand(wake) => self.wake(wake).await,
             C::SteerCommand(c) => self.queue_message(&c.session_id, &c.generation),
             C::FollowUpCommand(c) => self.queue_message(&c.session_id, &c.generation),
             C::StatusCommand(c) => self.status(c.session_id.as_deref().map(String::as_str)),
             C::AbortCommand(c) => self.core().abort(&c.session_id, generation(&c.generation)),
             C::AttachCommand(c) => self.attach(conn, &c.session_id, generation(&c.generation), true),
             C::DetachCommand(c) => self.attach(conn, &c.session_id, generation(&c.generation), false),
+            C::OpenCommand(_) | C::WakeCommand(_) | C::CloseCommand(_) | C::DrainCommand(_) => return None,
+        };
+        self.count("commands");
+        Some(r)
+    }
+
+    /// Dispatch one accepted command for connection `conn`.
+    pub async fn dispatch(self: &Arc<Self>, conn: u64, cmd: Command) -> Result<Value, DErr> {
+        use protocol_v2::Command as C;
+        if let Some(r) = self.dispatch_now(conn, &cmd) {
+            return r;
+        }
+        self.count("commands");
+        match &cmd.body {
+            C::OpenCommand(open) => self.open(&cmd, open).await,
+            C::WakeCommand(wake) => self.wake(wake).await,
             C::CloseCommand(c) => {
                 let retain = c.payload.retain_session.unwrap_or(true);
                 self.close(&c.session_id, generation(&c.generation), retain, &c.request_id).await
             }
             C::DrainCommand(c) => self.drain(c.payload.timeout_ms).await,
+            // Answered by `dispatch_now`.
+            _ => Err(DErr::of(DaemonCode::InternalError, "not dispatched")),
         }
     }
 
@@ -351,6 +439,7 @@ impl Host {
                         let mut core = self.core();
                         match core.bound(&sid, generation, link, d.handle().clone(), &cmd.version.text) {
                             Ok((replaced, record)) => {
+                                self.publish_handles(&core);
                                 rebound_record = record.map(|r| self.store.queue_session(&r));
                                 Ok(replaced)
                             }
@@ -385,7 +474,12 @@ impl Host {
         if let Err(e) = durable(record).await.and(durable(rebound_record).await) {
             tracing::error!(session = %sid, generation, error = %e, "cannot persist the session");
             // Never answered, never kept: forget it and revoke its binding.
-            let link = self.core().forget(&sid, generation);
+            let link = {
+                let mut core = self.core();
+                let link = core.forget(&sid, generation);
+                self.publish_handles(&core);
+                link
+            };
             if let Some(l) = link {
                 l.revoke().await;
             }
@@ -567,24 +661,39 @@ impl Host {
         self.core().attach(conn, sid, generation, on)
     }
 
+    /// `close` (SPEC PC-2.5, DECISION on durable closes): the session's record change (its
+    /// removal, or its `closed` state when retained) is durable before the answer; when it
+    /// cannot be persisted the answer is `internal_error` and the session stays open, bound
+    /// and live, as it was.
     async fn close(&self, sid: &str, generation: u64, retain: bool, request_id: &str) -> Result<Value, DErr> {
-        let (sid, generation) = self.live(sid, generation)?;
+        let pending = {
+            let mut core = self.core();
+            match core.begin_close(sid, generation, retain)? {
+                CloseWrite::Nothing => None,
+                CloseWrite::Put(r) => Some(self.store.queue_session(&r)),
+                CloseWrite::Remove => Some(self.store.queue_remove_session(sid)),
+            }
+        };
+        if let Err(e) = durable(pending).await {
+            tracing::error!(session = %sid, generation, error = %e, "cannot record the close: the session stays open");
+            self.core().cancel_close(sid, generation);
+            return Err(DErr::of(
+                DaemonCode::InternalError,
+                "the close could not be persisted; the session stays open",
+            ));
+        }
         self.emit(
-            &sid,
+            sid,
             generation,
             "sessionClosed",
             Some(request_id),
             data(&protocol_v2::SessionClosedEventData { retained: retain }),
         );
-        let (link, pending) = {
+        let link = {
             let mut core = self.core();
-            let (link, write) = core.close(&sid, retain);
-            let pending = match write {
-                CloseWrite::Nothing => None,
-                CloseWrite::Put(r) => Some(self.store.queue_session(&r)),
-                CloseWrite::Remove => Some(self.store.queue_remove_session(&sid)),
-            };
-            (link, pending)
+            let link = core.finish_close(sid, generation, retain);
+            self.publish_handles(&core);
+            link
         };
         if let Some(l) = link {
             if self.faults.has(DaemonFault::NoRevokeOnClose) {
@@ -592,9 +701,6 @@ impl Host {
             } else {
                 l.revoke().await;
             }
-        }
-        if let Err(e) = durable(pending).await {
-            tracing::warn!(session = %sid, error = %e, "cannot record the close");
         }
         Ok(data(&protocol_v2::ClosedData { closed: true }))
     }
@@ -616,7 +722,12 @@ impl Host {
 
     /// Revoke every binding (shutdown).
     pub async fn shutdown(&self) {
-        let links = self.core().take_links();
+        let links = {
+            let mut core = self.core();
+            let links = core.take_links();
+            self.publish_handles(&core);
+            links
+        };
         for l in links {
             l.revoke().await;
         }

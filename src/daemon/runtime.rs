@@ -303,6 +303,8 @@ pub struct AdapterRuntime {
     queue_wait: BTreeMap<ToolOperation, Summary>,
     latency: BTreeMap<ToolOperation, Summary>,
     faults: DaemonFaults,
+    /// Completed requestIds, kept only under [`DaemonFault::IgnoreDuplicateResults`].
+    completed: HashSet<String>,
 }
 
 impl std::fmt::Debug for AdapterRuntime {
@@ -352,6 +354,7 @@ impl AdapterRuntime {
             active: HashMap::new(),
             locked_paths: HashSet::new(),
             tombstones: HashMap::new(),
+            completed: HashSet::new(),
             transmit,
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -611,6 +614,16 @@ impl AdapterRuntime {
         }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
+            Err(e)
+                if self.faults.has(DaemonFault::AbortedSecretUnchecked)
+                    && e.error.code == Code::AdapterSecretReflected
+                    && self.state == State::Bound =>
+            {
+                match decode_strict(line) {
+                    Ok(v) if v["kind"] == "aborted" => return self.handle_aborted(now, &v),
+                    _ => return self.fail(frame_code(&e)),
+                }
+            }
             Err(e) if self.faults.has(DaemonFault::KeepConnectionOnInvalidFrame) && self.state != State::Binding => {
                 self.fail_pending(frame_code(&e));
                 return;
@@ -622,13 +635,14 @@ impl AdapterRuntime {
                 self.state = State::Bound;
                 self.events.push_back(Event::Bound);
                 self.pump(now);
-            } else {
+            } else if !self.faults.has(DaemonFault::IgnoreFrameBeforeBound) {
                 // Any frame before bound.
                 self.fail(Code::AdapterProtocolInvalid.as_str());
             }
             return;
         }
         match frame.kind {
+            FrameKind::Bound if self.faults.has(DaemonFault::IgnoreSecondBound) => {}
             FrameKind::Bound => self.fail(Code::AdapterProtocolInvalid.as_str()),
             FrameKind::Revoked if self.faults.has(DaemonFault::RejectRevoked) => {
                 self.fail(Code::AdapterProtocolInvalid.as_str())
@@ -715,7 +729,11 @@ impl AdapterRuntime {
     /// would overflow `maxIdempotencyKeys` (the connection has then failed).
     fn abort_active(&mut self, now: Instant, id: CallId) -> Option<()> {
         self.tombstones.retain(|_, t| t.expires > now);
-        if self.tombstones.len() as u64 >= self.binding.limits().max_idempotency_keys.get() {
+        let mut max = self.binding.limits().max_idempotency_keys.get();
+        if self.faults.has(DaemonFault::AbortCapacityOnePast) {
+            max += 1;
+        }
+        if self.tombstones.len() as u64 >= max {
             self.fail(DaemonCode::AdapterAbortCapacity.as_str());
             return None;
         }
@@ -752,7 +770,10 @@ impl AdapterRuntime {
         if self.state != State::Bound {
             return;
         }
-        let max = self.binding.limits().max_concurrent_requests.get() as usize;
+        let mut max = self.binding.limits().max_concurrent_requests.get() as usize;
+        if self.faults.has(DaemonFault::ConcurrencyOnePast) {
+            max += 1;
+        }
         let mut i = 0;
         while self.active.len() < max && i < self.queue.len() {
             let id = self.queue[i];
@@ -773,8 +794,13 @@ impl AdapterRuntime {
 
     /// Send an admitted call now: its invoke line is queued for writing and it is active.
     fn dispatch(&mut self, now: Instant, id: CallId) {
+        let timeout = Duration::from_millis(self.binding.limits().request_timeout_ms as u64);
+        let from_dispatch = self.faults.has(DaemonFault::TimeoutFromDispatch);
         let Some(c) = self.calls.get_mut(&id) else { return };
         c.dispatched = Some(now);
+        if from_dispatch {
+            c.deadline = now + timeout;
+        }
         if let Some(p) = &c.path_lock {
             self.locked_paths.insert(p.clone());
         }
@@ -793,11 +819,15 @@ impl AdapterRuntime {
         if let Some(&id) = self.active.get(rid) {
             let Some(c) = self.calls.get(&id) else { return self.fail(Code::AdapterResponseMismatch.as_str()) };
             let key_ok = c.key == key || self.faults.has(DaemonFault::AcceptMismatchedResults);
-            if !key_ok || c.op.to_string() != op {
+            let op_ok = c.op.to_string() == op || self.faults.has(DaemonFault::AcceptOtherOperationResults);
+            if !key_ok || !op_ok {
                 return self.fail(Code::AdapterResponseMismatch.as_str());
             }
             let Some(c) = self.calls.remove(&id) else { return };
             self.release(&c);
+            if self.faults.has(DaemonFault::IgnoreDuplicateResults) {
+                self.completed.insert(c.request_id.clone());
+            }
             if let Some(at) = c.dispatched {
                 self.latency.entry(c.op).or_default().record(now.saturating_duration_since(at));
             }
@@ -821,7 +851,13 @@ impl AdapterRuntime {
         }
         // A result for an aborted or timed-out request is dropped while its tombstone lives
         // and before the matching `aborted` (once); anything else is a mismatch.
+        if self.completed.contains(rid) {
+            return; // only under DaemonFault::IgnoreDuplicateResults
+        }
         match self.tombstones.get_mut(rid) {
+            Some(t) if self.faults.has(DaemonFault::NoTombstone) && t.expires > now => {
+                self.fail(Code::AdapterResponseMismatch.as_str())
+            }
             Some(t) if t.expires > now && !t.result_dropped && t.key == key && t.op.to_string() == op => {
                 t.result_dropped = true;
             }
@@ -837,13 +873,21 @@ impl AdapterRuntime {
                 // Acknowledged: a result for the target is now fatal (it is unknown).
                 self.tombstones.remove(target);
             }
+            _ if self.faults.has(DaemonFault::UncheckedAborted) => {}
             _ => self.fail(Code::AdapterResponseMismatch.as_str()),
         }
     }
 
     /// Fail every pending call with `code` (sent ones indeterminate); returns how many.
     fn fail_pending(&mut self, code: &'static str) -> u64 {
-        let calls = std::mem::take(&mut self.calls);
+        let mut calls = std::mem::take(&mut self.calls);
+        if self.faults.has(DaemonFault::QueuedNotFailedOnEof) && code == DaemonCode::AdapterConnectionClosed.as_str() {
+            // Under the fault the queued calls are left waiting on a connection that is gone.
+            let (sent, queued): (BTreeMap<_, _>, BTreeMap<_, _>) =
+                calls.into_iter().partition(|(_, c)| c.dispatched.is_some());
+            self.calls = queued;
+            calls = sent;
+        }
         self.queue.clear();
         self.active.clear();
         self.locked_paths.clear();

@@ -3,7 +3,6 @@
 //! replies and connection behaviour of SPEC §1.1, and the version echo of SPEC §2.2.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +33,9 @@ pub struct DaemonConfig {
     /// A connection that has not sent one complete line this long after it was accepted is
     /// closed without a line (SPEC PC-1.1, DECISION on idle connections).
     pub handshake_deadline: Duration,
+    /// The most sessions kept, resident, dormant and retained closed together (SPEC PC-2.5,
+    /// DECISION on the session cap; default [`super::core::MAX_SESSIONS`]).
+    pub max_sessions: usize,
     /// Test aid: rules broken on purpose (production: [`DaemonFaults::NONE`]; see
     /// [`crate::daemon::faults`]).
     pub faults: DaemonFaults,
@@ -64,11 +66,12 @@ pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>
     if cfg.host_instance_id.as_deref().is_some_and(|id| !crate::contract::text::is_host_instance_id(id)) {
         return Err(DaemonError::HostInstanceId);
     }
-    let store = Store::open(&cfg.state_dir)?;
+    // One owner per state directory, before anything of it is read (SPEC PC-6).
+    let store = Store::open_exclusive(&cfg.state_dir)?;
     if !cfg.faults.is_empty() {
         warn!(faults = %cfg.faults, "FAULT SWITCHES ON: this daemon is broken on purpose (test aid)");
     }
-    let host = Host::start_with(store, cfg.host_instance_id.clone(), cfg.faults)?;
+    let host = Host::start_with(store, cfg.host_instance_id.clone(), cfg.faults, cfg.max_sessions).await?;
     let listener = crate::adapter::server::bind_private(&cfg.socket)?;
     info!(host = %host.id, "daemon listening");
     let mut term = if cfg.handle_signals {
@@ -116,25 +119,27 @@ pub async fn serve(cfg: DaemonConfig, mut shutdown: Option<watch::Receiver<bool>
 async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Duration) {
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
-    let queued = Arc::new(AtomicUsize::new(0));
     let activity = host.new_activity();
-    let Some(conn) = host.add_conn(tx.clone(), queued.clone(), activity.clone()) else {
+    let Some(conn) = host.add_conn(tx.clone(), activity.clone()) else {
         // Over the connection cap and nothing idle to reclaim: close without a line.
-        info!("connection cap reached and every connection busy or attached: closed a new connection");
+        info!("connection cap reached and every connection has a request in flight: closed a new connection");
         return;
     };
     let writer_host = host.clone();
-    let wq = queued.clone();
-    let writer = tokio::spawn(async move {
+    let wa = activity.clone();
+    let mut writer = tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
-            wq.fetch_sub(out.line.len(), Ordering::SeqCst);
+            let n = out.line.len();
             // Last line of defence: never write a handle the host holds.
             let line = if writer_host.live_handles().iter().any(|h| h.occurs_in(&out.line)) {
                 withheld_line(&out.line, &writer_host.id, &mut OsRng)
             } else {
                 out.line
             };
-            if wr.write_all(&line).await.is_err() || out.close {
+            let failed = wr.write_all(&line).await.is_err();
+            // Counted until written: a peer that does not read shows as a stalled queue.
+            wa.written(n);
+            if failed || out.close {
                 break;
             }
         }
@@ -145,7 +150,7 @@ async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Dur
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(ReplyTo, Result<Value, DErr>)>();
     let mut decoder = LineDecoder::new(MAX_LINE_BYTES);
     let mut buf = vec![0u8; 64 * 1024];
-    let send = |line: Vec<u8>, close: bool| Host::push(&tx, &queued, Out { line, close });
+    let send = |line: Vec<u8>, close: bool| Host::push(&tx, &activity, Out { line, close });
     // A response: written, or past the outbound cap the connection is closed (slow reader).
     let answer = |core: &mut Connection, reply: ReplyTo, r: Result<Value, DErr>| {
         core.handle_response(reply, r);
@@ -197,6 +202,10 @@ async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Dur
                     core.forget(&d.reply.request_id);
                     break 'read;
                 }
+                if let Some(r) = host.dispatch_now(conn, &d.command) {
+                    answer(&mut core, d.reply, r);
+                    continue;
+                }
                 let host2 = host.clone();
                 let done = done_tx.clone();
                 tokio::spawn(async move {
@@ -219,5 +228,12 @@ async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Dur
         }
     }
     drop(tx);
-    let _ = writer.await;
+    // A reclaimed connection is closed without a line; any other gets what is queued, for at
+    // most FLUSH_DEADLINE (a peer that stopped reading never holds the task and its socket).
+    if activity.is_reclaimed() || tokio::time::timeout(FLUSH_DEADLINE, &mut writer).await.is_err() {
+        writer.abort();
+    }
 }
+
+/// How long a closing connection's queued lines may take to be written.
+const FLUSH_DEADLINE: Duration = Duration::from_secs(10);

@@ -41,6 +41,12 @@ use crate::contract::DaemonCode;
 pub const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
 /// The manifest's file name, in the state directory.
 pub const MANIFEST: &str = "manifest.json";
+/// The owner lock's file name, in the state directory: a daemon holds an exclusive `flock` on
+/// it for its whole life (SPEC PC-6, DECISION on one owner per state directory).
+pub const LOCK: &str = "daemon.lock";
+/// How long [`Store::open_exclusive`] waits for a holder that is going away (a restart script
+/// that has just sent `kill -9` to the previous daemon) before it reports the directory in use.
+pub const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 const MANIFEST_FORMAT: &str = "pi-conform-daemon-state";
 const MANIFEST_VERSION: u64 = 1;
 /// The session catalog's directory.
@@ -61,6 +67,19 @@ pub enum StoreError {
     /// A directory that is not owner-only, a symlink, or not ours.
     #[error("state directory {0} must be a real directory owned by us with no group/other bits")]
     Insecure(PathBuf),
+    /// Another process (a running daemon, or `daemon-state --reconcile`) owns the state
+    /// directory: it holds the exclusive lock on its [`LOCK`] file.
+    #[error(
+        "state directory {} is in use by another daemon{}: one daemon per state directory (stop it first, or give this one another --state-dir)",
+        dir.display(),
+        holder.map(|p| format!(" (process {p})")).unwrap_or_default()
+    )]
+    Locked {
+        /// The state directory.
+        dir: PathBuf,
+        /// The holder's process id, as it wrote it in the lock file (when readable).
+        holder: Option<u32>,
+    },
     /// A file of the state that cannot be trusted or used: the daemon refuses to start on it.
     #[error("state file {path}: {why}")]
     Refused {
@@ -255,6 +274,9 @@ struct Dirs {
     path: PathBuf,
     sessions: OwnedFd,
     wakes: OwnedFd,
+    /// The owner lock, held (an exclusive `flock`) as long as this descriptor is open; `None`
+    /// for a store opened without it ([`Store::open`]).
+    _lock: Option<OwnedFd>,
 }
 
 impl Dirs {
@@ -315,7 +337,23 @@ const MAX_BATCH: usize = 256;
 /// every write of the group. Writes are applied in queue order, so a later write of a file
 /// always wins.
 fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
+    let mut spares = Spares::default();
+    loop {
+        // Idle: prepare spare files (off every write's path); then wait for a write.
+        let first = loop {
+            match rx.try_recv() {
+                Ok(j) => break j,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return spares.remove(&dirs),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if !spares.fill_one(&dirs) {
+                        match rx.recv() {
+                            Ok(j) => break j,
+                            Err(_) => return spares.remove(&dirs),
+                        }
+                    }
+                }
+            }
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -343,7 +381,11 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
             let j = &batch[i];
             let (fd, dir) = dirs.sub(j.sub);
             if let Some(b) = &j.bytes {
-                match stage(fd, &dir, &j.name, b) {
+                let one = match spares.take(j.sub, b.len()) {
+                    Some(spare) => stage_in(spare, fd, &dir, &j.name, b),
+                    None => stage(fd, &dir, &j.name, b),
+                };
+                match one {
                     Ok(s) => staged.push((i, Some(s))),
                     Err(e) => {
                         outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
@@ -546,6 +588,105 @@ fn stage<'a>(dir: BorrowedFd<'a>, dir_path: &Path, name: &str, bytes: &[u8]) -> 
     Ok(staged)
 }
 
+/// The size of a spare file: a record up to this size is written into one (padded with
+/// spaces, which JSON allows after the value) instead of a new file.
+const SPARE_BYTES: usize = 4096;
+/// Spare files kept ready per directory.
+const SPARES: usize = 4;
+
+/// Spare files the writer prepares while idle, per directory: temporary files of
+/// [`SPARE_BYTES`] spaces, their data and size synced. Writing a record into one changes no
+/// metadata a data sync needs (same size, blocks already allocated and written), so its
+/// `fdatasync` is a data flush rather than a filesystem journal commit, and the record's
+/// write costs one commit (the directory's, for the rename) instead of two. A spare's name is
+/// a temporary one: it becomes the record when renamed over it, and one a crash leaves
+/// behind is ignored on load like any temporary file.
+#[derive(Default)]
+struct Spares {
+    sessions: Vec<(String, File)>,
+    wakes: Vec<(String, File)>,
+    /// A spare could not be made (a read-only or full directory): no new try before then.
+    pause_until: Option<std::time::Instant>,
+}
+
+impl Spares {
+    fn of(&mut self, sub: Sub) -> &mut Vec<(String, File)> {
+        match sub {
+            Sub::Sessions => &mut self.sessions,
+            Sub::Wakes => &mut self.wakes,
+        }
+    }
+
+    /// A spare for a record of `len` bytes in `sub`, if one is ready and it fits.
+    fn take(&mut self, sub: Sub, len: usize) -> Option<(String, File)> {
+        if len > SPARE_BYTES {
+            return None;
+        }
+        self.of(sub).pop()
+    }
+
+    /// Remove every spare (the writer stops).
+    fn remove(&mut self, dirs: &Dirs) {
+        for sub in [Sub::Sessions, Sub::Wakes] {
+            let (fd, _) = dirs.sub(sub);
+            for (name, _) in self.of(sub).drain(..) {
+                let _ = rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty());
+            }
+        }
+    }
+
+    /// Make one spare where one is missing; false when none is missing (or they cannot be made).
+    fn fill_one(&mut self, dirs: &Dirs) -> bool {
+        if self.pause_until.is_some_and(|t| std::time::Instant::now() < t) {
+            return false;
+        }
+        let Some(sub) = [Sub::Sessions, Sub::Wakes].into_iter().find(|&s| self.of(s).len() < SPARES) else {
+            return false;
+        };
+        let (fd, _) = dirs.sub(sub);
+        let mut rnd = [0u8; 8];
+        let _ = getrandom::fill(&mut rnd);
+        let name = format!(".spare.{}.tmp", hex::encode(rnd));
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let made = rustix::fs::openat(fd, name.as_str(), flags, Mode::from_raw_mode(0o600))
+            .map_err(std::io::Error::from)
+            .map(File::from)
+            .and_then(|mut f| {
+                f.write_all(&[b' '; SPARE_BYTES])?;
+                f.sync_all()?;
+                Ok(f)
+            });
+        match made {
+            Ok(f) => self.of(sub).push((name, f)),
+            Err(_) => {
+                let _ = rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty());
+                self.pause_until = Some(std::time::Instant::now() + std::time::Duration::from_secs(10));
+            }
+        }
+        true
+    }
+}
+
+/// Write `bytes` into a spare file (see [`Spares`]) beside `name`, padded with spaces to the
+/// spare's size (no sync).
+fn stage_in<'a>(
+    spare: (String, File),
+    dir: BorrowedFd<'a>,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<Staged<'a>, StoreError> {
+    let (tmp, file) = spare;
+    let staged = Staged { dir, path: dir_path.join(name), name: name.to_string(), tmp, file };
+    let mut padded = Vec::with_capacity(SPARE_BYTES);
+    padded.extend_from_slice(bytes);
+    padded.resize(SPARE_BYTES, b' ');
+    if let Err(e) = std::os::unix::fs::FileExt::write_all_at(&staged.file, &padded, 0) {
+        return Err(staged.abandon(e));
+    }
+    Ok(staged)
+}
+
 impl Staged<'_> {
     /// Sync the temporary file's data (and its size).
     fn sync(&self) -> Result<(), StoreError> {
@@ -592,6 +733,58 @@ fn list(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<Vec<String>, StoreError>
     Ok(names)
 }
 
+/// Take the owner lock of the state directory `root` (see [`Store::open_exclusive`]): open
+/// (creating, 0600) its [`LOCK`] file without following a symlink, judge it like a record (a
+/// regular owner-only file of ours; a FIFO never blocks), take an exclusive `flock`, and write
+/// our process id into it for the error a second daemon reports.
+fn lock_owner(root: BorrowedFd<'_>, dir: &Path) -> Result<OwnedFd, StoreError> {
+    let path = dir.join(LOCK);
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(root, LOCK, flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| refused(&path, format!("cannot be opened: {e}")))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| refused(&path, format!("cannot be examined: {e}")))?;
+    check_file(&st, &path)?;
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(Errno::WOULDBLOCK) => {
+                let mut held = [0u8; 16];
+                let n = rustix::io::pread(&fd, &mut held, 0).unwrap_or(0);
+                let holder = std::str::from_utf8(&held[..n]).ok().and_then(|t| t.trim().parse().ok());
+                return Err(StoreError::Locked { dir: dir.to_path_buf(), holder });
+            }
+            Err(e) => return Err(refused(&path, format!("cannot be locked: {e}"))),
+        }
+    }
+    let pid = format!("{}\n", std::process::id());
+    rustix::fs::ftruncate(&fd, 0)
+        .and_then(|()| rustix::io::pwrite(&fd, pid.as_bytes(), 0))
+        .map_err(|e| refused(&path, format!("cannot be written: {e}")))?;
+    Ok(fd)
+}
+
+/// Remove the temporary files of a directory (see [`is_temp_name`]).
+fn remove_temps(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<(), StoreError> {
+    let rd = rustix::fs::Dir::read_from(dir).map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
+    let mut temps = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
+        if let Ok(name) = std::str::from_utf8(entry.file_name().to_bytes()) {
+            if is_temp_name(name) && entry.file_type() == FileType::RegularFile {
+                temps.push(name.to_string());
+            }
+        }
+    }
+    for name in temps {
+        let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+    }
+    Ok(())
+}
+
 /// The state directory's manifest.
 #[derive(Serialize)]
 struct Manifest {
@@ -611,7 +804,22 @@ impl Store {
     /// Open (creating, mode 0700) the state directory; refuse one that is not owner-only, a
     /// subdirectory that is a symlink, a manifest that is missing from a directory that holds
     /// records, and a subdirectory that is missing from an initialised one.
+    ///
+    /// It takes no lock: a reader of the state ([`Store::load`]) may run beside the daemon. A
+    /// process that writes it opens it with [`Store::open_exclusive`].
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Self::open_as(dir, false)
+    }
+
+    /// [`Store::open`] as the directory's one owner: an exclusive `flock` on its [`LOCK`] file,
+    /// taken before anything of the state is read and held as long as the store (any clone of
+    /// it) lives. A directory another process owns is [`StoreError::Locked`], after waiting at
+    /// most [`LOCK_GRACE`] for a holder that is exiting.
+    pub fn open_exclusive(dir: &Path) -> Result<Store, StoreError> {
+        Self::open_as(dir, true)
+    }
+
+    fn open_as(dir: &Path, exclusive: bool) -> Result<Store, StoreError> {
         let root = match rustix::fs::open(dir, dir_flags(), Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
@@ -623,6 +831,7 @@ impl Store {
             Err(e) => return Err(std::io::Error::from(e).into()),
         };
         check_dir(root.as_fd(), dir)?;
+        let lock = if exclusive { Some(lock_owner(root.as_fd(), dir)?) } else { None };
         let manifest_path = dir.join(MANIFEST);
         match read_file(root.as_fd(), dir, MANIFEST)? {
             Some(bytes) => {
@@ -669,10 +878,17 @@ impl Store {
             })?;
             subs.push(fd);
         }
+        if lock.is_some() {
+            // The one owner: no write is in progress, so every temporary file is a leftover
+            // (an interrupted write's, or a spare of an earlier run).
+            for (fd, sub) in subs.iter().zip([SESSIONS, WAKES]) {
+                remove_temps(fd.as_fd(), &dir.join(sub))?;
+            }
+        }
         let wakes = subs.pop().unwrap_or_else(|| unreachable!());
         let sessions = subs.pop().unwrap_or_else(|| unreachable!());
         Ok(Store {
-            dirs: Arc::new(Dirs { path: dir.to_path_buf(), sessions, wakes }),
+            dirs: Arc::new(Dirs { path: dir.to_path_buf(), sessions, wakes, _lock: lock }),
             writer: Arc::new(std::sync::OnceLock::new()),
         })
     }
@@ -935,8 +1151,13 @@ mod tests {
         put.durable().await.unwrap();
         gone.durable().await.unwrap();
         assert!(s.sessions().unwrap().is_empty(), "a removal queued after a write wins");
-        // No temporary file is left behind.
-        let left: Vec<_> = std::fs::read_dir(d.path().join("state/sessions")).unwrap().collect();
+        // No temporary file is left behind (only the writer's spares, which it removes when
+        // it stops).
+        let left: Vec<String> = std::fs::read_dir(d.path().join("state/sessions"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.starts_with(".spare."))
+            .collect();
         assert!(left.is_empty(), "{left:?}");
     }
 
