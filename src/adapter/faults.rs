@@ -74,6 +74,15 @@ faults! {
     /// adapterId and adapterVersion of a bind are not checked.
     IgnoreAdapterIdentity = "ignore-adapter-identity", "PC-4.5",
         "the bind's adapterId/adapterVersion are not checked against this adapter";
+    /// Operations the grant lacks are accepted in a bind.
+    AcceptOperationsOutsideGrant = "accept-operations-outside-grant", "PC-4.5",
+        "a bind asking for an operation the grant lacks is accepted";
+    /// adapterVersion of a bind is not checked (adapterId is).
+    IgnoreAdapterVersion = "ignore-adapter-version", "PC-4.5",
+        "the bind's adapterVersion is not checked against this adapter (its adapterId is)";
+    /// Only the first limit is checked against the grant's ceiling.
+    CeilingFirstLimitOnly = "ceiling-first-limit-only", "PC-4.5",
+        "only maxRequestBytes is checked against the grant's ceiling; the other six limits may exceed it";
     /// Limits above the grant's ceilings are accepted.
     AcceptLimitsAboveGrant = "accept-limits-above-grant", "PC-4.5",
         "a bind asking for limits above the grant's ceilings is accepted";
@@ -116,6 +125,12 @@ faults! {
     /// Operations the bind did not grant are executed.
     AcceptUngrantedOperation = "accept-ungranted-operation", "PC-4.5",
         "an operation the bind did not grant is executed instead of operation_not_granted";
+    /// A frame whose text holds a `\u` escape is refused (raw bytes compared, not values).
+    EscapedStringsRefused = "escaped-strings-refused", "PC-1",
+        "a bind or invoke whose JSON text holds a \\u escape is closed (its raw bytes are compared, not its decoded values)";
+    /// Duplicate keys of an invoke are accepted, the last one winning.
+    DuplicateKeysLastWins = "duplicate-keys-last-wins", "PC-1",
+        "an invoke with a duplicate key is decoded leniently (the last copy wins) and executed instead of closing";
     /// Lines over maxRequestBytes are processed.
     NoLineLimit = "no-line-limit", "PC-1.2",
         "invoke lines over maxRequestBytes are read and processed instead of closing";
@@ -138,6 +153,12 @@ faults! {
     /// not_utf8 reads are answered with lossy content.
     ReadLossy = "read-lossy", "PC-5.3.read",
         "fs.read of non-UTF-8 bytes returns lossy content (U+FFFD) instead of not_utf8";
+    /// A socket is answered as an empty regular file.
+    SocketAsEmptyFile = "socket-as-empty-file", "PC-5.3",
+        "fs.stat and fs.read of a socket answer as if it were an empty regular file instead of unsupported_file_type";
+    /// A read of an empty file says eof:false.
+    EmptyReadNotEof = "empty-read-not-eof", "PC-5.3.read",
+        "fs.read of an empty file from offset 0 says eof:false";
     /// fs.search reports overlapping occurrences.
     SearchOverlapping = "search-overlapping", "PC-5.3.search",
         "fs.search reports overlapping occurrences instead of non-overlapping ones";
@@ -169,9 +190,21 @@ faults! {
     /// A listing the response budget cut says `truncated:false`.
     BudgetCutNotTruncated = "budget-cut-not-truncated", "PC-4.5",
         "an fs.list or fs.search result cut to fit maxResponseBytes says truncated:false (only a maxEntries/maxResults cut says true)";
+    /// A result line exactly maxResponseBytes long is refused.
+    BudgetOffByOne = "budget-off-by-one", "PC-4.5",
+        "a result line exactly maxResponseBytes long (LF included) is answered response_too_large";
+    /// A listing or search holding exactly maxEntries/maxResults items says truncated:true.
+    TruncatedAtLimit = "truncated-at-limit", "PC-5.3",
+        "fs.list/fs.search say truncated:true when they hold exactly maxEntries/maxResults items";
+    /// A read whose window is full says eof:false even at the end of the file.
+    EofByShortWindow = "eof-by-short-window", "PC-5.3.read",
+        "fs.read says eof:false whenever bytesRead equals maxBytes, even at the end of the file";
     /// The queue is unbounded: never busy.
     NoBusy = "no-busy", "PC-4.5",
         "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";
+    /// One request more than the queue holds is admitted.
+    BusyOneLate = "busy-one-late", "PC-4.5",
+        "maxQueuedRequests + 1 requests may wait: busy comes one invoke late";
     /// The queue is treated as 0: busy as soon as every slot runs.
     BusyEarly = "busy-early", "PC-4.5",
         "maxQueuedRequests is treated as 0: busy as soon as maxConcurrentRequests run";
@@ -179,6 +212,12 @@ faults! {
     /// aborted:true is sent, then the result anyway (writes take 300 ms under this fault).
     AbortSendsResult = "abort-sends-result", "PC-4.5",
         "after aborted:true the target's result is still sent (fs.write is slowed to 300 ms)";
+    /// An abort of a queued target is answered aborted:false after the target ran.
+    AbortQueuedIgnored = "abort-queued-ignored", "PC-4.5",
+        "an abort of a queued target does not cancel it: the target runs and aborted:false follows its result";
+    /// An abort of a running read-only target is answered aborted:false after its result.
+    AbortRunningIgnored = "abort-running-ignored", "PC-4.5",
+        "an abort of a running read-only request is treated as past a commit point: its result, then aborted:false";
     /// An unknown abort target gets aborted:false without unknown_request.
     AbortUnknownNoError = "abort-unknown-no-error", "PC-4.5",
         "an abort of an unknown request is answered aborted:false without the unknown_request error";
@@ -186,6 +225,12 @@ faults! {
     /// Replays execute again.
     NoIdempotency = "no-idempotency", "PC-4.5",
         "a mutating request replayed under the same key and payload is executed again";
+    /// A duplicate of a mutating request still in flight runs again.
+    InFlightDuplicateRuns = "in-flight-duplicate-runs", "PC-4.5",
+        "a duplicate (same key and payload) of a write still in flight runs again instead of waiting for the first";
+    /// The waiters of an aborted primary are never run nor answered.
+    AbortStrandsDuplicate = "abort-strands-duplicate", "PC-4.5",
+        "aborting a queued write strands its in-flight duplicate: the waiter is never run nor answered";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";
@@ -196,6 +241,9 @@ faults! {
     /// After revoked the connection keeps working.
     KeepWorkingAfterRevoke = "keep-working-after-revoke", "PC-4.5",
         "after answering revoked the connection stays open and keeps executing invokes";
+    /// Revoke and EOF start the queued requests instead of dropping them.
+    RevokeRunsQueued = "revoke-runs-queued", "PC-4.5",
+        "revoke or EOF starts every queued request (unanswered) instead of dropping it";
     /// EOF from the daemon is ignored.
     EofIgnored = "eof-ignored", "PC-4.5",
         "the connection is kept open after the daemon's EOF (no revocation)";
@@ -203,6 +251,21 @@ faults! {
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";
+    /// fs.read of a file holding the handle is answered window by window; only the result
+    /// line is checked for the whole handle.
+    SecretWindowedRead = "secret-windowed-read", "PC-4.5",
+        "fs.read of a file holding the handle is answered per window; only each result line is checked for the whole handle";
+    /// fs.search of a file holding the handle returns its match windows; only the result line
+    /// is checked for the whole handle.
+    SecretWindowedSearch = "secret-windowed-search", "PC-4.5",
+        "fs.search of a file holding the handle returns match windows; only each result line is checked for the whole handle";
+    /// The handle in an invoke is looked for in the raw bytes only: an escaped spelling passes.
+    HandleScanRawOnly = "handle-scan-raw-only", "PC-4.5",
+        "the handle in an invoke is looked for in the raw line only, so a \\u-escaped spelling is executed";
+    /// Results spell the handle with `\u` escapes (and no content guard), so a raw scan of the
+    /// line never sees it.
+    EscapedHandleInResults = "escaped-handle-in-results", "PC-7.1",
+        "files holding the handle are read, and the handle is sent \\u-escaped in the result, past the adapter's own raw-byte scan";
     // ---- well-formed JSON that breaks the contract, and the semantics behind it
     /// `modifiedAt` with an offset instead of the canonical `Z`.
     ModifiedAtOffset = "modified-at-offset", "PC-5.2",
@@ -225,7 +288,7 @@ faults! {
 pub const NOT_BUILT: &str =
     "this build has no fault switches (they are a test aid): rebuild with `cargo build --features faults`";
 
-const _: () = assert!(Fault::ALL.len() <= 64, "Faults is a u64 bitset");
+const _: () = assert!(Fault::ALL.len() <= 128, "Faults is a u128 bitset");
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -250,7 +313,7 @@ impl FromStr for Fault {
 
 /// A set of faults (production: [`Faults::NONE`]).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Faults(u64);
+pub struct Faults(u128);
 
 impl Faults {
     /// No fault: the conforming reference adapter.
@@ -387,7 +450,11 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     if binding.handle().occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
         return None;
     }
-    let v = decode_strict(line).ok()?;
+    let v = if faults.has(Fault::DuplicateKeysLastWins) {
+        serde_json::from_slice::<Value>(line).ok()?
+    } else {
+        decode_strict(line).ok()?
+    };
     let obj = v.as_object()?;
     if obj.get("kind")?.as_str()? != "invoke" {
         return None;
@@ -456,7 +523,8 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
         }
     }
     let mut check = Value::Object(check);
-    if faults.has(Fault::AcceptHandleInInvoke) {
+    let escaped_only = faults.has(Fault::HandleScanRawOnly) && !binding.handle().occurs_in(line);
+    if faults.has(Fault::AcceptHandleInInvoke) || escaped_only {
         let text = serde_json::to_string(&check).ok()?;
         let h = binding.handle().expose();
         check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
@@ -515,6 +583,39 @@ pub(crate) fn plain_execute(dir: &Path, job: &Job) -> Option<Result<Value, Adapt
         ToolOperation::FsEdit => plain_edit(&path, job, false),
         ToolOperation::FsSearch => return None,
     })
+}
+
+/// `line` with every occurrence of `handle` spelled as `\u` escapes, one per character (the
+/// broken output of [`Fault::EscapedHandleInResults`]: still the same JSON value).
+pub(crate) fn escape_handle(line: &[u8], handle: &str) -> Vec<u8> {
+    let spelled: String = handle.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
+    String::from_utf8_lossy(line).replace(handle, &spelled).into_bytes()
+}
+
+/// `fs.search` of one file with plain `std::fs`: every non-overlapping occurrence per line,
+/// columns in scalar values, the text window of SPEC PC-5.3.search for BMP text (4096
+/// characters starting 1024 before the match, shifted back at the line's end). The broken
+/// code of [`Fault::SecretWindowedSearch`]; `None` for a directory.
+pub(crate) fn plain_search(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let rel = payload_path(job)?;
+    let query = job.payload.get("query").and_then(Value::as_str)?;
+    let bytes = std::fs::read(dir.join(rel)).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let mut matches = Vec::new();
+    for (n, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let chars: Vec<char> = line.chars().collect();
+        let mut from = 0;
+        while let Some(p) = line[from..].find(query) {
+            let at = from + p;
+            let col = line[..at].chars().count();
+            let start = col.saturating_sub(1024).min(chars.len().saturating_sub(4096));
+            let window: String = chars[start..(start + 4096).min(chars.len())].iter().collect();
+            matches.push(json!({"path": rel, "line": n + 1, "column": col + 1, "text": window}));
+            from = at + query.len().max(1);
+        }
+    }
+    Some(Ok(json!({"matches": matches, "truncated": false})))
 }
 
 /// The `fs.read` data of `bytes[offset..offset + max_bytes]`: strict UTF-8 (the window is
@@ -785,6 +886,29 @@ pub(crate) fn reset_mode(dir: &Path, job: &Job) {
     if let Some(rel) = payload_path(job) {
         let _ = std::fs::set_permissions(dir.join(rel), std::fs::Permissions::from_mode(0o644));
     }
+}
+
+/// `data` under [`Fault::TruncatedAtLimit`]: `truncated:true` when `data[items]` holds exactly
+/// the payload's `limit` (default 1000) items.
+pub(crate) fn truncated_at_limit(job: &Job, mut data: Value, items: &str, limit: &str) -> Value {
+    let max = job.payload.get(limit).and_then(Value::as_u64).unwrap_or(1000);
+    if data[items].as_array().is_some_and(|a| a.len() as u64 == max) {
+        data["truncated"] = true.into();
+    }
+    data
+}
+
+/// Whether a line holds a `\u` escape (what [`Fault::EscapedStringsRefused`] refuses).
+pub(crate) fn has_escape(line: &[u8]) -> bool {
+    line.windows(2).any(|w| w == b"\\u")
+}
+
+/// Whether the job's path names a socket (what [`Fault::SocketAsEmptyFile`] looks for).
+pub(crate) fn is_socket(dir: &Path, job: &Job) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    payload_path(job)
+        .and_then(|p| std::fs::symlink_metadata(dir.join(p)).ok())
+        .is_some_and(|m| m.file_type().is_socket())
 }
 
 #[cfg(test)]

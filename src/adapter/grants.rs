@@ -81,6 +81,10 @@ pub fn grant_limits(values: [u64; 7]) -> Result<AdapterLimits, GrantsError> {
 pub struct StoredGrant {
     /// Lowercase hex SHA-256 of the handle.
     pub handle_sha256: String,
+    /// The handle's 64-bit fingerprint, 16 lowercase hex digits (`fs::handle_fingerprint`):
+    /// the content guard's prefilter (issue 25, N6). Absent in grants minted before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle_fingerprint: Option<String>,
     /// Absolute root directory.
     pub root: PathBuf,
     /// Device number (`st_dev`) of the root when the grant was minted.
@@ -204,6 +208,13 @@ fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
     if !g.root.is_absolute() {
         return Err("root must be absolute".into());
     }
+    let handle_fingerprint = match &g.handle_fingerprint {
+        None => None,
+        Some(h) if h.len() == 16 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Some(u64::from_str_radix(h, 16).map_err(|_| "handleFingerprint must be 16 lowercase hex digits")?)
+        }
+        Some(_) => return Err("handleFingerprint must be 16 lowercase hex digits".into()),
+    };
     let root_pin = match (g.root_device, g.root_inode) {
         (Some(dev), Some(ino)) => Some((dev, ino)),
         (None, None) => None,
@@ -211,6 +222,7 @@ fn to_grant(g: &StoredGrant) -> Result<Grant, String> {
     };
     Ok(Grant {
         handle_sha256: digest,
+        handle_fingerprint,
         root: g.root.clone(),
         root_pin,
         host_instance_id: g.host_instance_id.clone(),
@@ -311,6 +323,7 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
     };
     file.grants.push(StoredGrant {
         handle_sha256: hex::encode(handle_digest(&handle)),
+        handle_fingerprint: super::fs::handle_fingerprint(&handle).map(|f| format!("{f:016x}")),
         root,
         root_device: Some(root_device),
         root_inode: Some(root_inode),
@@ -380,6 +393,7 @@ mod tests {
         }
         let g = StoredGrant {
             handle_sha256: "00".repeat(32),
+            handle_fingerprint: None,
             root: dir.path().to_path_buf(),
             root_device: None,
             root_inode: None,

@@ -84,6 +84,32 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             Err(e)
         }
+        Err(e)
+            if e.code == AdapterCode::CapabilityInContent
+                && op == ToolOperation::FsRead
+                && (faults.has(Fault::SecretWindowedRead) || faults.has(Fault::EscapedHandleInResults)) =>
+        {
+            faults::plain_execute(dir, job).unwrap_or(Err(e))
+        }
+        Err(e)
+            if e.code == AdapterCode::CapabilityInContent
+                && op == ToolOperation::FsSearch
+                && faults.has(Fault::SecretWindowedSearch) =>
+        {
+            faults::plain_search(dir, job).unwrap_or(Err(e))
+        }
+        Err(e)
+            if e.code == AdapterCode::UnsupportedFileType
+                && faults.has(Fault::SocketAsEmptyFile)
+                && matches!(op, ToolOperation::FsStat | ToolOperation::FsRead)
+                && faults::is_socket(dir, job) =>
+        {
+            Ok(if op == ToolOperation::FsStat {
+                serde_json::json!({"type": "file", "size": 0})
+            } else {
+                serde_json::json!({"content": "", "bytesRead": 0, "eof": true})
+            })
+        }
         Err(e) if e.code == AdapterCode::NotFound && faults.has(Fault::WrongNotFoundCode) => {
             Err(AdapterError::new(AdapterCode::IoError, e.message))
         }
@@ -109,6 +135,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::BudgetCutNotTruncated) {
                 data = faults::budget_cut_not_truncated(job, data, "entries", "maxEntries");
             }
+            if faults.has(Fault::TruncatedAtLimit) {
+                data = faults::truncated_at_limit(job, data, "entries", "maxEntries");
+            }
         }
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = faults::modified_at_offset(data),
         ToolOperation::FsSearch => {
@@ -124,6 +153,22 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::BudgetCutNotTruncated) {
                 data = faults::budget_cut_not_truncated(job, data, "matches", "maxResults");
             }
+            if faults.has(Fault::TruncatedAtLimit) {
+                data = faults::truncated_at_limit(job, data, "matches", "maxResults");
+            }
+        }
+        ToolOperation::FsRead
+            if faults.has(Fault::EmptyReadNotEof)
+                && data["bytesRead"] == 0
+                && job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0) == 0 =>
+        {
+            data["eof"] = false.into();
+        }
+        ToolOperation::FsRead
+            if faults.has(Fault::EofByShortWindow)
+                && job.payload.get("maxBytes").is_some_and(|m| *m == data["bytesRead"]) =>
+        {
+            data["eof"] = false.into();
         }
         ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {
             faults::reset_mode(dir, job);

@@ -2,9 +2,9 @@
 //! connection driving a [`Session`], jobs on blocking threads, graceful shutdown on
 //! SIGTERM/SIGINT (every binding revoked) and grants reloaded on SIGHUP.
 
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,10 @@ use tracing::{debug, info, warn};
 use super::faults::{self, Fault, Faults};
 use super::fs::{GrantDigests, Guard, PinError, Root};
 use super::grants;
+use super::idempotency::{self, IdempotencyCache, SharedCache};
 use super::ops::{execute_owned, execute_with, try_inline};
 use super::session::{handle_bind_with, Action, AdapterIdentity, CloseReason, Grant, Session, MAX_BIND_LINE};
+use crate::contract::operation::is_mutating;
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::AdapterError;
 use crate::wire::LineDecoder;
@@ -60,7 +62,8 @@ pub enum ServeError {
 pub struct Discipline {
     /// From accept to a complete `bind` line; past it the connection is closed.
     pub bind_deadline: Duration,
-    /// Connections accepted but not bound yet; one more is closed at once, without a line.
+    /// Connections accepted and waiting for their `bind`; one more sheds the oldest of them
+    /// (closed without a line), so a newcomer always gets its turn (issue 25, N2).
     pub max_unbound: usize,
 }
 
@@ -80,6 +83,14 @@ const PRE_BIND_READ: usize = 4096;
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// At most one log line per this interval for a repeated accept failure or cap refusal.
 const LOG_EVERY: Duration = Duration::from_secs(1);
+/// After SIGTERM (issue 25, N1): how long connections get to cancel their work, send
+/// `revoked` and close before they are dropped. Shutdown completes within this bound (plus
+/// the time a cancelled job takes to reach its next cancellation check) whatever clients do.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// After [`SHUTDOWN_GRACE`]: how long the process waits for cancelled jobs still running on
+/// blocking threads before it exits anyway (the CLI's runtime shutdown timeout). SIGTERM to
+/// exit is bounded by the sum, 3 s.
+pub const JOB_EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// The default adapter identity: this crate's name and version.
 pub fn default_identity() -> AdapterIdentity {
@@ -174,33 +185,115 @@ fn still_granted(
     })
 }
 
-/// The live connection of each grant (issue 15, F3), by handle digest: its connection id and
-/// the sender that revokes it when a later bind of the same grant replaces it.
-#[derive(Default)]
+/// The live connection of each grant (issue 15, F3), by handle digest: its connection id, the
+/// sender that revokes it when a later bind of the same grant replaces it, and the lock file
+/// that makes it the only one across processes (issue 25, N12), and its idempotency cache,
+/// which a replacing bind of the same binding identity inherits (issue 25, N7).
 struct LiveBindings {
-    by_grant: std::sync::Mutex<std::collections::HashMap<[u8; 32], LiveEntry>>,
+    by_grant: std::sync::Mutex<HashMap<[u8; 32], LiveEntry>>,
+    /// The grants file: the per-grant lock files lie beside it.
+    grants_path: PathBuf,
 }
 
-/// A grant's live connection: its id and the sender that revokes it.
-type LiveEntry = (u64, tokio::sync::oneshot::Sender<()>);
+/// A grant's live connection: its id, the sender that revokes it, the held lock file and the
+/// idempotency cache with the binding identity it belongs to.
+struct LiveEntry {
+    id: u64,
+    revoke: tokio::sync::oneshot::Sender<()>,
+    lock: std::fs::File,
+    scope: Scope,
+    cache: SharedCache,
+}
+
+/// The binding identity an idempotency cache belongs to: host instance, session, generation.
+type Scope = (String, String, u64);
+
+/// Why a bind could not take its grant's place.
+#[derive(Debug)]
+enum TakeOver {
+    /// Another process holds a live connection of this grant.
+    HeldElsewhere,
+    /// The lock file could not be opened or locked.
+    Unavailable,
+}
 
 impl LiveBindings {
-    /// Make connection `id` the live one of `grant`, revoking the one it replaces (if any);
-    /// the receiver fires when a later bind replaces this one.
-    fn take_over(&self, grant: [u8; 32], id: u64) -> (tokio::sync::oneshot::Receiver<()>, bool) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
-        let replaced = match map.insert(grant, (id, tx)) {
-            Some((_, old)) => old.send(()).is_ok(),
-            None => false,
-        };
-        (rx, replaced)
+    fn new(grants_path: PathBuf) -> Self {
+        Self { by_grant: Default::default(), grants_path }
     }
 
-    /// Connection `id` of `grant` is gone: forget it, unless a later bind already replaced it.
+    /// The lock file of a grant: `<grants>.bind-<32 hex>.lock` beside the grants file, the
+    /// hex a domain-separated hash of the handle digest (not the digest the grants file
+    /// stores).
+    fn lock_path(&self, grant: &[u8; 32]) -> PathBuf {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(b"pi-conform bind lock\0");
+        h.update(grant);
+        let tag = hex::encode(&h.finalize()[..16]);
+        let mut name = self.grants_path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".bind-{tag}.lock"));
+        self.grants_path.with_file_name(name)
+    }
+
+    /// Open and `flock` (exclusive, non-blocking) the grant's lock file.
+    fn lock_grant(&self, grant: &[u8; 32]) -> Result<std::fs::File, TakeOver> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.lock_path(grant);
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(flags.bits() as i32)
+            .open(&path)
+            .map_err(|_| TakeOver::Unavailable)?;
+        let meta = file.metadata().map_err(|_| TakeOver::Unavailable)?;
+        if !meta.is_file() || meta.uid() != rustix::process::geteuid().as_raw() {
+            return Err(TakeOver::Unavailable);
+        }
+        loop {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(file),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::WOULDBLOCK) => return Err(TakeOver::HeldElsewhere),
+                Err(_) => return Err(TakeOver::Unavailable),
+            }
+        }
+    }
+
+    /// Make connection `id` the live one of `grant`, revoking the one it replaces (if any);
+    /// the receiver fires when a later bind replaces this one. The first live connection of
+    /// a grant in this process takes the grant's lock file; a grant whose lock another
+    /// process holds cannot bind here. Returns the idempotency cache to use: the replaced
+    /// connection's when its binding identity is `scope`, else a fresh one.
+    fn take_over(
+        &self,
+        grant: [u8; 32],
+        id: u64,
+        scope: Scope,
+    ) -> Result<(tokio::sync::oneshot::Receiver<()>, bool, SharedCache), TakeOver> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = || SharedCache::new(IdempotencyCache::new(1, Duration::ZERO).into());
+        let (lock, replaced, cache) = match map.remove(&grant) {
+            Some(old) => {
+                let cache = if old.scope == scope { old.cache } else { fresh() };
+                (old.lock, old.revoke.send(()).is_ok(), cache)
+            }
+            None => (self.lock_grant(&grant)?, false, fresh()),
+        };
+        map.insert(grant, LiveEntry { id, revoke: tx, lock, scope, cache: cache.clone() });
+        Ok((rx, replaced, cache))
+    }
+
+    /// Connection `id` of `grant` is gone: forget it (releasing the lock file), unless a
+    /// later bind already replaced it.
     fn release(&self, grant: [u8; 32], id: u64) {
         let mut map = self.by_grant.lock().unwrap_or_else(|p| p.into_inner());
-        if map.get(&grant).is_some_and(|(live, _)| *live == id) {
+        if map.get(&grant).is_some_and(|e| e.id == id) {
             map.remove(&grant);
         }
     }
@@ -219,12 +312,44 @@ impl Drop for LiveGuard {
     }
 }
 
-/// A slot among the unbound connections, given back when dropped (bound or gone).
-struct UnboundSlot(Arc<AtomicUsize>);
+/// The connections waiting for their `bind`, oldest first, each with the sender that sheds
+/// it (issue 25, N2): at the cap a newcomer sheds the oldest, never the other way round.
+#[derive(Default)]
+struct Unbound {
+    waiting: std::sync::Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Unbound {
+    /// Register connection `id`; at the cap `max` first shed the oldest waiting one. Returns
+    /// the receiver that fires when `id` is shed, and whether one was shed for it (`None`
+    /// when the cap is zero: no connection may wait).
+    fn admit(&self, id: u64, max: usize) -> Option<(tokio::sync::oneshot::Receiver<()>, bool)> {
+        if max == 0 {
+            return None;
+        }
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shed = false;
+        while waiting.len() >= max {
+            let Some((_, tx)) = waiting.pop_first() else { break };
+            shed |= tx.send(()).is_ok();
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        waiting.insert(id, tx);
+        Some((rx, shed))
+    }
+
+    fn leave(&self, id: u64) {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+}
+
+/// A place among the connections waiting for their `bind`, given back when dropped (a
+/// complete first line arrived, or the connection is gone).
+struct UnboundSlot(Arc<Unbound>, u64);
 
 impl Drop for UnboundSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.leave(self.1);
     }
 }
 
@@ -292,12 +417,13 @@ pub async fn serve_disciplined(
     let loaded = grants::load(&cfg.grants)?;
     info!(grants = loaded.len(), "grants loaded");
     // Every grant's handle digest, for the content guard of every binding (issue 15, F7).
-    let digests = Arc::new(GrantDigests::new(loaded.iter().map(|g| g.handle_sha256)));
-    let live = Arc::new(LiveBindings::default());
+    let digests = Arc::new(GrantDigests::new(loaded.iter().map(|g| (g.handle_sha256, g.handle_fingerprint))));
+    warn_unfiltered(&digests);
+    let live = Arc::new(LiveBindings::new(cfg.grants.clone()));
     // Connections read the grants when their bind arrives (not when accepted) and bound ones
     // watch them: a reload that drops their grant revokes them (issue 15, F5).
     let (grants_tx, grants_rx) = watch::channel(Arc::new(loaded));
-    let unbound = Arc::new(AtomicUsize::new(0));
+    let unbound = Arc::new(Unbound::default());
     let mut accept_log = RateLimited::new();
     let mut cap_log = RateLimited::new();
     let mut backoff = Duration::ZERO;
@@ -351,16 +477,17 @@ pub async fn serve_disciplined(
                     }
                 };
                 backoff = Duration::ZERO;
-                if unbound.load(Ordering::Acquire) >= discipline.max_unbound {
-                    drop(stream);
-                    if let Some(suppressed) = cap_log.tick() {
-                        warn!(max_unbound = discipline.max_unbound, suppressed, "unbound connection cap reached; closed a new connection");
-                    }
-                    continue;
-                }
-                unbound.fetch_add(1, Ordering::AcqRel);
-                let slot = UnboundSlot(unbound.clone());
                 next_conn += 1;
+                let Some((shed_rx, shed)) = unbound.admit(next_conn, discipline.max_unbound) else {
+                    drop(stream);
+                    continue;
+                };
+                if shed {
+                    if let Some(suppressed) = cap_log.tick() {
+                        warn!(max_unbound = discipline.max_unbound, suppressed, "unbound connection cap reached; shed the oldest waiting connection");
+                    }
+                }
+                let slot = UnboundSlot(unbound.clone(), next_conn);
                 let conn = Conn {
                     id: next_conn,
                     grants: grants_rx.clone(),
@@ -371,6 +498,7 @@ pub async fn serve_disciplined(
                     faults,
                     bind_deadline: discipline.bind_deadline,
                     slot,
+                    shed: shed_rx,
                 };
                 tasks.spawn(connection(conn, stream, stop_rx.clone()));
             }
@@ -379,7 +507,8 @@ pub async fn serve_disciplined(
                 match grants::load(&cfg.grants) {
                     Ok(g) => {
                         info!(grants = g.len(), "grants reloaded");
-                        digests.replace(g.iter().map(|g| g.handle_sha256));
+                        digests.replace(g.iter().map(|g| (g.handle_sha256, g.handle_fingerprint)));
+                        warn_unfiltered(&digests);
                         grants_tx.send_replace(Arc::new(g));
                     }
                     Err(e) => warn!(error = %e, "grants reload refused; keeping the previous grants"),
@@ -391,10 +520,19 @@ pub async fn serve_disciplined(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
-    info!("shutting down: revoking every binding");
-    let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
+    // Stop accepting first: the socket path goes at once, so a new client is refused
+    // rather than left waiting in a backlog nobody reads (issue 25, N1).
+    drop(listener);
     let _ = std::fs::remove_file(&cfg.socket);
+    info!(grace_ms = SHUTDOWN_GRACE.as_millis() as u64, "shutting down: revoking every binding");
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        // A client that stops reading cannot hold shutdown: drop what is left.
+        warn!(connections = tasks.len(), "shutdown grace over; dropping the remaining connections");
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
     info!("stopped");
     Ok(())
 }
@@ -416,11 +554,19 @@ struct Runner {
     dir: Arc<PathBuf>,
     delay: std::time::Duration,
     faults: Faults,
+    /// The session's shared idempotency cache: a job whose connection is gone settles its
+    /// key here itself (issue 25, N7).
+    cache: SharedCache,
 }
 
 /// Start a job: cheap ones run right here and their outcome is returned; the others go to the
 /// blocking pool and report on `tx`.
-fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Done>) -> Option<Done> {
+fn spawn_job(
+    r: &Runner,
+    job: super::session::Job,
+    key: Option<String>,
+    tx: &mpsc::UnboundedSender<Done>,
+) -> Option<Done> {
     let r = r.clone();
     let tx = tx.clone();
     let mut delay = r.delay;
@@ -451,12 +597,19 @@ fn spawn_job(r: &Runner, job: super::session::Job, tx: &mpsc::UnboundedSender<Do
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let request_id = job.request_id.clone();
+        let op = job.operation;
         let out = if r.faults.is_empty() {
             execute_owned(&r.root, job)
         } else {
             execute_with(&r.root, &r.dir, &job, r.faults)
         };
-        let _ = tx.send((request_id, out, started));
+        if let Err(mpsc::error::SendError((request_id, out, _))) = tx.send((request_id, out, started)) {
+            // The connection is gone: the outcome still settles the key, so a retry on a
+            // later connection replays it instead of running the mutation again.
+            if let Some(key) = key {
+                idempotency::lock(&r.cache).finish(Instant::now(), &key, &request_id, &out, is_mutating(op));
+            }
+        }
     });
     None
 }
@@ -467,6 +620,13 @@ fn skippable_before_bind(line: &[u8]) -> bool {
         .ok()
         .and_then(|v| v.get("kind").and_then(serde_json::Value::as_str).map(|k| k != "bind"))
         .unwrap_or(false)
+}
+
+/// A grant without a fingerprint makes the content guard hash every window (issue 25, N6).
+fn warn_unfiltered(digests: &GrantDigests) {
+    if digests.unfiltered() {
+        warn!("a grant has no handleFingerprint: content scans hash every window; mint it again with `grant`");
+    }
 }
 
 /// What one connection needs besides its socket.
@@ -480,10 +640,12 @@ struct Conn {
     faults: Faults,
     bind_deadline: Duration,
     slot: UnboundSlot,
+    /// Fires when a newcomer sheds this connection before its `bind` (issue 25, N2).
+    shed: tokio::sync::oneshot::Receiver<()>,
 }
 
 async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bool>) {
-    let Conn { id, grants: mut grants_rx, digests, live, me, delay, faults, bind_deadline, slot } = conn;
+    let Conn { id, grants: mut grants_rx, digests, live, me, delay, faults, bind_deadline, slot, mut shed } = conn;
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
     let mut buf = vec![0u8; PRE_BIND_READ];
@@ -512,8 +674,14 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
                 info!(conn = id, reason = "bind_deadline", "bind refused");
                 return;
             }
+            Ok(()) = &mut shed => {
+                info!(conn = id, reason = "shed", "closed before bind: the oldest of too many waiting connections");
+                return;
+            }
         }
     };
+    // A complete first line: no longer waiting, so never shed.
+    drop(slot);
     let Ok(first) = first else {
         info!(conn = id, reason = "oversize_bind", "bind refused");
         return;
@@ -558,125 +726,150 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
             return;
         }
     };
-    let runner = Runner { root, dir, delay, faults };
-    drop(slot);
     // DECISION (conformance/SPEC.md PC-4.5): one live connection per grant; this bind
-    // replaces (revokes) an earlier live one, so every limit of the grant holds across all
-    // the connections that present its handle.
-    let (mut replaced_rx, replaced) = live.take_over(grant.handle_sha256, id);
-    let _live = LiveGuard { live, grant: grant.handle_sha256, id };
+    // replaces (revokes) an earlier live one in this process, so every limit of the grant
+    // holds across all the connections that present its handle; another process's live
+    // connection of the grant (its lock file held) refuses this bind (issue 25, N12).
+    let scope = {
+        let b = binding.identity();
+        (b.host_instance_id.to_string(), b.session_id.to_string(), b.generation)
+    };
+    let (mut replaced_rx, replaced, cache) = match live.take_over(grant.handle_sha256, id, scope) {
+        Ok(x) => x,
+        Err(e) => {
+            let reason = match e {
+                TakeOver::HeldElsewhere => "bound_in_another_process",
+                TakeOver::Unavailable => "bind_lock_unavailable",
+            };
+            warn!(conn = id, reason, "bind refused");
+            return;
+        }
+    };
+    let _live = LiveGuard { live: live.clone(), grant: grant.handle_sha256, id };
+    let runner = Runner { root, dir, delay, faults, cache: cache.clone() };
     let mut replace_gone = false;
     if replaced {
         info!(conn = id, "bound over a live connection of the same grant; revoking it");
     }
     let mut buf = vec![0u8; 64 * 1024];
     info!(conn = id, session = %binding.identity().session_id, generation = binding.identity().generation, "bound");
-    let mut session = Session::with_faults(binding, faults);
-    if wr.write_all(&bound).await.is_err() {
-        return;
-    }
-    let limit = if faults.has(Fault::NoLineLimit) { faults::NO_LINE_LIMIT } else { session.max_line() };
-    let mut next = LineDecoder::new(limit);
-    next.push(decoder.remainder());
-    let mut decoder = next;
+    let mut session = Session::with_cache(binding, faults, cache);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
-    let mut eof = false;
-    loop {
-        let mut actions = Vec::new();
-        while let Some(line) = decoder.next_line() {
-            match line {
-                Ok(l) => actions.extend(session.handle_line(Instant::now(), &l)),
-                Err(_) => actions.extend(session.handle_line_error()),
-            }
+    'conn: {
+        if wr.write_all(&bound).await.is_err() {
+            break 'conn;
         }
-        if eof && !faults.has(Fault::EofIgnored) {
-            actions.extend(session.handle_eof());
-        }
-        let mut actions: std::collections::VecDeque<Action> = actions.into();
-        while let Some(a) = actions.pop_front() {
-            match a {
-                Action::Send(line) => {
-                    if wr.write_all(&line).await.is_err() {
-                        session.handle_eof();
-                        return;
-                    }
-                }
-                Action::Execute(job) => {
-                    if let Some((rid, outcome, started)) = spawn_job(&runner, job, &done_tx) {
-                        let code = outcome.as_ref().err().map(|e| e.code.as_str()).unwrap_or("ok");
-                        debug!(conn = id, request = %rid, outcome = code, micros = started.elapsed().as_micros() as u64, "operation finished");
-                        actions.extend(session.handle_done(Instant::now(), &rid, outcome));
-                    }
-                }
-                Action::Close(reason) => {
-                    let reason = match reason {
-                        CloseReason::Revoked => "revoked",
-                        CloseReason::Eof => "eof",
-                        CloseReason::ResponseBudget => "response_budget",
-                        CloseReason::ProtocolViolation(code) => code,
-                    };
-                    let c = session.counters();
-                    info!(
-                        conn = id,
-                        reason,
-                        results = c.results,
-                        busy = c.busy,
-                        replays = c.replays,
-                        aborted = c.aborted,
-                        "closed"
-                    );
-                    let _ = wr.shutdown().await;
-                    return;
+        let limit = if faults.has(Fault::NoLineLimit) { faults::NO_LINE_LIMIT } else { session.max_line() };
+        let mut next = LineDecoder::new(limit);
+        next.push(decoder.remainder());
+        let mut decoder = next;
+        let mut eof = false;
+        loop {
+            let mut actions = Vec::new();
+            while let Some(line) = decoder.next_line() {
+                match line {
+                    Ok(l) => actions.extend(session.handle_line(Instant::now(), &l)),
+                    Err(_) => actions.extend(session.handle_line_error()),
                 }
             }
-        }
-        tokio::select! {
-            n = rd.read(&mut buf), if !eof => match n {
-                Ok(0) | Err(_) => eof = true,
-                Ok(n) => decoder.push(&buf[..n]),
-            },
-            Some((rid, outcome, started)) = done_rx.recv() => {
-                let code = outcome.as_ref().err().map(|e| e.code.as_str()).unwrap_or("ok");
-                debug!(conn = id, request = %rid, outcome = code, micros = started.elapsed().as_micros() as u64, "operation finished");
-                for a in session.handle_done(Instant::now(), &rid, outcome) {
-                    match a {
-                        Action::Send(line) => { if wr.write_all(&line).await.is_err() { return; } }
-                        Action::Execute(job) => {
-                            if let Some(inline) = spawn_job(&runner, job, &done_tx) {
-                                let _ = done_tx.send(inline);
-                            }
+            if eof && !faults.has(Fault::EofIgnored) {
+                actions.extend(session.handle_eof());
+            }
+            let mut actions: std::collections::VecDeque<Action> = actions.into();
+            while let Some(a) = actions.pop_front() {
+                match a {
+                    Action::Send(line) => {
+                        if wr.write_all(&line).await.is_err() {
+                            break 'conn;
                         }
-                        Action::Close(_) => { let _ = wr.shutdown().await; return; }
+                    }
+                    Action::Execute(job) => {
+                        let key = session.key_of(&job.request_id).map(str::to_string);
+                        if let Some((rid, outcome, started)) = spawn_job(&runner, job, key, &done_tx) {
+                            let code = outcome.as_ref().err().map(|e| e.code.as_str()).unwrap_or("ok");
+                            debug!(conn = id, request = %rid, outcome = code, micros = started.elapsed().as_micros() as u64, "operation finished");
+                            actions.extend(session.handle_done(Instant::now(), &rid, outcome));
+                        }
+                    }
+                    Action::Close(reason) => {
+                        let reason = match reason {
+                            CloseReason::Revoked => "revoked",
+                            CloseReason::Eof => "eof",
+                            CloseReason::ResponseBudget => "response_budget",
+                            CloseReason::ProtocolViolation(code) => code,
+                        };
+                        let c = session.counters();
+                        info!(
+                            conn = id,
+                            reason,
+                            results = c.results,
+                            busy = c.busy,
+                            replays = c.replays,
+                            aborted = c.aborted,
+                            "closed"
+                        );
+                        let _ = wr.shutdown().await;
+                        break 'conn;
                     }
                 }
             }
-            _ = stop.changed() => {
-                // Shutdown revokes the binding: cancel everything, say revoked, close.
-                revoke(&mut session, &mut wr).await;
-                info!(conn = id, reason = "shutdown", "closed");
-                return;
-            }
-            r = &mut replaced_rx, if !replace_gone => {
-                if r.is_ok() {
-                    revoke(&mut session, &mut wr).await;
-                    info!(conn = id, reason = "replaced", "closed");
-                    return;
+            tokio::select! {
+                n = rd.read(&mut buf), if !eof => match n {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(n) => decoder.push(&buf[..n]),
+                },
+                Some((rid, outcome, started)) = done_rx.recv() => {
+                    let code = outcome.as_ref().err().map(|e| e.code.as_str()).unwrap_or("ok");
+                    debug!(conn = id, request = %rid, outcome = code, micros = started.elapsed().as_micros() as u64, "operation finished");
+                    for a in session.handle_done(Instant::now(), &rid, outcome) {
+                        match a {
+                            Action::Send(line) => { if wr.write_all(&line).await.is_err() { break 'conn; } }
+                            Action::Execute(job) => {
+                                let key = session.key_of(&job.request_id).map(str::to_string);
+                                if let Some(inline) = spawn_job(&runner, job, key, &done_tx) {
+                                    let _ = done_tx.send(inline);
+                                }
+                            }
+                            Action::Close(_) => { let _ = wr.shutdown().await; break 'conn; }
+                        }
+                    }
                 }
-                // The registry dropped our entry without a replacement (never polled again).
-                replace_gone = true;
-            }
-            Ok(()) = grants_rx.changed() => {
-                let current = grants_rx.borrow_and_update().clone();
-                let b = session.binding();
-                if !still_granted(&grant, b.operations(), b.limits(), &current) {
-                    // DECISION (conformance/SPEC.md PC-4.5): a reload that removes the grant
-                    // aborts in-flight work exactly like shutdown — no further result is sent.
+                _ = stop.changed() => {
+                    // Shutdown revokes the binding: cancel everything, say revoked, close.
                     revoke(&mut session, &mut wr).await;
-                    info!(conn = id, reason = "grant_revoked", "closed");
-                    return;
+                    info!(conn = id, reason = "shutdown", "closed");
+                    break 'conn;
+                }
+                r = &mut replaced_rx, if !replace_gone => {
+                    if r.is_ok() {
+                        revoke(&mut session, &mut wr).await;
+                        info!(conn = id, reason = "replaced", "closed");
+                        break 'conn;
+                    }
+                    // The registry dropped our entry without a replacement (never polled again).
+                    replace_gone = true;
+                }
+                Ok(()) = grants_rx.changed() => {
+                    let current = grants_rx.borrow_and_update().clone();
+                    let b = session.binding();
+                    if !still_granted(&grant, b.operations(), b.limits(), &current) {
+                        // DECISION (conformance/SPEC.md PC-4.5): a reload that removes the grant
+                        // aborts in-flight work exactly like shutdown — no further result is sent.
+                        revoke(&mut session, &mut wr).await;
+                        info!(conn = id, reason = "grant_revoked", "closed");
+                        break 'conn;
+                    }
                 }
             }
         }
+    }
+    // Whatever ended the connection: cancel what runs, and let every outcome already
+    // reported settle the shared idempotency cache; jobs still running settle it themselves
+    // (their report finds the channel closed).
+    session.handle_eof();
+    done_rx.close();
+    while let Ok((rid, outcome, _)) = done_rx.try_recv() {
+        session.handle_done(Instant::now(), &rid, outcome);
     }
 }
 
@@ -685,6 +878,10 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
 async fn revoke(session: &mut Session, wr: &mut tokio::net::unix::OwnedWriteHalf) {
     let revoked = crate::wire::encode_line(&session.binding().identity().frame("revoked", []));
     session.handle_eof();
-    let _ = wr.write_all(&revoked).await;
-    let _ = wr.shutdown().await;
+    // A peer that stopped reading cannot hold the revocation (issue 25, N1).
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        let _ = wr.write_all(&revoked).await;
+        let _ = wr.shutdown().await;
+    })
+    .await;
 }

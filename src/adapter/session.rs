@@ -11,7 +11,7 @@ use subtle::ConstantTimeEq;
 
 use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
-use super::idempotency::{fingerprint, IdempotencyCache, Lookup};
+use super::idempotency::{self, fingerprint, IdempotencyCache, Lookup, SharedCache};
 use crate::contract::descriptor::LimitValues;
 use crate::contract::frame::{
     extra_keys_only, judge_adapter_frame, parse_bind_request, Binding, Direction, Disposition, FrameKind,
@@ -35,6 +35,8 @@ pub const MAX_BIND_LINE: usize = 2291;
 pub struct Grant {
     /// SHA-256 of the capability handle.
     pub handle_sha256: [u8; 32],
+    /// The handle's fingerprint, the content guard's prefilter (`None`: minted before it).
+    pub handle_fingerprint: Option<u64>,
     /// The directory the binding is confined to.
     pub root: std::path::PathBuf,
     /// Device and inode of `root` when the grant was minted (`None`: a grant written before
@@ -114,6 +116,9 @@ pub fn handle_bind_with(
     me: &AdapterIdentity,
     faults: Faults,
 ) -> Result<(Binding, usize, Vec<u8>), BindRefusal> {
+    if faults.has(Fault::EscapedStringsRefused) && faults::has_escape(line) {
+        return Err(BindRefusal::Malformed);
+    }
     let rewritten = faults::lenient_bind_line(line, faults);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
@@ -132,7 +137,8 @@ pub fn handle_bind_with(
     let i = found.ok_or(BindRefusal::UnknownHandle)?;
     let g = &grants[i];
     let id = req.identity();
-    if (id.adapter_id != me.adapter_id || id.adapter_version != me.adapter_version)
+    if (id.adapter_id != me.adapter_id
+        || (id.adapter_version != me.adapter_version && !faults.has(Fault::IgnoreAdapterVersion)))
         && !faults.has(Fault::IgnoreAdapterIdentity)
     {
         return Err(BindRefusal::WrongAdapter);
@@ -142,10 +148,12 @@ pub fn handle_bind_with(
     {
         return Err(BindRefusal::WrongIdentity);
     }
-    if req.operations().iter().any(|op| !g.operations.contains(op)) {
+    if req.operations().iter().any(|op| !g.operations.contains(op)) && !faults.has(Fault::AcceptOperationsOutsideGrant)
+    {
         return Err(BindRefusal::OperationNotGranted);
     }
-    if req.limits().values().iter().zip(g.ceilings.values()).any(|(asked, max)| *asked > max)
+    let checked = if faults.has(Fault::CeilingFirstLimitOnly) { 1 } else { usize::MAX };
+    if req.limits().values().iter().zip(g.ceilings.values()).take(checked).any(|(asked, max)| *asked > max)
         && !faults.has(Fault::AcceptLimitsAboveGrant)
     {
         return Err(BindRefusal::LimitAboveCeiling);
@@ -232,7 +240,15 @@ pub struct Session {
     inflight: HashMap<String, Inflight>,
     queue: VecDeque<String>,
     running: usize,
-    cache: IdempotencyCache,
+    /// The idempotency cache, shared with the other sessions of this grant and binding
+    /// identity in this process (a replacing bind inherits it, issue 25 N7).
+    cache: SharedCache,
+    /// This session's tag on the keys it runs.
+    owner: u64,
+    /// Jobs still running when the session closed, by request id: their key and operation,
+    /// so their outcome still settles the shared cache (a mutation past its commit point is
+    /// then replayed, never run twice).
+    orphans: HashMap<String, (String, ToolOperation)>,
     finished: VecDeque<String>,
     closed: bool,
     counters: Counters,
@@ -247,14 +263,24 @@ impl Session {
 
     /// [`Session::new`] with fault switches (test aid: production passes [`Faults::NONE`]).
     pub fn with_faults(binding: Binding, faults: Faults) -> Self {
+        let cache = SharedCache::new(IdempotencyCache::new(1, Duration::ZERO).into());
+        Self::with_cache(binding, faults, cache)
+    }
+
+    /// A session whose idempotency cache is `cache`, shared with the earlier sessions of the
+    /// same grant and binding identity; it takes this binding's `maxIdempotencyKeys` and
+    /// `idempotencyTtlMs`.
+    pub fn with_cache(binding: Binding, faults: Faults, cache: SharedCache) -> Self {
+        static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let l = *binding.limits();
+        idempotency::lock(&cache)
+            .reconfigure(l.max_idempotency_keys.get() as usize, Duration::from_millis(l.idempotency_ttl_ms as u64));
         let mut result_prefix = encode_line(&binding.identity().frame("result", []));
         result_prefix.truncate(result_prefix.len().saturating_sub(2)); // the closing `}` and LF
         Self {
-            cache: IdempotencyCache::new(
-                l.max_idempotency_keys.get() as usize,
-                Duration::from_millis(l.idempotency_ttl_ms as u64),
-            ),
+            cache,
+            owner: NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            orphans: HashMap::new(),
             result_prefix,
             binding,
             inflight: HashMap::new(),
@@ -293,15 +319,50 @@ impl Session {
     }
 
     fn close(&mut self, reason: CloseReason) -> Vec<Action> {
-        self.closed = true;
-        for f in self.inflight.values() {
-            if let Stage::Running(c) = &f.stage {
-                c.cancel();
+        let mut out = Vec::new();
+        if self.faults.has(Fault::RevokeRunsQueued) && matches!(reason, CloseReason::Revoked | CloseReason::Eof) {
+            // Broken on purpose: the queued requests start, on a cancel nobody holds.
+            while let Some(id) = self.queue.pop_front() {
+                let budget = self.data_budget(&id);
+                if let Some(f) = self.inflight.get_mut(&id) {
+                    let (operation, payload) = (f.operation, std::mem::take(&mut f.payload));
+                    out.push(Action::Execute(Job {
+                        request_id: id,
+                        operation,
+                        payload,
+                        budget,
+                        cancel: Cancel::new(),
+                    }));
+                }
             }
         }
-        self.inflight.clear();
+        self.release_all();
+        out.push(Action::Close(reason));
+        out
+    }
+
+    /// Stop everything: cancel the running jobs (kept as orphans until their outcome settles
+    /// the shared cache) and forget the keys of those that never ran.
+    fn release_all(&mut self) {
+        self.closed = true;
+        let mut cache = idempotency::lock(&self.cache);
+        for (id, f) in self.inflight.drain() {
+            match &f.stage {
+                Stage::Running(c) => {
+                    c.cancel();
+                    self.orphans.insert(id, (f.key, f.operation));
+                }
+                Stage::Queued | Stage::Waiting => {
+                    cache.forget(&f.key, &id);
+                }
+            }
+        }
         self.queue.clear();
-        vec![Action::Close(reason)]
+    }
+
+    /// The idempotency key of request `request_id`, while it is in flight.
+    pub fn key_of(&self, request_id: &str) -> Option<&str> {
+        self.inflight.get(request_id).map(|f| f.key.as_str())
     }
 
     /// A framing error on the input (oversize line): close.
@@ -321,6 +382,9 @@ impl Session {
     pub fn handle_line(&mut self, now: Instant, line: &[u8]) -> Vec<Action> {
         if self.closed {
             return vec![];
+        }
+        if self.faults.has(Fault::EscapedStringsRefused) && faults::has_escape(line) {
+            return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToAdapter) {
             Ok(f) => f,
@@ -395,8 +459,10 @@ impl Session {
             return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
         }
         let fp = fingerprint(op, &payload);
-        let lookup = match self.cache.begin(now, &key, fp, &request_id) {
+        let begun = idempotency::lock(&self.cache).begin(now, &key, fp, &request_id, self.owner, is_mutating(op));
+        let lookup = match begun {
             Lookup::Replay(_) | Lookup::Wait(_) if self.faults.has(Fault::NoIdempotency) => Lookup::New,
+            Lookup::Wait(_) if self.faults.has(Fault::InFlightDuplicateRuns) => Lookup::New,
             Lookup::Conflict if self.faults.has(Fault::NoIdempotencyConflict) => Lookup::New,
             l => l,
         };
@@ -412,16 +478,32 @@ impl Session {
                 let e = AdapterError::new(AdapterCode::Busy, "idempotency key capacity reached");
                 return self.send_result(&request_id, &key, op, Err(e));
             }
+            // The first request with this key still runs on a connection this one replaced:
+            // its outcome is not known yet, so a mutation must not run again (retry later).
+            Lookup::InFlightElsewhere if is_mutating(op) => {
+                self.counters.busy += 1;
+                let e = AdapterError::new(AdapterCode::Busy, "the key's first request is still running");
+                return self.send_result(&request_id, &key, op, Err(e));
+            }
             Lookup::Replay(outcome) if is_mutating(op) => {
                 self.counters.replays += 1;
                 return self.send_result(&request_id, &key, op, outcome);
             }
             Lookup::Wait(_) if is_mutating(op) => true,
             // A read-only operation simply runs again.
-            Lookup::Replay(_) | Lookup::Wait(_) | Lookup::Rerun | Lookup::New => false,
+            Lookup::Replay(_)
+            | Lookup::Wait(_)
+            | Lookup::InFlightElsewhere
+            | Lookup::Rerun
+            | Lookup::Untracked
+            | Lookup::New => false,
         };
         let l = *self.binding.limits();
-        let queue_cap = if self.faults.has(Fault::BusyEarly) { 0 } else { l.max_queued_requests as usize };
+        let queue_cap = match l.max_queued_requests as usize {
+            _ if self.faults.has(Fault::BusyEarly) => 0,
+            q if self.faults.has(Fault::BusyOneLate) => q + 1,
+            q => q,
+        };
         if !waiting
             && !self.faults.has(Fault::NoBusy)
             && self.running >= l.max_concurrent_requests.get() as usize
@@ -430,7 +512,7 @@ impl Session {
             self.counters.busy += 1;
             if is_new {
                 // The key was recorded for this request just now: a refusal leaves no trace.
-                self.cache.forget(&key, &request_id);
+                idempotency::lock(&self.cache).forget(&key, &request_id);
             }
             let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
             return self.send_result(&request_id, &key, op, Err(e));
@@ -543,12 +625,18 @@ impl Session {
         outcome: Result<Value, AdapterError>,
     ) -> Vec<Action> {
         let mut line = self.result_line(request_id, key, op, outcome.as_ref());
+        if self.faults.has(Fault::EscapedHandleInResults) {
+            line = faults::escape_handle(&line, self.binding.handle().expose());
+        }
         if self.binding.handle().occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
             line = self.result_line(request_id, key, op, Err(&e));
         }
-        if line.len() as i64 > self.binding.limits().max_response_bytes && !self.faults.has(Fault::NoResponseBudget) {
+        let over = line.len() as i64 > self.binding.limits().max_response_bytes
+            || (self.faults.has(Fault::BudgetOffByOne)
+                && line.len() as i64 == self.binding.limits().max_response_bytes);
+        if over && !self.faults.has(Fault::NoResponseBudget) {
             let e = AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit maxResponseBytes");
             line = self.result_line(request_id, key, op, Err(&e));
             if line.len() as i64 > self.binding.limits().max_response_bytes || self.binding.handle().occurs_in(&line) {
@@ -566,6 +654,10 @@ impl Session {
     /// A job finished.
     pub fn handle_done(&mut self, now: Instant, request_id: &str, outcome: Result<Value, AdapterError>) -> Vec<Action> {
         if self.closed {
+            // A job that outlived its session still settles the shared cache: nothing is sent.
+            if let Some((key, op)) = self.orphans.remove(request_id) {
+                idempotency::lock(&self.cache).finish(now, &key, request_id, &outcome, is_mutating(op));
+            }
             return vec![];
         }
         let Some(f) = self.inflight.remove(request_id) else { return vec![] };
@@ -575,12 +667,13 @@ impl Session {
         let mut out = Vec::new();
         if f.aborted {
             // aborted:true was sent: the result is never sent. A waiter takes over the key.
-            if self.cache.forget(&f.key, request_id) {
+            let forgotten = idempotency::lock(&self.cache).forget(&f.key, request_id);
+            if forgotten {
                 out.extend(self.promote_waiter(now, &f.key));
             }
         } else {
             let keep = is_mutating(f.operation);
-            let primary = self.cache.finish(now, &f.key, request_id, &outcome, keep);
+            let primary = idempotency::lock(&self.cache).finish(now, &f.key, request_id, &outcome, keep);
             let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
             // Requests waiting on this primary (same key and fingerprint, mutating).
             let waiters: Vec<String> = if primary {
@@ -628,7 +721,8 @@ impl Session {
             }
             let fp = self.inflight.get(&id).map(|f| fingerprint(f.operation, &f.payload));
             if let Some(fp) = fp {
-                let _ = self.cache.begin(now, key, fp, &id);
+                let mutating = self.inflight.get(&id).is_some_and(|f| is_mutating(f.operation));
+                let _ = idempotency::lock(&self.cache).begin(now, key, fp, &id, self.owner, mutating);
             }
             self.queue.push_back(id);
         }
@@ -657,8 +751,11 @@ impl Session {
             return vec![Action::Send(self.aborted_frame(&request_id, &target, false, e))];
         };
         let (cancelled, running) = match &f.stage {
+            Stage::Running(_) if self.faults.has(Fault::AbortRunningIgnored) && !is_mutating(f.operation) => {
+                (false, true)
+            }
             Stage::Running(c) => (c.cancel(), true),
-            Stage::Queued | Stage::Waiting => (true, false),
+            Stage::Queued | Stage::Waiting => (!self.faults.has(Fault::AbortQueuedIgnored), false),
         };
         if !cancelled {
             // Past its commit point: its result follows, then `aborted:false` (see Inflight).
@@ -674,7 +771,8 @@ impl Session {
             if let Some(f) = self.inflight.remove(&target) {
                 if matches!(f.stage, Stage::Queued) {
                     self.queue.retain(|q| q != &target);
-                    if self.cache.forget(&f.key, &target) {
+                    let forgotten = idempotency::lock(&self.cache).forget(&f.key, &target);
+                    if forgotten && !self.faults.has(Fault::AbortStrandsDuplicate) {
                         out.extend(self.promote_waiter(now, &f.key));
                     }
                     out.extend(self.pump());
@@ -682,6 +780,16 @@ impl Session {
             }
         }
         out
+    }
+}
+
+impl Drop for Session {
+    /// A session dropped without closing (its task was aborted at shutdown) still cancels its
+    /// jobs and forgets the keys of those that never ran.
+    fn drop(&mut self) {
+        if !self.closed {
+            self.release_all();
+        }
     }
 }
 

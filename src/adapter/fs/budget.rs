@@ -60,6 +60,9 @@ pub(super) struct Bounded<T, D> {
     limit: usize,
     budget: usize,
     truncated: bool,
+    /// Something was left out that is not cut by the limit or budget (a tree search that
+    /// skipped a file it cannot report): reported as `truncated`, accepting more items.
+    incomplete: bool,
 }
 
 /// `fs.list` entries.
@@ -84,7 +87,7 @@ impl Matches {
 impl<T: Serialize, D: Serialize> Bounded<T, D> {
     /// An empty collection.
     pub(super) fn new(make: fn(Vec<T>, bool) -> D, limit: usize, budget: usize) -> Self {
-        Self { make, items: Vec::new(), items_len: 0, limit, budget, truncated: false }
+        Self { make, items: Vec::new(), items_len: 0, limit, budget, truncated: false, incomplete: false }
     }
 
     fn base_len(&self, truncated: bool) -> usize {
@@ -122,19 +125,25 @@ impl<T: Serialize, D: Serialize> Bounded<T, D> {
         true
     }
 
+    /// Mark the result incomplete (`truncated: true`) without cutting it.
+    pub(super) fn mark_incomplete(&mut self) {
+        self.incomplete = true;
+    }
+
     /// The `data` object, or `response_too_large` when not even one item (or, with no item
     /// at all, not even the empty result) fits.
     pub(super) fn finish(mut self) -> Result<Value, AdapterError> {
-        while self.base_len(self.truncated) + self.items_len > self.budget {
+        while self.base_len(self.truncated || self.incomplete) + self.items_len > self.budget {
             let Some(last) = self.items.pop() else { break };
             self.items_len -= json_len(&last) + usize::from(!self.items.is_empty());
             self.truncated = true;
         }
-        let total = self.base_len(self.truncated) + self.items_len;
+        let flag = self.truncated || self.incomplete;
+        let total = self.base_len(flag) + self.items_len;
         if total > self.budget || (self.items.is_empty() && self.truncated) {
             return Err(too_large());
         }
-        let data = data(&(self.make)(self.items, self.truncated));
+        let data = data(&(self.make)(self.items, flag));
         debug_assert_eq!(json_len(&data), total);
         Ok(data)
     }

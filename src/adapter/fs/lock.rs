@@ -1,17 +1,20 @@
-//! Process-wide exclusive locks for mutations, keyed by (root device, root inode, path).
+//! Process-wide exclusive locks for mutations, keyed by directory entry: the parent
+//! directory's (device, inode) and the entry's name.
 //!
 //! A write or edit holds the lock of its target from the first look at the file (existence,
-//! `expectedDigest`) to the rename, so two mutations of one path in this process never
+//! `expectedDigest`) to the rename, so two mutations of one file in this process never
 //! interleave: the digest check and the replacement are atomic with respect to each other.
-//! The key names the directory entry being replaced (what a rename acts on), and the root's
-//! identity lets two [`super::Root`]s of the same directory share locks. Entries are removed
+//! The key names the directory entry being replaced (what a rename acts on) by the identity
+//! of the directory that holds it, never by a root-relative path: two grants whose roots
+//! nest (`R` and `R/sub`) name `R/sub/f` as `sub/f` and `f`, and must share one lock (issue
+//! 25, N3). Entries are removed
 //! when no one holds or waits for them, so the table stays as small as the set of paths
 //! being written right now.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 
-/// The key: root `(device, inode)` and the canonical root-relative path.
+/// The key: the parent directory's `(device, inode)` and the entry's name in it.
 type Key = ((u64, u64), String);
 
 #[derive(Default)]
@@ -34,9 +37,9 @@ pub(super) struct PathLock {
 }
 
 impl PathLock {
-    /// Block until the lock of `path` beneath the root `root_id` is ours.
-    pub(super) fn acquire(root_id: (u64, u64), path: String) -> PathLock {
-        let key = (root_id, path);
+    /// Block until the lock of the entry `name` in the directory `dir_id` is ours.
+    pub(super) fn acquire(dir_id: (u64, u64), name: String) -> PathLock {
+        let key = (dir_id, name);
         let cell = Arc::clone(relock(&TABLE).entry(key.clone()).or_default());
         let mut held = relock(&cell.held);
         while *held {

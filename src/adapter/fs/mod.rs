@@ -16,10 +16,10 @@
 //! never exceeds the caller's `budget`, or a typed [`AdapterError`] whose message is a short
 //! fixed string (no content, query, user path or absolute path).
 //!
-//! Mutations (`fs.write`, `fs.edit`) hold a process-wide lock keyed by (root, path) from the
-//! first look at the target to the rename, write a temp file with an unpredictable name in
-//! the same directory, fsync it, pass the [`Cancel`] commit point, `renameat` it over the
-//! target and fsync the directory.
+//! Mutations (`fs.write`, `fs.edit`) hold a process-wide lock keyed by directory entry (the
+//! parent directory's identity and the name) from the first look at the target to the
+//! rename, write a temp file with an unpredictable name in the same directory, fsync it,
+//! pass the [`Cancel`] commit point, `renameat` it over the target and fsync the directory.
 
 mod budget;
 mod cancel;
@@ -44,7 +44,7 @@ use crate::contract::types::tool_adapter::{ByteCount, EntryType, FsStatData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
-pub use guard::{GrantDigests, Guard};
+pub use guard::{handle_fingerprint, scan_work, GrantDigests, Guard};
 
 /// Default `maxEntries` of `fs.list` (SPEC §5.3).
 pub const DEFAULT_MAX_ENTRIES: u64 = 1000;
@@ -79,8 +79,6 @@ pub struct Root {
     fd: OwnedFd,
     /// The effective resolution mode (never [`ResolveMode::Auto`]).
     mode: ResolveMode,
-    /// Device and inode of the root, identifying it in the process-wide write locks.
-    id: (u64, u64),
     /// The content guard of the binding (none for a root opened outside a binding).
     guard: Option<Guard>,
 }
@@ -110,7 +108,6 @@ impl Root {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let id = resolve::identity(&rustix::fs::fstat(&fd)?);
         let mode = match mode {
             ResolveMode::Walk => ResolveMode::Walk,
             ResolveMode::Auto | ResolveMode::Openat2 => match probe_openat2(&fd) {
@@ -119,7 +116,7 @@ impl Root {
                 Err(e) => return Err(io::Error::new(io::ErrorKind::Unsupported, e)),
             },
         };
-        Ok(Root { fd, mode, id, guard: None })
+        Ok(Root { fd, mode, guard: None })
     }
 
     /// Open a grant's root at bind time (issue 15, F8): `dir` (absolute and canonical, as
@@ -138,7 +135,7 @@ impl Root {
             Ok(()) => ResolveMode::Openat2,
             Err(_) => ResolveMode::Walk,
         };
-        Ok(Root { fd, mode, id, guard: None })
+        Ok(Root { fd, mode, guard: None })
     }
 
     /// Guard every read, search and edit of this root with `guard`: a file whose content

@@ -6,7 +6,7 @@ use rustix::fs::Stat;
 use serde_json::Value;
 
 use super::budget::{self, data, escaped_char_len};
-use super::guard::FileKey;
+use super::guard::{FileKey, Guard};
 use super::pread::pread_at;
 use super::resolve::{self, err, io_error, Want};
 use super::{Cancel, Root, MAX_READ_BYTES};
@@ -64,12 +64,17 @@ pub(super) fn read(
         }
     }
     Some(guarded(root, &fd, &st, cancel).and_then(|()| {
-        let data = window(&fd, &st, offset.unwrap_or(0), max, budget)?;
-        if root.guard.is_some() {
-            // The window must come from the version the guard judged.
+        let offset = offset.unwrap_or(0);
+        let data = window(&fd, &st, offset, max, budget, None)?;
+        if let Some(g) = &root.guard {
+            // The guard judged the file's first `st_size` bytes, the snapshot the window stays
+            // inside. If the file changed since (a log being appended to, say), the window is
+            // read again with the bytes around it and all of them are scanned: no handle
+            // written meanwhile can leave in pieces, and a growing file still gets an answer
+            // (issue 25, N6) instead of waiting for it to stand still.
             let after = rustix::fs::fstat(&fd).map_err(resolve::map_errno)?;
             if !FileKey::of(&after).same_content(&FileKey::of(&st)) {
-                return Err(err(AdapterCode::IoError, "the file changed while it was read"));
+                return window(&fd, &st, offset, max, budget, Some(g));
             }
         }
         Ok(data)
@@ -88,8 +93,17 @@ pub(super) fn guarded(root: &Root, fd: &OwnedFd, st: &Stat, cancel: &Cancel) -> 
     }
 }
 
-/// The window `[offset, offset + max)` of the open file.
-fn window(fd: &OwnedFd, st: &Stat, offset: u64, max: u64, budget: usize) -> Result<Value, AdapterError> {
+/// The window `[offset, offset + max)` of the open file, inside its first `st_size` bytes.
+/// With a `guard`, the window is read together with [`Guard::context`] bytes on each side
+/// (past `st_size` too, where the file grew) and all of them must hold no handle.
+fn window(
+    fd: &OwnedFd,
+    st: &Stat,
+    offset: u64,
+    max: u64,
+    budget: usize,
+    guard: Option<&Guard>,
+) -> Result<Value, AdapterError> {
     let size = resolve::size_of(st);
     if offset >= size {
         return finish(String::new(), 0, true, budget);
@@ -97,7 +111,18 @@ fn window(fd: &OwnedFd, st: &Stat, offset: u64, max: u64, budget: usize) -> Resu
     let window = max.min(size - offset) as usize;
     // Up to three bytes past the window tell a character cut by the window from a broken one.
     let lookahead = (size - offset).min(window as u64 + 3) as usize;
-    let buf = pread_at(fd, offset, lookahead)?;
+    let buf = match guard {
+        None => pread_at(fd, offset, lookahead)?,
+        Some(g) => {
+            let ctx = g.context();
+            let before = offset.min(ctx as u64) as usize;
+            let mut all = pread_at(fd, offset - before as u64, before + lookahead + ctx)?;
+            g.check_bytes(&all)?;
+            all.drain(..before.min(all.len()));
+            all.truncate(lookahead);
+            all
+        }
+    };
     if buf.is_empty() {
         // The file shrank under us: the offset is now at or past its end.
         return finish(String::new(), 0, true, budget);

@@ -85,11 +85,7 @@ pub(super) fn search(
             resolve::single_link(&st)?;
             if let Some(raw) = scan(&fd, &st, &q, want, cancel, &mut Vec::new())? {
                 emit(&mut out, &fd, &path.canonical(), &raw)?;
-                // Under a guard, the match texts must come from the version it judged.
-                let after = rustix::fs::fstat(&fd).map_err(resolve::map_errno)?;
-                if q.guard.is_some() && !FileKey::of(&after).same_content(&FileKey::of(&st)) {
-                    return Err(err(AdapterCode::IoError, "the file changed while it was searched"));
-                }
+                recheck_texts(&q, &fd, &FileKey::of(&st), &raw, cancel)?;
             }
         }
         Kind::Dir => {
@@ -98,6 +94,25 @@ pub(super) fn search(
         }
     }
     out.finish()
+}
+
+/// Under a guard, the texts of `raw` come from the version it judged (`judged`), or, when the
+/// file changed since, from a range that is scanned again now with the bytes around it
+/// ([`Guard::check_range`]): a file appended to while it is searched still gets an answer
+/// (issue 25, N6) and no handle written meanwhile leaves in a match text.
+fn recheck_texts(
+    query: &Query<'_>,
+    fd: &OwnedFd,
+    judged: &FileKey,
+    raw: &[RawMatch],
+    cancel: &Cancel,
+) -> Result<(), AdapterError> {
+    let (Some(g), Some(first), Some(last)) = (query.guard, raw.first(), raw.last()) else { return Ok(()) };
+    let now = rustix::fs::fstat(fd).map_err(resolve::map_errno)?;
+    if FileKey::of(&now).same_content(judged) {
+        return Ok(());
+    }
+    g.check_range(fd, first.line_start, last.line_end, cancel)
 }
 
 /// Report one text file's matches, in order, as far as the limit and budget allow; nothing
@@ -143,6 +158,8 @@ struct Query<'a> {
 struct Frame {
     entries: Vec<Entry>,
     prefix: String,
+    /// A regular file or directory was left out because its name cannot be reported.
+    skipped: bool,
 }
 
 struct Entry {
@@ -163,9 +180,19 @@ impl Entry {
 fn read_frame(dir: OwnedFd, prefix: String) -> Result<Frame, AdapterError> {
     let mut stream = Dir::read_from(&dir).map_err(resolve::map_errno)?;
     let mut entries = Vec::new();
+    let mut skipped = false;
     while let Some(entry) = stream.read() {
         let entry = entry.map_err(resolve::map_errno)?;
-        let Some(name) = reportable_name(entry.file_name().to_bytes()) else { continue };
+        let raw = entry.file_name();
+        let Some(name) = reportable_name(raw.to_bytes()) else {
+            // DECISION (SPEC PC-5.3.search, issue 25 N9): a regular file or directory whose
+            // name cannot be a match path (not UTF-8, control characters) is not searched,
+            // and the answer says so with `truncated: true`.
+            if !matches!(raw.to_bytes(), b"." | b"..") && searchable(&dir, raw, entry.file_type())? {
+                skipped = true;
+            }
+            continue;
+        };
         match entry_type(&dir, name, entry.file_type())? {
             FileType::RegularFile => entries.push(Entry { key: name.to_string(), is_dir: false }),
             FileType::Directory => entries.push(Entry { key: format!("{name}/"), is_dir: true }),
@@ -173,7 +200,22 @@ fn read_frame(dir: OwnedFd, prefix: String) -> Result<Frame, AdapterError> {
         }
     }
     entries.sort_unstable_by(|a, b| b.key.as_bytes().cmp(a.key.as_bytes()));
-    Ok(Frame { entries, prefix })
+    Ok(Frame { entries, prefix, skipped })
+}
+
+/// Whether the entry `name` of `dir` is a regular file or a directory (from `d_type`, or
+/// `fstatat(AT_SYMLINK_NOFOLLOW)` when the filesystem does not report it); one that vanished
+/// is not.
+fn searchable(dir: &OwnedFd, name: &std::ffi::CStr, d_type: FileType) -> Result<bool, AdapterError> {
+    let t = match d_type {
+        FileType::Unknown => match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => FileType::from_raw_mode(st.st_mode),
+            Err(rustix::io::Errno::NOENT) => return Ok(false),
+            Err(e) => return Err(resolve::map_errno(e)),
+        },
+        t => t,
+    };
+    Ok(matches!(t, FileType::RegularFile | FileType::Directory))
 }
 
 /// A file of the tree, not opened yet: its root-relative path (whose last component, from
@@ -291,15 +333,18 @@ fn merge(
     scanned: Scanned,
     query: &Query<'_>,
     parents: &mut ParentCache,
+    cancel: &Cancel,
 ) -> Result<bool, AdapterError> {
     match scanned {
         Scanned::Nothing => {}
         Scanned::Matches { job, id, raw } => {
-            // A file replaced or rewritten since its scan is treated like one that changed
-            // under it (as if it had been replaced just before the scan).
+            // A file replaced or cut short since its scan is treated like one that changed
+            // under it (as if it had been replaced just before the scan); one appended to or
+            // rewritten in place gives its texts once they pass the guard again.
             if let Some((fd, _)) =
-                parents.open_file(query.root, &job)?.filter(|(_, st)| FileKey::of(st).same_content(&id))
+                parents.open_file(query.root, &job)?.filter(|(_, st)| FileKey::of(st).same_file_not_shorter(&id))
             {
+                recheck_texts(query, &fd, &id, &raw, cancel)?;
                 emit(out, &fd, &job.rel, &raw)?;
             }
         }
@@ -311,9 +356,18 @@ fn merge(
 /// The depth-first walk of a tree in bytewise path order.
 struct Walker {
     stack: Vec<Frame>,
+    /// A regular file or directory of the tree was not searched because its path cannot be
+    /// reported (see [`read_frame`]; paths over [`MAX_PATH_BYTES`] too): the answer is
+    /// marked truncated.
+    skipped: bool,
 }
 
 impl Walker {
+    fn new(top: Frame) -> Self {
+        let skipped = top.skipped;
+        Self { stack: vec![top], skipped }
+    }
+
     /// The next regular file (as seen in its directory) in path order, or `None` at the end.
     /// A directory is only entered by its path beneath the root with
     /// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the component walk), so a
@@ -335,7 +389,8 @@ impl Walker {
                 (format!("{}/{name}", top.prefix), top.prefix.len() + 1)
             };
             if child.len() > MAX_PATH_BYTES {
-                continue; // not representable as a match path
+                self.skipped = true; // not representable as a match path
+                continue;
             }
             if !entry.is_dir {
                 return Ok(Some(FileJob { rel: child, name_at, want }));
@@ -345,7 +400,9 @@ impl Walker {
                 Err(e) if changed_under_walk(&e) => continue,
                 Err(e) => return Err(e),
             };
-            self.stack.push(read_frame(fd, child)?);
+            let frame = read_frame(fd, child)?;
+            self.skipped |= frame.skipped;
+            self.stack.push(frame);
         }
         Ok(None)
     }
@@ -360,7 +417,16 @@ fn tree(
     out: &mut Matches,
     cancel: &Cancel,
 ) -> Result<(), AdapterError> {
-    let mut walker = Walker { stack: vec![read_frame(dir, prefix)?] };
+    let mut walker = Walker::new(read_frame(dir, prefix)?);
+    let result = walk(&mut walker, query, out, cancel);
+    if walker.skipped {
+        out.mark_incomplete();
+    }
+    result
+}
+
+/// [`tree`] once its top directory is read.
+fn walk(walker: &mut Walker, query: &Query<'_>, out: &mut Matches, cancel: &Cancel) -> Result<(), AdapterError> {
     // One more than still fits under the limit tells whether the result is cut; the count
     // only shrinks as matches are merged, so the figure at hand-out time is a safe bound.
     let mut first = Vec::with_capacity(BATCH_FILES);
@@ -376,7 +442,7 @@ fn tree(
     }
     let scanners = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_SCANNERS);
     if ended {
-        return sequential(&mut walker, first, query, out, cancel);
+        return sequential(walker, first, query, out, cancel);
     }
     let window = WINDOW_PER_SCANNER * scanners;
     let (job_tx, job_rx) = mpsc::sync_channel::<Batch>(window);
@@ -396,10 +462,10 @@ fn tree(
         drop(done_tx);
         if started == 0 {
             drop(job_tx);
-            return sequential(&mut walker, first, query, out, cancel);
+            return sequential(walker, first, query, out, cancel);
         }
         let mut p = Pipeline { job_tx, done_rx, window, sent: 0, merged: 0, ready: VecDeque::new() };
-        let result = p.run(&mut walker, first, out, query, cancel);
+        let result = p.run(walker, first, out, query, cancel);
         // Busy scanners stop at their next file; closing the channels (dropping the
         // pipeline) makes idle ones return too, and the scope joins them all.
         halt.store(true, Ordering::Relaxed);
@@ -431,7 +497,7 @@ fn sequential(
             },
         };
         let scanned = scan_entry(job, query, &mut parents, cancel, &mut buf);
-        if merge(out, scanned, query, &mut parents)? {
+        if merge(out, scanned, query, &mut parents, cancel)? {
             return Ok(());
         }
     }
@@ -508,7 +574,7 @@ impl Pipeline {
             }
             if batch.len() >= BATCH_FILES || (!walking && !batch.is_empty()) {
                 while self.sent - self.merged >= self.window as u64 {
-                    if self.wait(out, query, &mut parents)? {
+                    if self.wait(out, query, &mut parents, cancel)? {
                         return Ok(());
                     }
                 }
@@ -524,7 +590,7 @@ impl Pipeline {
                 }
                 // Merge what has arrived meanwhile, without waiting.
                 while let Ok(done) = self.done_rx.try_recv() {
-                    if self.arrived(done, out, query, &mut parents)? {
+                    if self.arrived(done, out, query, &mut parents, cancel)? {
                         return Ok(());
                     }
                 }
@@ -532,7 +598,7 @@ impl Pipeline {
                 if self.merged == self.sent {
                     return Ok(());
                 }
-                if self.wait(out, query, &mut parents)? {
+                if self.wait(out, query, &mut parents, cancel)? {
                     return Ok(());
                 }
             }
@@ -540,9 +606,15 @@ impl Pipeline {
     }
 
     /// Wait for one batch's results and merge what is in order; `Ok(true)` once done.
-    fn wait(&mut self, out: &mut Matches, query: &Query<'_>, parents: &mut ParentCache) -> Result<bool, AdapterError> {
+    fn wait(
+        &mut self,
+        out: &mut Matches,
+        query: &Query<'_>,
+        parents: &mut ParentCache,
+        cancel: &Cancel,
+    ) -> Result<bool, AdapterError> {
         let done = self.done_rx.recv().map_err(|_| resolve::io_error())?;
-        self.arrived(done, out, query, parents)
+        self.arrived(done, out, query, parents, cancel)
     }
 
     fn arrived(
@@ -551,6 +623,7 @@ impl Pipeline {
         out: &mut Matches,
         query: &Query<'_>,
         parents: &mut ParentCache,
+        cancel: &Cancel,
     ) -> Result<bool, AdapterError> {
         let slot = done.id.checked_sub(self.merged).and_then(|i| self.ready.get_mut(i as usize));
         let Some(slot) = slot else { return Err(resolve::io_error()) };
@@ -559,7 +632,7 @@ impl Pipeline {
             let files = self.ready.pop_front().flatten().unwrap_or_default();
             self.merged += 1;
             for scanned in files {
-                if merge(out, scanned, query, parents)? {
+                if merge(out, scanned, query, parents, cancel)? {
                     return Ok(true);
                 }
             }
@@ -690,15 +763,13 @@ fn utf8_valid_prefix(bytes: &[u8]) -> usize {
     }
 }
 
-/// Append at least one `pread` worth of bytes (retrying on EINTR) to `buf`, filling its
-/// spare capacity in place. Returns the bytes read (0 means end of file) and how many were
-/// asked for.
-fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<(usize, usize), AdapterError> {
+/// Append one `pread` worth of bytes (retrying on EINTR) to `buf`, filling its spare
+/// capacity in place. Returns the bytes read (0 means end of file).
+fn pread_more(fd: &OwnedFd, buf: &mut Vec<u8>, offset: u64) -> Result<usize, AdapterError> {
     buf.reserve(CHUNK);
-    let asked = buf.capacity() - buf.len();
     loop {
         match rustix::io::pread(fd, spare_capacity(buf), offset) {
-            Ok(n) => return Ok((n, asked)),
+            Ok(n) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(resolve::map_errno(e)),
         }
@@ -741,11 +812,17 @@ fn scan(
             return Err(cancelled());
         }
         let old = buf.len();
-        let (n, asked) = pread_more(fd, buf, read_pos)?;
+        let n = pread_more(fd, buf, read_pos)?;
         read_pos += n as u64;
-        // A read that comes back short once the size seen at open is reached is the end
-        // of the file (at the time of that read), which spares the final empty read.
-        let eof = n == 0 || (n < asked && read_pos >= size);
+        // The file is searched as the snapshot of its first `st_size` bytes: bytes appended
+        // since it was opened are not waited for (a file growing faster than it is scanned
+        // still gets an answer, issue 25 N6), and reaching that size is the end of file,
+        // which spares the final empty read.
+        if read_pos > size {
+            buf.truncate(buf.len() - (read_pos - size) as usize);
+            read_pos = size;
+        }
+        let eof = n == 0 || read_pos >= size;
         if let Some((_, scanner)) = &mut guard {
             scanner.feed(&buf[old..]);
             if scanner.found() {
@@ -1053,7 +1130,7 @@ mod tests {
         let done = if parallel {
             tree(fd, String::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel)
         } else {
-            let mut walker = Walker { stack: vec![read_frame(fd, String::new()).unwrap()] };
+            let mut walker = Walker::new(read_frame(fd, String::new()).unwrap());
             sequential(&mut walker, Vec::new(), &Query { finder, root: &root, guard: None }, &mut out, &cancel)
         };
         match done.and_then(|()| out.finish()) {

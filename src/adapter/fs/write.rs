@@ -16,7 +16,8 @@
 //! missing, the temp file is created under an unpredictable name (`O_EXCL`) and renamed.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use memchr::memmem;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
@@ -49,6 +50,48 @@ pub(super) struct WriteOptions<'a> {
     pub(super) overwrite: bool,
     /// Replace only the version with this digest.
     pub(super) expected_digest: Option<&'a str>,
+}
+
+/// Bytes every `fs.edit` running at once may hold together (issue 25, N11): twice the largest
+/// file an edit loads. An edit reserves the file's size plus the most its edits can grow it
+/// before it reads a byte, and waits (cancellably) while the reservation does not fit, so
+/// the memory of all edits together stays under this bound however many run: one edit of a
+/// 60 MiB file holds about 60 MiB, and any number of concurrent edits at most 128 MiB.
+pub(super) const EDIT_MEMORY_BUDGET: u64 = 2 * MAX_EDIT_FILE_BYTES;
+
+/// The bytes reserved by the edits running now.
+static EDIT_MEMORY: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// A reservation of edit memory, given back when dropped.
+struct EditMemory(u64);
+
+impl EditMemory {
+    /// Reserve `bytes` (at most [`EDIT_MEMORY_BUDGET`]), waiting while other edits hold too
+    /// much; a cancellation while waiting ends the wait.
+    fn reserve(bytes: u64, cancel: &Cancel) -> Result<EditMemory, AdapterError> {
+        if bytes > EDIT_MEMORY_BUDGET {
+            return Err(err(AdapterCode::InvalidRequest, "the file is too large to edit"));
+        }
+        let (used, freed) = &EDIT_MEMORY;
+        let mut used = used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used + bytes > EDIT_MEMORY_BUDGET {
+            if cancel.is_cancelled() {
+                return Err(cancelled());
+            }
+            used = freed.wait_timeout(used, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        *used += bytes;
+        Ok(EditMemory(bytes))
+    }
+}
+
+impl Drop for EditMemory {
+    fn drop(&mut self) {
+        let (used, freed) = &EDIT_MEMORY;
+        let mut used = used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(self.0);
+        freed.notify_all();
+    }
 }
 
 /// The `data` of an `fs.write` result.
@@ -94,18 +137,20 @@ fn digest_fd(fd: &OwnedFd, cancel: &Cancel) -> Result<String, AdapterError> {
     }
 }
 
-/// The whole file, read up to its end (not merely its `fstat` size), refused past `cap`.
-fn read_to_end(fd: &OwnedFd, cap: u64, cancel: &Cancel) -> Result<Vec<u8>, AdapterError> {
-    let mut bytes = Vec::new();
+/// The whole file, read up to its end (not merely its `fstat` size) into a buffer of
+/// `capacity` bytes allocated once; a file that grew past `size` (its `fstat` size) while it
+/// was read is `io_error` (retryable: nothing was changed).
+fn read_to_end(fd: &OwnedFd, size: u64, capacity: usize, cancel: &Cancel) -> Result<Vec<u8>, AdapterError> {
+    let mut bytes = Vec::with_capacity(capacity);
     loop {
         if cancel.is_cancelled() {
             return Err(cancelled());
         }
         let chunk = pread_at(fd, bytes.len() as u64, HASH_CHUNK)?;
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() as u64 > cap {
-            return Err(err(AdapterCode::InvalidRequest, "the file is too large to edit"));
+        if bytes.len() as u64 + chunk.len() as u64 > size {
+            return Err(io_error());
         }
+        bytes.extend_from_slice(&chunk);
         if chunk.len() < HASH_CHUNK {
             return Ok(bytes);
         }
@@ -119,6 +164,15 @@ fn mutation_target<'p>(root: &Root, path: &'p ToolPath) -> Result<(OwnedFd, &'p 
         return Err(resolve::not_a_file());
     };
     Ok((root.open_dir(dirs, Access::Read)?, name.as_str()))
+}
+
+/// Take the process-wide lock of the directory entry `name` in `parent` (issue 25, N3): keyed
+/// by the parent directory's `(device, inode)` and the name, so one file has one key whatever
+/// grant (root) names it — two grants whose roots nest reach `R/sub/f` as `sub/f` and as `f`
+/// and still exclude each other.
+fn lock_entry(parent: &OwnedFd, name: &str) -> Result<PathLock, AdapterError> {
+    let dir = resolve::identity(&rustix::fs::fstat(parent).map_err(map_errno)?);
+    Ok(PathLock::acquire(dir, name.to_string()))
 }
 
 /// The target's current metadata, `None` when it does not exist. A symlink is
@@ -164,7 +218,7 @@ pub(super) fn write(
     let longest = write_data(false, content.len(), "0".repeat(64))?;
     budget::ensure_fits(&longest, budget)?;
     let (parent, name) = mutation_target(root, path)?;
-    let _lock = PathLock::acquire(root.id, path.canonical());
+    let _lock = lock_entry(&parent, name)?;
     let existing = current(&parent, name, path.trailing_slash)?;
     let (perm, owner) = match &existing {
         None if path.trailing_slash => return Err(resolve::not_a_directory()),
@@ -212,7 +266,7 @@ pub(super) fn edit(
     let longest = edit_data(edits.len(), "0".repeat(64))?;
     budget::ensure_fits(&longest, budget)?;
     let (parent, name) = mutation_target(root, path)?;
-    let _lock = PathLock::acquire(root.id, path.canonical());
+    let _lock = lock_entry(&parent, name)?;
     if current(&parent, name, path.trailing_slash)?.is_none() {
         return Err(resolve::not_found());
     }
@@ -223,7 +277,11 @@ pub(super) fn edit(
     if size > MAX_EDIT_FILE_BYTES {
         return Err(err(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }
-    let bytes = read_to_end(&fd, MAX_EDIT_FILE_BYTES, cancel)?;
+    // The most the text can hold: each edit applies once, growing it by at most the
+    // difference of its texts. Reserved before a byte is read (issue 25, N11).
+    let growth: u64 = edits.iter().map(|(old, new)| new.len().saturating_sub(old.len()) as u64).sum();
+    let _memory = EditMemory::reserve(size + growth, cancel)?;
+    let bytes = read_to_end(&fd, size, (size + growth) as usize, cancel)?;
     drop(fd);
     // An edit's outcome (not found, ambiguous) would tell pieces of a handle in the file.
     if let Some(g) = &root.guard {
