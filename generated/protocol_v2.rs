@@ -3398,6 +3398,13 @@ impl<'de> ::serde::Deserialize<'de> for ResponseSuccessSessionId {
             })
     }
 }
+///Daemon data (not on any validation path; open): session_capacity details.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct SessionCapacityDetails {
+    ///The most sessions the host keeps, resident, dormant and retained closed together.
+    #[serde(rename = "maxSessions")]
+    pub max_sessions: ::std::num::NonZeroU64,
+}
 ///Daemon data (not on any validation path; open): sessionClosed's data.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 pub struct SessionClosedEventData {

@@ -29,6 +29,16 @@ use crate::adapter::faults::{Fault, Faults};
 use crate::daemon::faults::{DaemonFault, DaemonFaults};
 
 /// A fault switch of a reference implementation, as the engine sees it.
+/// One fault switch as `kill-matrix --list` prints it: name, clause and the rule it breaks,
+/// in columns or (`json`) as one JSON object.
+pub fn fault_line<F: FaultSwitch>(f: F, json: bool) -> String {
+    if json {
+        serde_json::json!({"fault": f.name(), "clause": f.clause(), "description": f.description()}).to_string()
+    } else {
+        format!("{:<28} {:<13} {}", f.name(), f.clause(), f.description())
+    }
+}
+
 pub trait FaultSwitch: Copy + Eq + fmt::Display + FromStr<Err = String> + 'static {
     /// Every fault, in matrix order.
     const ALL: &'static [Self];
@@ -373,7 +383,9 @@ impl Matrix {
         }
         let verdict = match self.verdict() {
             Verdict::Proven => "every fault is caught and every MUST clause is killed".to_string(),
-            Verdict::Inconclusive => format!("INCONCLUSIVE: {} harness errors", self.errors.len()),
+            Verdict::Inconclusive => {
+                format!("INCONCLUSIVE: {}", super::report::count(self.errors.len(), "harness error", "harness errors"))
+            }
             Verdict::NotProven => format!(
                 "NOT PROVEN: {} surviving faults, {} unkilled MUST clauses, {} differences from the expected matrix",
                 self.survivors.len(),
@@ -460,6 +472,7 @@ impl FaultyDaemon {
             model: None,
             step: Duration::from_secs_f64((2.0 * time_scale).max(0.05)),
             vectors: crate::vectors::default_dir(),
+            sessions: Vec::new(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod adapter;
 pub mod case;
+pub mod coverage;
 pub mod daemon;
 pub mod killmatrix;
 pub mod report;

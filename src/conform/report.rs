@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use quick_junit::{NonSuccessKind, Report as JReport, TestCase, TestCaseStatus, TestSuite};
 
 use super::case::{CaseResult, Status};
-use super::run::{is_failure, Report};
+use super::run::{is_failure, Report, EXIT_CONFORMANT, EXIT_FAILURES, EXIT_INCONCLUSIVE};
 use crate::util::utc::rfc3339_millis;
 
 /// The tag a case is shown with: `PASS`, `FAIL`, `WARN`, `SKIP`, `ERROR`, or `KNOWN` for a
@@ -146,8 +146,8 @@ pub fn human(r: &Report, detail: Detail, color: bool) -> String {
     if !r.not_run.is_empty() {
         let _ = writeln!(
             out,
-            "stopped early (--fail-fast / --max-fail): {} selected cases not run, from {}",
-            r.not_run.len(),
+            "stopped early (--fail-fast / --max-fail): {} not run, from {}",
+            count(r.not_run.len(), "selected case", "selected cases"),
             r.not_run[0]
         );
     }
@@ -158,35 +158,63 @@ pub fn human(r: &Report, detail: Detail, color: bool) -> String {
             let _ = writeln!(out, "    {}{}", c.id, if c.status == Status::Error { " (harness error)" } else { "" });
         }
     }
+    if let Some(line) = grant_line(r) {
+        let _ = writeln!(out, "{line}");
+    }
     let s = r.summary();
     let not_run = if r.not_run.is_empty() { String::new() } else { format!(", {} not run", r.not_run.len()) };
     // How many of the cases were replayed golden vectors (`vector:<id>`).
     let replayed = r.results.iter().filter(|c| c.id.starts_with("vector:")).count();
-    let not_run =
-        if replayed == 0 { not_run } else { format!("{not_run} ({replayed} of the cases replayed golden vectors)") };
+    let not_run = if replayed == 0 {
+        not_run
+    } else {
+        format!("{not_run} ({} among the cases)", count(replayed, "replayed golden vector", "replayed golden vectors"))
+    };
     let _ = writeln!(
         out,
-        "{} suite against {}: {} passed, {} failed, {} known failures (baseline), {} warnings, {} skipped, {} harness errors, {} stale baseline entries{not_run}; {:.1} s",
+        "{} suite against {}: {} passed, {} failed, {} (baseline), {}, {} skipped, {}, {}{not_run}; {:.1} s",
         r.suite,
         r.target,
         s.passed,
         s.failed,
-        s.baselined,
-        s.warned,
+        count(s.baselined, "known failure", "known failures"),
+        count(s.warned, "warning", "warnings"),
         s.skipped,
-        s.errors,
-        s.stale,
+        count(s.errors, "harness error", "harness errors"),
+        count(s.stale, "stale baseline entry", "stale baseline entries"),
         r.duration.as_secs_f64()
     );
     let verdict = match r.exit_code() {
-        0 => "CONFORMANT",
-        1 => "NOT CONFORMANT",
-        2 => "INCONCLUSIVE (harness errors)",
+        EXIT_CONFORMANT => "CONFORMANT",
+        EXIT_FAILURES => "NOT CONFORMANT",
+        EXIT_INCONCLUSIVE => "INCONCLUSIVE (harness errors)",
         _ => "CONFORMANT, but the baseline is stale",
     };
     let key = if verdict.starts_with("CONFORMANT") { "CONFORMANT" } else { "NOT CONFORMANT" };
     let _ = writeln!(out, "verdict: {}", paint(key, verdict, color));
     out
+}
+
+/// One entry of a runner's case catalogue as `--list` prints it: id, level, clause (each padded
+/// to its column), tags and accepted outcomes.
+pub fn catalogue_line(m: &super::case::CaseMeta, id_width: usize, clause_width: usize) -> String {
+    let level = match m.level {
+        super::case::Level::Must => "MUST",
+        super::case::Level::Should => "SHOULD",
+    };
+    format!(
+        "{:<id_width$} {:<6} {:<clause_width$} [{}] accepts {}",
+        m.id,
+        level,
+        m.clause,
+        m.tags.join(","),
+        m.accepted.join(" | ")
+    )
+}
+
+/// `n` and the noun in its number: `1 warning`, `0 warnings`, `2 warnings`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Version of the JSON report's format (`schemas/report.schema.json`); raised on any
@@ -196,9 +224,9 @@ pub const REPORT_SCHEMA_VERSION: u64 = 1;
 /// The verdict word of a report.
 pub fn verdict(r: &Report) -> &'static str {
     match r.exit_code() {
-        0 => "CONFORMANT",
-        1 => "NOT CONFORMANT",
-        2 => "INCONCLUSIVE",
+        EXIT_CONFORMANT => "CONFORMANT",
+        EXIT_FAILURES => "NOT CONFORMANT",
+        EXIT_INCONCLUSIVE => "INCONCLUSIVE",
         _ => "CONFORMANT, STALE BASELINE",
     }
 }
@@ -226,7 +254,7 @@ pub fn json(r: &Report) -> serde_json::Value {
             })
         })
         .collect();
-    serde_json::json!({
+    let mut report = serde_json::json!({
         "schemaVersion": REPORT_SCHEMA_VERSION,
         "tool": {"name": "pi-conform", "version": env!("CARGO_PKG_VERSION")},
         "suite": r.suite,
@@ -250,6 +278,24 @@ pub fn json(r: &Report) -> serde_json::Value {
         "notRun": r.not_run,
         "stale": r.stale,
         "unknownBaselineIds": r.unknown_baseline_ids,
+    });
+    if let Some(known) = r.grant_known {
+        report["grant"] = serde_json::json!(if known { "minted" } else { "descriptor" });
+    }
+    report
+}
+
+/// The adapter suite's grading, in one line: whether the runner knew the grant (issue 24
+/// item 6). `None` for the daemon suite.
+pub fn grant_line(r: &Report) -> Option<&'static str> {
+    r.grant_known.map(|known| {
+        if known {
+            "levels: the runner minted the grant, so it knows its operations and ceilings: a bind outside them \
+             must close (MUST)"
+        } else {
+            "levels: the grant is not known (plain socket; taken to be the descriptor): a bind outside it is \
+             checked at SHOULD only (run with --command to grade it MUST)"
+        }
     })
 }
 

@@ -10,7 +10,7 @@ use super::adapter::cases::registry;
 use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
 use super::adapter::script;
 use super::adapter::{Ctx, Target};
-use super::case::{CaseMeta, CaseResult, Level, Outcome, Status};
+use super::case::{holds_handle, CaseMeta, CaseResult, Level, Outcome, Status};
 
 /// Which cases to run.
 #[derive(Clone, Debug, Default)]
@@ -74,6 +74,9 @@ pub struct Report {
     /// Selected cases that did not run because the run was stopped early (`--fail-fast`,
     /// `--max-fail`), in catalogue order.
     pub not_run: Vec<String>,
+    /// Adapter suite: whether the runner minted the grant (`--command`, selftest) and so
+    /// graded the cases whose level follows that knowledge at MUST; `None` for the daemon suite.
+    pub grant_known: Option<bool>,
 }
 
 /// What the engine does after a case: go on, or stop the run (the remaining cases are
@@ -136,12 +139,18 @@ pub fn is_failure(r: &CaseResult) -> bool {
 pub const EXIT_CONFORMANT: u8 = 0;
 /// Exit code: at least one MUST failed (not baselined).
 pub const EXIT_FAILURES: u8 = 1;
-/// Exit code: usage error, or the harness broke on some case.
-pub const EXIT_HARNESS: u8 = 2;
+/// Exit code: a usage error (bad arguments, unusable input files, a `--root` the fixture cannot
+/// be laid in); nothing was judged.
+pub const EXIT_USAGE: u8 = 2;
 /// Exit code: everything else fine, but a baselined case now passes.
 pub const EXIT_STALE_BASELINE: u8 = 3;
-/// Exit code: the target could not be reached at all.
+/// Exit code: the target could not be reached at all: nothing answers on the socket (no
+/// connection, or a connection on which nothing is ever said), or the `--command` adapter
+/// did not start.
 pub const EXIT_UNREACHABLE: u8 = 4;
+/// Exit code: inconclusive: the harness broke on some case, or the target answered but not so
+/// that the suite could run (a refused preflight bind, a handshake without the host's id).
+pub const EXIT_INCONCLUSIVE: u8 = 5;
 
 /// Counts by status.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
@@ -183,7 +192,7 @@ impl Report {
     pub fn exit_code(&self) -> u8 {
         let s = self.summary();
         if s.errors > 0 {
-            EXIT_HARNESS
+            EXIT_INCONCLUSIVE
         } else if s.failed > 0 {
             EXIT_FAILURES
         } else if s.stale > 0 {
@@ -200,6 +209,9 @@ pub enum RunError {
     /// Nothing answers on the socket.
     #[error("target unreachable: {0}")]
     Unreachable(String),
+    /// The target answered, but not so that the suite could run (exit 5).
+    #[error("{0}")]
+    Refused(String),
     /// The harness cannot work (fixture directory unusable, catalogue broken).
     #[error("harness error: {0}")]
     Harness(String),
@@ -217,7 +229,9 @@ pub fn run_adapter<R: Into<Flow>>(
     super::adapter::conn::connect_within(&target.socket, target.step)
         .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
     let reg = registry();
-    let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
+    // Graded for this run: MUST where the runner minted the grant and the entry says so.
+    let graded: Vec<CaseMeta> = catalogue.iter().map(|m| m.clone().graded(target.grant_known)).collect();
+    let selected: Vec<&CaseMeta> = graded.iter().filter(|m| filter.keeps(m)).collect();
     // Golden vectors replayed as cases (`vector:<id>`), loaded only when one is selected.
     let prefix = super::daemon::replay::PREFIX;
     let vectors = if selected.iter().any(|m| m.id.starts_with(prefix)) {
@@ -238,7 +252,7 @@ pub fn run_adapter<R: Into<Flow>>(
             (None, Some(id), Some(set)) => {
                 run_one(target, meta, &|c: &mut Ctx<'_>| super::adapter::replay::run(c, set, id), &mut state)?
             }
-            (None, None, _) if script::sessions().iter().any(|s| s.meta.id == meta.id) => {
+            (None, None, _) if script::sessions().iter().chain(&target.sessions).any(|s| s.meta.id == meta.id) => {
                 run_one(target, meta, &|c: &mut Ctx<'_>| script::run(c, &meta.id), &mut state)?
             }
             _ => return Err(RunError::Harness(format!("case {} has no implementation", meta.id))),
@@ -252,6 +266,7 @@ pub fn run_adapter<R: Into<Flow>>(
     }
     let not_run = selected[results.len()..].iter().map(|m| m.id.clone()).collect();
     let mut rep = finish("adapter", target.socket.display().to_string(), results, catalogue, baseline);
+    rep.grant_known = Some(target.grant_known);
     (rep.started_at, rep.duration, rep.not_run) = (started_at, clock.elapsed(), not_run);
     Ok(rep)
 }
@@ -287,6 +302,7 @@ pub fn finish(
         started_at: SystemTime::now(),
         duration: Duration::ZERO,
         not_run: Vec::new(),
+        grant_known: None,
     }
 }
 
@@ -329,7 +345,8 @@ fn run_one(
     }
     state.pristine = after_root == before_root && after_sentinel == before_sentinel;
     let received = ctx.received.borrow().clone();
-    if memchr::memmem::find(&received, target.handle().as_bytes()).is_some() {
+    // In any JSON spelling: a rule about a frame's content is about the decoded value.
+    if target.handles().into_iter().any(|h| holds_handle(&received, h)) {
         oracle.push("the adapter sent the capability handle".into());
     }
     if memchr::memmem::find(&received, SENTINEL_TEXT.as_bytes()).is_some() {
@@ -417,8 +434,10 @@ pub fn run_daemon<R: Into<Flow>>(
     mut progress: impl FnMut(usize, usize, &CaseResult) -> R,
 ) -> Result<Report, RunError> {
     let (started_at, clock) = (SystemTime::now(), Instant::now());
-    let mut host = super::daemon::read_host(&target.socket, target.step)
-        .map_err(|e| RunError::Unreachable(format!("{}: {e}", target.socket.display())))?;
+    let mut host = super::daemon::read_host(&target.socket, target.step).map_err(|e| match e {
+        super::daemon::HostError::Unreachable(m) => RunError::Unreachable(format!("{}: {m}", target.socket.display())),
+        super::daemon::HostError::Answered(m) => RunError::Refused(format!("{}: {m}", target.socket.display())),
+    })?;
     std::fs::create_dir_all(&target.cwd)
         .map_err(|e| RunError::Harness(format!("cannot create the session cwd: {e}")))?;
     let probe = super::daemon::probe::Probe::start(&target.cwd)
@@ -440,7 +459,9 @@ pub fn run_daemon<R: Into<Flow>>(
     for (i, meta) in selected.iter().enumerate() {
         let f = reg.iter().find(|(id, _)| *id == meta.id).map(|(_, f)| *f);
         let vector = meta.id.strip_prefix(replay).filter(|_| f.is_none());
-        let session = f.is_none() && vector.is_none() && daemon_sessions.iter().any(|s| s.meta.id == meta.id);
+        let session = f.is_none()
+            && vector.is_none()
+            && daemon_sessions.iter().chain(&target.sessions).any(|s| s.meta.id == meta.id);
         if f.is_none() && vector.is_none() && !session {
             return Err(RunError::Harness(format!("case {} has no implementation", meta.id)));
         }
@@ -457,7 +478,7 @@ pub fn run_daemon<R: Into<Flow>>(
         host = ctx.host.clone();
         let mut oracle = Vec::new();
         let received = ctx.received.borrow().clone();
-        if ctx.handles.iter().any(|h| memchr::memmem::find(&received, h.as_bytes()).is_some()) {
+        if ctx.handles.iter().any(|h| holds_handle(&received, h)) {
             oracle.push("the daemon sent a capability handle to a client".into());
         }
         // Every frame the daemon sent, to a client or to the probe, is judged by the contract.
@@ -554,6 +575,8 @@ mod tests {
             tags: vec![],
             requirement: "A missing path is not_found.".into(),
             accepted: accepted.iter().map(|s| s.to_string()).collect(),
+            techniques: vec![],
+            level_with_grant: None,
         }
     }
 
@@ -588,6 +611,7 @@ mod tests {
                 started_at: std::time::SystemTime::UNIX_EPOCH,
                 duration: Duration::ZERO,
                 not_run: vec![],
+                grant_known: None,
             },
             crate::conform::report::Detail::Normal,
             false,

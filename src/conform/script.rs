@@ -90,6 +90,31 @@ pub fn parse(text: &str) -> Result<Vec<Session>, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// Load session vectors from `paths` (`--session FILE`, e.g. recorded by `pi-conform watch
+/// --record`): every id starts with `prefix` (`adapter.` / `daemon.`), is unique, and is none of
+/// `taken` (the built-in case ids); every step does exactly one thing.
+pub fn load(paths: &[std::path::PathBuf], prefix: &str, taken: &[String]) -> Result<Vec<Session>, String> {
+    let mut out: Vec<Session> = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let sessions = parse(&text).map_err(|e| format!("{}: not a sessions file: {e}", p.display()))?;
+        for s in sessions {
+            let id = &s.meta.id;
+            if !id.starts_with(prefix) {
+                return Err(format!("{}: session {id} does not start with `{prefix}`", p.display()));
+            }
+            if taken.contains(id) || out.iter().any(|o| &o.meta.id == id) {
+                return Err(format!("{}: session id {id} is used twice", p.display()));
+            }
+            if let Some(i) = s.steps.iter().position(|x| x.actions() != 1) {
+                return Err(format!("{}: session {id}: step {} does not do exactly one thing", p.display(), i + 1));
+            }
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
 /// Apply `set` (values already expanded by `expand`) and `remove` to `frame`.
 pub fn patch(frame: &mut Value, send: &Send, expand: impl Fn(&Value) -> Value) -> Result<(), String> {
     for (k, v) in &send.set {

@@ -28,6 +28,8 @@ pub struct ReferenceAdapter {
     pub socket: PathBuf,
     /// The descriptor minted for the grant.
     pub descriptor: serde_json::Value,
+    /// The descriptor of the narrower second grant (`launch::narrow_grant`).
+    pub narrow: serde_json::Value,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -62,6 +64,7 @@ impl ReferenceAdapter {
             adapter_version: id.adapter_version.clone(),
         };
         let descriptor = grant(&grants, &req).map_err(|e| e.to_string())?;
+        let narrow = grant(&grants, &super::adapter::launch::narrow_grant(&req)).map_err(|e| e.to_string())?;
         let cfg = ServeConfig {
             socket: socket.clone(),
             grants,
@@ -87,12 +90,13 @@ impl ReferenceAdapter {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, stop, thread: Some(thread) })
+        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, narrow, stop, thread: Some(thread) })
     }
 
     /// The runner's target for this adapter.
     pub fn target(&self, time_scale: f64) -> Result<Target, String> {
-        Target::new(&self.socket, self.descriptor.clone(), &self.root, &self.sentinel, time_scale)
+        Target::new(&self.socket, self.descriptor.clone(), &self.root, &self.sentinel, time_scale)?
+            .with_minted_grant(self.narrow.clone())
     }
 
     /// The private directory holding everything.

@@ -2,13 +2,15 @@
 //! accepted outcomes) and any further problems it found; the engine adds the side-effect
 //! oracle and the secret scan to every case.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::conn::{Peer, Recv};
-use super::fixture::BIG_SIZE;
+use super::fixture::{BIG_SIZE, MIXED_LISTED};
+use super::provoke::{blocker, gather, keep_reading, ms, provoke, Gathered, Try, READ_AS_THEY_ARRIVE, SERIAL_AFTER};
+use super::req::Call;
 use super::{data, req, token, Ctx};
 use crate::conform::case::Outcome;
 use crate::contract::adapter_error::AdapterCode;
@@ -105,21 +107,20 @@ fn bind_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
     refused_bind(c, |b| b["limits"]["maxConcurrentRequests"] = json!(cur + 1))
 }
 fn bind_operation_outside_grant(c: &mut Ctx<'_>) -> Outcome {
-    let granted = c.target.admitted.operations().len();
-    if granted == 6 {
-        return Outcome::Skip("the descriptor grants all six operations".into());
-    }
+    // The runner minted a narrower second grant (`--command`, selftest): ask it for the
+    // operation it lacks. Otherwise the descriptor is taken to be the grant.
+    let grant = c.target.narrow.clone().unwrap_or_else(|| c.target.admitted.clone());
     let all = crate::contract::descriptor::OPERATIONS;
-    let missing = all
-        .iter()
-        .find(|o| !c.target.admitted.operations().iter().any(|g| g.to_string() == **o))
-        .copied()
-        .unwrap_or("fs.write");
-    refused_bind(c, |b| {
-        if let Some(a) = b["operations"].as_array_mut() {
-            a.push(json!(missing))
-        }
-    })
+    let Some(missing) = all.iter().find(|o| !grant.operations().iter().any(|g| g.to_string() == **o)).copied() else {
+        return Outcome::Skip("the descriptor grants all six operations".into());
+    };
+    let mut b = grant.bind_frame();
+    if let Some(a) = b["operations"].as_array_mut() {
+        a.push(json!(missing))
+    }
+    let mut conn = tryo!(c.connect_as(&grant));
+    conn.send(&b);
+    Outcome::token(token(&conn.expect_close(c.step())))
 }
 fn bind_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
     // The bind with its sessionId repeated, with the same valid value: a decoder that takes
@@ -131,6 +132,113 @@ fn bind_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
     conn.send_raw(dup.as_bytes());
     Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+/// Each item of PC-4.5's list, one connection each: a bind whose identity differs from the
+/// grant in exactly one field is closed without `bound`.
+fn bind_each_identity_field_wrong(c: &mut Ctx<'_>) -> Outcome {
+    let mut bound = Vec::new();
+    for field in ["adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"] {
+        let mut b = c.bind_frame();
+        b[field] = match &b[field] {
+            Value::Number(n) => json!(n.as_u64().unwrap_or(0) + 1),
+            // The last character changed within its class (a digit for a digit), so the value
+            // keeps its format and only differs from the grant's.
+            Value::String(s) => {
+                let mut chars: Vec<char> = s.chars().collect();
+                if let Some(last) = chars.last_mut() {
+                    *last = match *last {
+                        d @ '0'..='9' => char::from(b'0' + (d as u8 - b'0' + 1) % 10),
+                        'x' => 'y',
+                        _ => 'x',
+                    };
+                }
+                json!(chars.into_iter().collect::<String>())
+            }
+            v => v.clone(),
+        };
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind with {field} changed"));
+        conn.send(&b);
+        if conn.expect_close(c.step()).frame().is_some_and(|v| v.kind() == Some("bound")) {
+            bound.push(field);
+        }
+    }
+    if bound.is_empty() {
+        Outcome::token("closed")
+    } else {
+        Outcome::with("bound", vec![format!("a bind differing from the grant only in {} was bound", bound.join(", "))])
+    }
+}
+
+/// Each of the seven limits asked one above the grant's ceiling (taken to be the
+/// descriptor's), one connection each: closed without `bound`.
+fn bind_each_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
+    let mut bound = Vec::new();
+    let mut tried = 0;
+    for (name, _, max) in crate::contract::descriptor::LIMITS {
+        let mut b = c.bind_frame();
+        let Some(cur) = b["limits"][name].as_u64().filter(|v| *v < max) else { continue };
+        b["limits"][name] = json!(cur + 1);
+        tried += 1;
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind asks {name} {} (the ceiling is {cur})", cur + 1));
+        conn.send(&b);
+        if conn.expect_close(c.step()).frame().is_some_and(|v| v.kind() == Some("bound")) {
+            bound.push(name);
+        }
+    }
+    if tried == 0 {
+        return Outcome::Skip("every limit of the descriptor is already at its maximum".into());
+    }
+    if bound.is_empty() {
+        Outcome::token("closed")
+    } else {
+        Outcome::with(
+            "bound",
+            vec![format!("a bind asking more than the grant's ceiling was bound for {}", bound.join(", "))],
+        )
+    }
+}
+
+/// Lifecycle: a refused bind leaves the adapter whole — a connection bound before it keeps
+/// working, and a good bind on a new connection is bound and works.
+fn bind_after_refused_bind(c: &mut Ctx<'_>) -> Outcome {
+    let mut first = tryo!(c.bound());
+    let r = c.call(&mut first, req::stat("hello.txt"));
+    if data(&r).is_none() {
+        return Outcome::token(format!("before-{}", token(&r)));
+    }
+    let mut bad = c.bind_frame();
+    // Another handle of the same length, sharing no character with it: no piece of the real
+    // one reaches the transcript.
+    let h = bad["capabilityHandle"].as_str().unwrap_or("").to_string();
+    let fill = ['A', 'B', 'C'].into_iter().find(|ch| !h.contains(*ch)).unwrap_or('-');
+    bad["capabilityHandle"] = json!(fill.to_string().repeat(h.len().max(1)));
+    let mut refused = tryo!(c.connect());
+    refused.note("a bind with a wrong handle");
+    refused.send(&bad);
+    let rr = refused.expect_close(c.step());
+    if rr != Recv::Closed {
+        return Outcome::token(format!("refused-bind-{}", token(&rr)));
+    }
+    let mut p = Vec::new();
+    let r = c.call(&mut first, req::stat("hello.txt"));
+    if data(&r).is_none() {
+        p.push(format!("the connection bound before the refused bind answered {} afterwards", token(&r)));
+    }
+    drop(first);
+    // A new bind of the same generation replaces the first connection (PC-4.5): it comes last.
+    match c.bound() {
+        Ok(mut again) => {
+            let r = c.call(&mut again, req::stat("hello.txt"));
+            if data(&r).is_none() {
+                p.push(format!("a good bind after the refused one was bound but its stat answered {}", token(&r)));
+            }
+        }
+        Err(_) => p.push("a good bind on a new connection after the refused one was not bound".into()),
+    }
+    Outcome::with("closed", p)
 }
 
 // ---------------------------------------------------------------- invoke hygiene
@@ -150,10 +258,42 @@ fn invoke_unknown_frame_key(c: &mut Ctx<'_>) -> Outcome {
     conn.send(&f);
     Outcome::token(token(&conn.recv_within(c.step())))
 }
+/// The spellings of the handle the runner sends outside `bind`: as is, every character as a
+/// `\u` escape, and only the first one escaped. A JSON value is its decoded text: an adapter
+/// that looks for the handle in the raw bytes only is caught by the escaped ones. (The handle's
+/// alphabet `[A-Za-z0-9_-]` has no `/`, so `\/` cannot spell part of it.)
+pub fn handle_spellings(h: &str) -> Vec<(&'static str, String)> {
+    let esc = |c: char| format!("\\u{:04x}", c as u32);
+    let mut first: String = h.chars().take(1).map(esc).collect();
+    first.extend(h.chars().skip(1));
+    vec![
+        ("as is", h.to_string()),
+        ("with every character escaped", h.chars().map(esc).collect()),
+        ("with its first character escaped", first),
+    ]
+}
+
 fn invoke_handle_in_payload(c: &mut Ctx<'_>) -> Outcome {
     let h = c.target.handle().to_string();
     let f = c.invoke("r-1", "k-1", req::search(".", &h));
-    closes_after(c, f)
+    let text = serde_json::to_string(&f).unwrap_or_default();
+    for (how, spelled) in handle_spellings(&h) {
+        let mut line = text.replace(&h, &spelled).into_bytes();
+        line.push(b'\n');
+        let mut conn = tryo!(c.bound());
+        conn.send_raw(&line);
+        let t = token(&conn.expect_close(c.step()));
+        if t != "closed" {
+            return Outcome::with(
+                t,
+                vec![format!(
+                    "the handle {how} in an invoke payload was not refused by a close: the rule is about the decoded \
+                 value, whatever JSON escapes spell it"
+                )],
+            );
+        }
+    }
+    Outcome::token("closed")
 }
 fn invoke_unknown_payload_key(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::raw("fs.write", json!({"path": "x.txt", "content": "x", "mode": 511}))))
@@ -177,6 +317,86 @@ fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
     let max = c.target.admitted.limits().max_request_bytes as usize;
     let f = c.invoke("r-1", "k-1", req::write("x.txt", &"y".repeat(max)));
     closes_after(c, f)
+}
+
+// ---------------------------------------------------------------- every JSON spelling
+
+/// `s` as a JSON string literal with its first character written as a `\u` escape (a
+/// surrogate pair outside the BMP): the same decoded value, another spelling.
+fn escaped_first(s: &str) -> String {
+    let mut chars = s.chars();
+    let Some(first) = chars.next() else { return "\"\"".into() };
+    let mut units = [0u16; 2];
+    let esc: String = first.encode_utf16(&mut units).iter().map(|u| format!("\\u{u:04x}")).collect();
+    let rest = serde_json::to_string(chars.as_str()).unwrap_or_default();
+    format!("\"{esc}{}", &rest[1..])
+}
+
+/// The compact text of `frame` with every identity string, the `kind` key and `kind` value,
+/// and each of `more` (members whose string values are escaped too) spelled with escapes.
+fn escaped_text(frame: &Value, more: &[&str]) -> String {
+    let mut text = serde_json::to_string(frame).unwrap_or_default();
+    for k in ["adapterId", "adapterVersion", "hostInstanceId", "sessionId", "protocolVersion"].iter().chain(more) {
+        if let Some(v) = frame[*k].as_str() {
+            let plain = format!("\"{k}\":{}", serde_json::to_string(v).unwrap_or_default());
+            text = text.replacen(&plain, &format!("\"{k}\":{}", escaped_first(v)), 1);
+        }
+    }
+    if let Some(kind) = frame["kind"].as_str() {
+        let plain = format!("\"kind\":\"{kind}\"");
+        text = text.replacen(&plain, &format!("\"\\u006bind\":{}", escaped_first(kind)), 1);
+    }
+    text
+}
+
+/// A `bind` whose identity strings, `kind` key and value use `\u` escapes is the same bind
+/// (the rules are about decoded values): bound, echoing the decoded values.
+fn bind_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
+    let text = escaped_text(&c.bind_frame(), &[]);
+    let mut conn = tryo!(c.connect());
+    conn.send_raw(format!("{text}\n").as_bytes());
+    let r = conn.recv();
+    Outcome::token(if r.frame().is_some_and(|v| v.kind() == Some("bound")) { "bound".into() } else { token(&r) })
+}
+
+/// An `invoke` spelled with escapes (identity, `kind`, `operation`, the payload's key and
+/// path) is the same invoke: executed.
+fn invoke_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let (id, key) = c.ids();
+    let f = c.invoke(&id, &key, req::stat("hello.txt"));
+    let text = escaped_text(&f, &["operation", "requestId"]).replacen(
+        "\"path\":\"hello.txt\"",
+        "\"p\\u0061th\":\"h\\u0065llo.txt\"",
+        1,
+    );
+    conn.send_raw(format!("{text}\n").as_bytes());
+    let r = conn.recv_for(&id);
+    ok_with(&r, &[("/type", json!("file")), ("/size", json!(12))])
+}
+
+/// An unknown `bind` key spelled with an escape is still unknown: close.
+fn bind_escaped_unknown_key(c: &mut Ctx<'_>) -> Outcome {
+    let text = serde_json::to_string(&c.bind_frame()).unwrap_or_default();
+    let Some(body) = text.strip_suffix('}') else { return Outcome::Error("bind is not an object".into()) };
+    let mut conn = tryo!(c.connect());
+    conn.send_raw(format!("{body},\"\\u0074oken\":\"x\"}}\n").as_bytes());
+    Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+/// A payload key repeated under another spelling (`path` and `p\u0061th`) is a duplicate key:
+/// the line is not strict JSON, so the invoke cannot be attributed: close, nothing run.
+fn invoke_escaped_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let (id, key) = c.ids();
+    let f = c.invoke(&id, &key, req::stat("hello.txt"));
+    let text = serde_json::to_string(&f).unwrap_or_default().replacen(
+        "\"path\":\"hello.txt\"",
+        "\"path\":\"hello.txt\",\"p\\u0061th\":\"notes.md\"",
+        1,
+    );
+    conn.send_raw(format!("{text}\n").as_bytes());
+    Outcome::token(token(&conn.expect_close(c.step())))
 }
 
 // ---------------------------------------------------------------- paths
@@ -592,6 +812,106 @@ fn search_literal_text(c: &mut Ctx<'_>) -> Outcome {
     search_each_literally(c, "meta.txt", QUERIES)
 }
 
+// ---------------------------------------------------------------- fixture edges (mixed/)
+
+/// `mixed/` holds every kind of entry: only its regular files and directories are listed, in
+/// bytewise order (not locale order), files with their sizes (an empty one 0).
+fn list_mixed(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one(req::list("mixed")));
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    let got: Vec<(String, Value, Value)> = d["entries"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| (e["name"].as_str().unwrap_or("").to_string(), e["type"].clone(), e["size"].clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let want: Vec<(String, Value, Value)> = MIXED_LISTED
+        .iter()
+        .map(|(n, s)| match s {
+            Some(s) => (n.to_string(), json!("file"), json!(s)),
+            None => (
+                n.to_string(),
+                json!("directory"),
+                got.iter().find(|g| g.0 == *n).map(|g| g.2.clone()).unwrap_or(Value::Null),
+            ),
+        })
+        .collect();
+    let mut p = Vec::new();
+    if got != want {
+        let show = |v: &[(String, Value, Value)]| {
+            v.iter().map(|(n, t, s)| format!("{n} {t} {s}")).collect::<Vec<_>>().join(", ")
+        };
+        p.push(format!(
+            "mixed/ lists [{}], want [{}] (symlinks, FIFOs and sockets omitted, bytewise order)",
+            show(&got),
+            show(&want)
+        ));
+    }
+    if d["truncated"] != false {
+        p.push("truncated should be false".into());
+    }
+    Outcome::with("result:ok", p)
+}
+
+/// A search of `mixed/` recurses into `mixed/sub/`: matches only in its UTF-8 files without
+/// NUL, in bytewise path order, never through a symlink, never blocked by a FIFO or a socket.
+fn search_mixed(c: &mut Ctx<'_>) -> Outcome {
+    let r = tryo!(c.one(req::search("mixed", "needle").max_results(1000)));
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    let mut want = Vec::new();
+    for p in ["mixed/plain.txt", "mixed/sub/deep.txt", "mixed/\u{e9}t\u{e9}.txt"] {
+        want.extend(literal_matches(p, &String::from_utf8(read_root(c, p)).unwrap_or_default(), "needle"));
+    }
+    let mut p = Vec::new();
+    if d["matches"] != Value::Array(want.clone()) {
+        let show = |v: &[Value]| {
+            v.iter()
+                .map(|m| format!("{}:{}:{}", m["path"].as_str().unwrap_or("?"), m["line"], m["column"]))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        p.push(format!("matches [{}], want [{}]", show(&matches(&r)), show(&want)));
+    }
+    Outcome::with("result:ok", p)
+}
+
+/// The empty file reads as empty content with `eof:true` and stats as a file of size 0; the
+/// empty directory lists no entry.
+fn empty_entries(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut p = Vec::new();
+    let checks: [(Call, &[(&str, Value)]); 3] = [
+        (req::read("mixed/empty.txt"), &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(true))]),
+        (req::stat("mixed/empty.txt"), &[("/type", json!("file")), ("/size", json!(0))]),
+        (req::list("mixed/emptydir"), &[("/entries", json!([])), ("/truncated", json!(false))]),
+    ];
+    for (call, want) in checks {
+        let what = format!("{} {}", call.op(), call.payload()["path"]);
+        let r = c.call(&mut conn, call);
+        match ok_with(&r, want) {
+            Outcome::Observed { token, problems } if token == "result:ok" => {
+                p.extend(problems.into_iter().map(|x| format!("{what}: {x}")))
+            }
+            o => return o,
+        }
+    }
+    Outcome::with("result:ok", p)
+}
+
+/// A socket is never a file: fs.stat and fs.read of it are `unsupported_file_type`.
+fn socket_unsupported(c: &mut Ctx<'_>) -> Outcome {
+    if !c.fixture.socket {
+        return Outcome::Skip("no socket could be made in the root".into());
+    }
+    let mut conn = tryo!(c.bound());
+    let s = c.call(&mut conn, req::stat("mixed/sock"));
+    let r = c.call(&mut conn, req::read("mixed/sock"));
+    let p = if token(&r) != token(&s) { vec![format!("fs.read of the socket answered {}", token(&r))] } else { vec![] };
+    Outcome::with(token(&s), p)
+}
+
 // ---------------------------------------------------------------- fs.write
 
 fn write_create(c: &mut Ctx<'_>) -> Outcome {
@@ -917,14 +1237,105 @@ fn burst(c: &mut Ctx<'_>, concurrent: u64, queued: u64, n: usize) -> Result<Vec<
     conn.send_raw(&bytes);
     Ok(ids.iter().map(|id| conn.recv_for(id)).collect())
 }
+/// PC-4.5: with `maxConcurrentRequests` c and `maxQueuedRequests` q (at most 2 each, within
+/// the grant), c + q slow searches are admitted and the next invoke is refused `busy`. The
+/// state is confirmed by an abort probe sent behind the extra invoke and answered before the
+/// first search's result: the adapter read the extra invoke while every slot and queue place
+/// was taken.
 fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
-    let rs = tryo!(burst(c, 1, 0, 8));
-    // `busy` must be retryable: the judge checks every code's flag (PC-5.3.errors).
-    let busy = rs.iter().filter_map(|r| r.frame()).any(|v| v.error_code() == Some(AdapterCode::Busy.as_str()));
-    if rs.iter().any(|r| r.frame().is_none()) {
-        return Outcome::token(rs.iter().map(token).find(|t| t == "closed" || t == "timeout").unwrap_or_default());
-    }
-    Outcome::token(if busy { "busy-seen" } else { "no-busy" })
+    let l = *c.target.admitted.limits();
+    let (concurrent, queued) = (l.max_concurrent_requests.get().min(2), (l.max_queued_requests as u64).min(2));
+    let n = (concurrent + queued) as usize;
+    provoke(c, "a full queue", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(concurrent);
+        b["limits"]["maxQueuedRequests"] = json!(queued);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let blockers: Vec<(String, String)> = (0..n).map(|_| c.ids()).collect();
+        let (xid, xkey) = c.ids();
+        let probe = format!("probe-{}", i + 1);
+        let mut frames: Vec<Value> = blockers.iter().map(|(id, k)| c.invoke(id, k, blocker())).collect();
+        frames.push(c.invoke(&xid, &xkey, req::stat("hello.txt")));
+        frames.push(c.abort(&probe, "never-sent-probe"));
+        conn.note(&format!(
+            "bound with maxConcurrentRequests {concurrent}, maxQueuedRequests {queued}: {n} slow searches fill \
+             every slot and queue place, invoke {xid} is one past them, abort {probe} is the probe"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut ids: Vec<String> = blockers.iter().map(|(id, _)| id.clone()).collect();
+        ids.push(xid.clone());
+        ids.push(probe.clone());
+        let g = gather(&mut conn, t0, c.step() * 20, |g| ids.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = ids.iter().find(|id| g.get(id).is_none()) {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to {id}")]));
+        }
+        let first = blockers.iter().filter_map(|(id, _)| g.at(id)).min().unwrap_or_default();
+        let probe_at = g.at(&probe).unwrap_or_default();
+        let refused: Vec<&str> = blockers
+            .iter()
+            .filter(|(id, _)| g.get(id).is_some_and(|(_, v)| v.error_code() == Some(AdapterCode::Busy.as_str())))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if !refused.is_empty() {
+            return Try::Done(Outcome::with(
+                "busy-early",
+                vec![format!(
+                    "{} of the first {n} invokes ({}) were refused busy: exactly maxConcurrentRequests + \
+                     maxQueuedRequests = {concurrent} + {queued} must be admitted",
+                    refused.len(),
+                    refused.join(", ")
+                )],
+            ));
+        }
+        if let Some((id, v)) =
+            blockers.iter().filter_map(|(id, _)| g.get(id).map(|(_, v)| (id, v))).find(|(_, v)| v.ok() != Some(true))
+        {
+            return Try::Done(Outcome::with(
+                format!("blocker-{}", v.error_code().unwrap_or("?")),
+                vec![format!("the search {id} of the haystack failed")],
+            ));
+        }
+        let Some((_, x)) = g.get(&xid) else {
+            return Try::Done(Outcome::Error("no answer to the extra invoke".into()));
+        };
+        if x.error_code() == Some(AdapterCode::Busy.as_str()) {
+            conn.note(&format!("{xid} refused busy; the first search finished after {} ms", ms(first)));
+            return Try::Done(Outcome::token("busy-seen"));
+        }
+        if x.ok() != Some(true) {
+            return Try::Done(Outcome::token(format!("error:{}", x.error_code().unwrap_or("?"))));
+        }
+        if probe_at < first {
+            return Try::Done(Outcome::with(
+                "no-busy",
+                vec![format!(
+                    "{xid} was admitted although the {n} searches before it were all in flight (the abort probe \
+                     sent behind it was answered after {} ms, the first search only after {} ms): beyond \
+                     maxConcurrentRequests + maxQueuedRequests an invoke must be refused busy",
+                    ms(probe_at),
+                    ms(first)
+                )],
+            ));
+        }
+        if first >= SERIAL_AFTER {
+            return Try::Done(Outcome::with(
+                "no-busy",
+                vec![format!(
+                    "{xid} was admitted, and nothing sent behind the {n} searches was answered before the first \
+                     of them finished ({} ms): {READ_AS_THEY_ARRIVE}",
+                    ms(first)
+                )],
+            ));
+        }
+        Try::NotReached(format!(
+            "the first search finished after {} ms, before the probe behind the extra invoke was answered",
+            ms(first)
+        ))
+    })
 }
 fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
     let l = *c.target.admitted.limits();
@@ -937,6 +1348,130 @@ fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
     } else {
         Outcome::token(tokens.into_iter().find(|t| t != "result:ok").unwrap_or_default())
     }
+}
+
+// ---------------------------------------------------------------- limits met exactly
+
+/// `maxEntries` equal to the number of entries: all of them, `truncated:false`; one less:
+/// that many, `truncated:true` (PC-5.3.list).
+fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let all = c.call(&mut conn, req::list("sorted"));
+    let Some(n) = data(&all).and_then(|d| d["entries"].as_array()).map(Vec::len) else {
+        return Outcome::token(token(&all));
+    };
+    let mut problems = Vec::new();
+    for (max, truncated) in [(n, false), (n - 1, true)] {
+        let r = c.call(&mut conn, req::list("sorted").max_entries(max as u64));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = d["entries"].as_array().map(Vec::len).unwrap_or(0);
+        if got != max || d["truncated"] != truncated {
+            problems.push(format!(
+                "maxEntries {max} of {n} entries: {got} entries, truncated {}; want {max}, truncated {truncated}",
+                d["truncated"]
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// `maxResults` equal to the number of matches: all, `truncated:false`; one less: that many,
+/// `truncated:true` (PC-5.3.search).
+fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    // notes.md holds "needle" three times.
+    for (max, truncated) in [(3u64, false), (2, true)] {
+        let r = c.call(&mut conn, req::search("notes.md", "needle").max_results(max));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = d["matches"].as_array().map(Vec::len).unwrap_or(0);
+        if got as u64 != max || d["truncated"] != truncated {
+            problems.push(format!(
+                "maxResults {max} of 3 matches: {got} matches, truncated {}; want {max}, truncated {truncated}",
+                d["truncated"]
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// `maxBytes` exactly the bytes left: the whole rest, `eof:true`; one less: `eof:false`
+/// (PC-5.3.read: `eof` is `offset + bytesRead == size`, whatever the window).
+fn read_max_bytes_exact(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for (offset, max, content, eof) in [
+        (0u64, 12u64, "hello world\n", true),
+        (6, 6, "world\n", true),
+        (0, 11, "hello world", false),
+        (6, 5, "world", false),
+    ] {
+        let r = c.call(&mut conn, req::read("hello.txt").offset(offset).max_bytes(max));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        if d["content"] != content || d["bytesRead"] != content.len() || d["eof"] != eof {
+            problems.push(format!(
+                "offset {offset}, maxBytes {max} of the 12-byte hello.txt: content {}, bytesRead {}, eof {}; want \
+                 {content:?}, {}, {eof}",
+                d["content"],
+                d["bytesRead"],
+                d["eof"],
+                content.len()
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// A result line exactly `maxResponseBytes` long (LF included) is sent whole; with a budget
+/// one byte smaller the same read is shrunk (fewer bytes, `eof:false`) or refused
+/// `response_too_large` — the judge fails any line over the budget (PC-4.5).
+fn limits_response_budget_exact(c: &mut Ctx<'_>) -> Outcome {
+    const MAX: u64 = 1500;
+    let (id, key) = ("budget-exact-1", "budget-exact-key-1");
+    let call = || req::read("big.txt").max_bytes(MAX);
+    let line_len = {
+        let mut conn = tryo!(c.bound());
+        conn.send(&c.invoke(id, key, call()));
+        let r = conn.recv_for(id);
+        match (&r, data(&r)) {
+            (Recv::Frame(_, raw), Some(d)) if d["bytesRead"] == MAX => raw.len() + 1,
+            _ => return Outcome::with(token(&r), vec!["the 1500-byte window of big.txt did not read whole".into()]),
+        }
+    };
+    if line_len > 4 * 1024 * 1024 {
+        return Outcome::Skip("the result line is longer than any maxResponseBytes".into());
+    }
+    if (line_len as i64) < 1025 || line_len as i64 > c.target.admitted.limits().max_response_bytes {
+        return Outcome::Skip(format!("a {line_len}-byte result line cannot be a budget within the grant"));
+    }
+    let mut problems = Vec::new();
+    for budget in [line_len, line_len - 1] {
+        let mut b = c.bind_frame();
+        b["limits"]["maxResponseBytes"] = json!(budget);
+        let mut conn = tryo!(c.bind_with(&b));
+        conn.note(&format!("maxResponseBytes {budget}: the whole result line is {line_len} bytes, LF included"));
+        conn.send(&c.invoke(id, key, call()));
+        let r = conn.recv_for(id);
+        let Some(v) = r.frame() else { return Outcome::with(token(&r), problems) };
+        let whole = v.ok() == Some(true) && v["data"]["bytesRead"] == MAX;
+        if budget == line_len && !whole {
+            problems.push(format!(
+                "with maxResponseBytes {budget}, exactly the length of the whole result line, the result was not \
+                 sent whole ({}): a line at the budget fits",
+                token(&r)
+            ));
+        }
+        if budget < line_len && whole {
+            problems.push(format!("with maxResponseBytes {budget}, one byte short, the whole result was still sent"));
+        }
+        if budget < line_len && v.ok() == Some(true) && v["data"]["eof"] != false {
+            problems.push("a shrunk window of big.txt must say eof:false".into());
+        }
+        if v.ok() == Some(false) && v.error_code() != Some(AdapterCode::ResponseTooLarge.as_str()) {
+            return Outcome::with(token(&r), problems);
+        }
+    }
+    Outcome::with("result:ok", problems)
 }
 
 // ---------------------------------------------------------------- abort
@@ -979,67 +1514,203 @@ fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
         _ => Outcome::token(token(&a)),
     }
 }
+/// Abort of a running write: `aborted:true` means no result ever and no side effect. An
+/// `aborted:false` followed by the result is allowed (the write passed its commit point) but
+/// tests nothing, so the attempt is repeated; never confirmed, the case is inconclusive.
 fn abort_in_flight(c: &mut Ctx<'_>) -> Outcome {
-    c.allow(&["aborted.txt"]);
-    let mut conn = tryo!(c.bound());
-    let (id, key) = c.ids();
-    let content = "z".repeat(200_000);
-    let f = c.invoke(&id, &key, req::write("aborted.txt", &content));
-    let a = c.abort("abort-3", &id);
-    let mut bytes = serde_json::to_vec(&f).unwrap_or_default();
-    bytes.push(b'\n');
-    bytes.extend(serde_json::to_vec(&a).unwrap_or_default());
-    bytes.push(b'\n');
-    conn.send_raw(&bytes);
-    let mut ack = None;
-    let mut result = None;
-    for _ in 0..2 {
-        let r = conn.recv_within(c.step() * 2);
-        match r.frame() {
-            Some(v) if v.kind() == Some("aborted") => ack = Some(v.clone()),
-            Some(v) if v.kind() == Some("result") && v.request_id() == Some(id.as_str()) => result = Some(v.clone()),
-            Some(_) => {}
-            None => break,
-        }
-        if ack.as_ref().is_some_and(|a| a.aborted() == Some(true)) {
-            // PC-4.5: after aborted:true its result must never come; keep reading for the
-            // step budget (the judge also fails any result for it, whenever it is read).
-            let until = std::time::Instant::now() + c.step();
-            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
-                let late = conn.recv_within(left);
-                match late.frame() {
-                    Some(v) if v.request_id() == Some(id.as_str()) => result = Some(v.clone()),
-                    Some(_) => {}
-                    None => break,
-                }
+    provoke(c, "an abort of a write before its commit point", |c, i| {
+        let file = format!("aborted-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let mut conn = match c.bound() {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let (id, key) = c.ids();
+        let aid = format!("abort-write-{}", i + 1);
+        let content = "z".repeat(200_000);
+        let frames = [c.invoke(&id, &key, req::write(&file, &content)), c.abort(&aid, &id)];
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = gather(&mut conn, t0, c.step() * 4, |g| {
+            g.get(&aid).is_some_and(|(_, a)| a.aborted() == Some(true) || g.get(&id).is_some())
+        });
+        let Some(a) = g.get(&aid).map(|(_, a)| a.clone()) else {
+            return Try::Done(Outcome::with(
+                "no-aborted",
+                vec![format!("no aborted frame for {aid} ({})", g.end_token())],
+            ));
+        };
+        if a.aborted() == Some(true) {
+            // PC-4.5: after aborted:true its result must never come; keep reading for a step
+            // (the judge also fails any result for it, whenever it is read).
+            keep_reading(&mut conn, t0, c.step(), &mut g, |_| false);
+            std::thread::sleep(Duration::from_millis(100));
+            let mut p = Vec::new();
+            if let Some(t) = g.at(&id) {
+                p.push(format!("a result was sent after aborted:true (at {} ms)", ms(t)));
             }
-            break;
+            if c.target.root.join(&file).exists() {
+                p.push("aborted:true but the write happened".into());
+            }
+            return Try::Done(Outcome::with(
+                if g.at(&id).is_some() { "result-after-aborted" } else { "consistent" },
+                p,
+            ));
         }
-        if ack.is_some() && result.is_some() {
-            break;
+        let Some((_, r)) = g.get(&id) else {
+            return Try::Done(Outcome::token("aborted:false-without-result"));
+        };
+        if r.ok() == Some(true) && !c.target.root.join(&file).exists() {
+            return Try::Done(Outcome::with(
+                "consistent",
+                vec!["aborted:false and ok, but nothing was written".into()],
+            ));
         }
-    }
-    let exists = c.target.root.join("aborted.txt").exists();
-    match (ack, result) {
-        (Some(a), None) if a.aborted() == Some(true) => Outcome::with(
-            "consistent",
-            if exists { vec!["aborted:true but the write happened".into()] } else { vec![] },
-        ),
-        (Some(a), Some(_)) if a.aborted() == Some(true) => {
-            Outcome::with("result-after-aborted", vec!["a result was sent after aborted:true".into()])
-        }
-        (Some(a), Some(r)) if a.aborted() == Some(false) => {
-            let p = if r.ok() == Some(true) && !exists {
-                vec!["aborted:false and ok, but nothing was written".into()]
-            } else {
-                vec![]
+        Try::NotReached("aborted:false, then the result: the write passed its commit point before the abort".into())
+    })
+}
+
+/// Abort, running target, no side effect at stake: a slow search is aborted right behind its
+/// invoke. Confirmed when the adapter answers `aborted:true` (it was in flight) — then its
+/// result must never come — or answers the abort before the search's result (it read the
+/// abort while the search ran, so it had to cancel it).
+fn abort_running(c: &mut Ctx<'_>) -> Outcome {
+    provoke(c, "a running target", |c, i| {
+        let mut conn = match c.bound() {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let (tid, tkey) = c.ids();
+        let aid = format!("abort-running-{}", i + 1);
+        let probe = format!("probe-{}", i + 1);
+        let frames = [c.invoke(&tid, &tkey, blocker()), c.abort(&aid, &tid), c.abort(&probe, "never-sent-probe")];
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| {
+            g.get(&probe).is_some()
+                && g.get(&aid).is_some_and(|(_, a)| a.aborted() == Some(true) || g.get(&tid).is_some())
+        });
+        let Some((a_at, a)) = g.get(&aid).map(|(t, a)| (t, a.clone())) else {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no aborted frame for {aid}")]));
+        };
+        if a.aborted() == Some(true) {
+            // PC-4.5: after aborted:true its result never comes: read a whole step more.
+            keep_reading(&mut conn, t0, c.step(), &mut g, |_| false);
+            let p = match g.at(&tid) {
+                Some(t) => vec![format!("the search's result came after aborted:true (at {} ms)", ms(t))],
+                None => vec![],
             };
-            Outcome::with("consistent", p)
+            return Try::Done(Outcome::with("aborted:true", p));
         }
-        (Some(_), None) => Outcome::token("aborted:false-without-result"),
-        (None, _) => Outcome::token("no-aborted"),
-        _ => Outcome::token("inconsistent"),
+        let Some(t_at) = g.at(&tid) else {
+            return Try::Done(Outcome::with("aborted:false-without-result", vec![format!("no result for {tid}")]));
+        };
+        let read_at = a_at.min(g.at(&probe).unwrap_or(a_at));
+        if read_at < t_at {
+            return Try::Done(Outcome::with(
+                "aborted:false-while-running",
+                vec![format!(
+                    "the abort was read while the search still ran (it, or the probe sent behind it, was answered \
+                     at {} ms, the search's result came at {} ms), yet answered aborted:false: a target that has \
+                     not produced its result must be cancelled and answered aborted:true",
+                    ms(read_at),
+                    ms(t_at)
+                )],
+            ));
+        }
+        if t_at >= SERIAL_AFTER {
+            return Try::Done(Outcome::with(
+                "aborted:false-unread",
+                vec![format!(
+                    "the search ran {} ms and its abort, sent right behind it, was answered only after its \
+                     result: {READ_AS_THEY_ARRIVE}",
+                    ms(t_at)
+                )],
+            ));
+        }
+        Try::NotReached(format!("the search finished after {} ms, before the abort was read", ms(t_at)))
+    })
+}
+
+/// Abort, queued target: with one slot, a write waits behind a slow search and is aborted
+/// right behind it. A queued target has not produced its result, so `aborted:true` and no
+/// result, no write. Confirmed by `aborted:true`, or by an `aborted:false` answered while the
+/// search still ran (a failure).
+fn abort_queued(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests == 0 {
+        return Outcome::Skip("the grant allows no queue (maxQueuedRequests 0): no request can wait".into());
     }
+    provoke(c, "a queued target", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(1);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("abort-queued-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let (bid, bkey) = c.ids();
+        let (tid, tkey) = c.ids();
+        let aid = format!("abort-queued-{}", i + 1);
+        let probe = format!("probe-{}", i + 1);
+        let frames = [
+            c.invoke(&bid, &bkey, blocker()),
+            c.invoke(&tid, &tkey, req::write(&file, "a queued write that was aborted")),
+            c.abort(&aid, &tid),
+            c.abort(&probe, "never-sent-probe"),
+        ];
+        conn.note(&format!("bound with one slot and one queue place: {tid} waits behind the search {bid}"));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| {
+            g.get(&bid).is_some()
+                && g.get(&probe).is_some()
+                && g.get(&aid).is_some_and(|(_, a)| a.aborted() == Some(true) || g.get(&tid).is_some())
+        });
+        let Some((a_at, a)) = g.get(&aid).map(|(t, a)| (t, a.clone())) else {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no aborted frame for {aid}")]));
+        };
+        let Some(b_at) = g.at(&bid) else {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no result for the search {bid}")]));
+        };
+        if a.aborted() == Some(true) {
+            keep_reading(&mut conn, t0, c.step(), &mut g, |_| false);
+            let mut p = Vec::new();
+            if let Some(t) = g.at(&tid) {
+                p.push(format!("the aborted write's result came after aborted:true (at {} ms)", ms(t)));
+            }
+            if c.target.root.join(&file).exists() {
+                p.push(format!("aborted:true, yet the queued write created {file}"));
+            }
+            return Try::Done(Outcome::with("aborted:true", p));
+        }
+        let read_at = a_at.min(g.at(&probe).unwrap_or(a_at));
+        if read_at < b_at {
+            return Try::Done(Outcome::with(
+                "aborted:false-while-queued",
+                vec![format!(
+                    "the abort was read while the write still waited behind the search (it, or the probe sent \
+                     behind it, was answered at {} ms, the search's result came at {} ms), yet answered \
+                     aborted:false: a queued target has not produced its result and must be cancelled, \
+                     aborted:true",
+                    ms(read_at),
+                    ms(b_at)
+                )],
+            ));
+        }
+        if b_at >= SERIAL_AFTER {
+            return Try::Done(Outcome::with(
+                "aborted:false-unread",
+                vec![format!(
+                    "the search ahead of the write ran {} ms and the abort, sent with both, was answered only \
+                     after it: {READ_AS_THEY_ARRIVE}",
+                    ms(b_at)
+                )],
+            ));
+        }
+        Try::NotReached(format!("the search ahead finished after {} ms, before the abort was read", ms(b_at)))
+    })
 }
 
 // ---------------------------------------------------------------- idempotency
@@ -1112,27 +1783,158 @@ fn idem_read_only_key_conflict(c: &mut Ctx<'_>) -> Outcome {
     };
     Outcome::with(token(&r2), p)
 }
+/// An in-flight duplicate waits for the first (PC-4.5): with one slot and two queue places, a
+/// write and its duplicate (same key, same payload, `overwrite:false`) wait behind a slow
+/// search, so the duplicate arrives while the first is in flight. Run again, it would answer
+/// `already_exists`; replayed, it returns the first outcome. Confirmed by an abort probe sent
+/// behind the duplicate and answered before the search's result.
 fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
-    c.allow(&["dup.txt"]);
-    let mut conn = tryo!(c.bound());
-    let payload = req::write("dup.txt", &"y".repeat(100_000));
-    let mut bytes = Vec::new();
-    for id in ["d-1", "d-2"] {
-        bytes.extend(serde_json::to_vec(&c.invoke(id, "dup-key", payload.clone())).unwrap_or_default());
-        bytes.push(b'\n');
+    if c.target.admitted.limits().max_queued_requests < 2 {
+        return Outcome::Skip("the grant allows fewer than 2 queued requests: the duplicate cannot wait".into());
     }
-    conn.send_raw(&bytes);
-    let r1 = conn.recv_for("d-1");
-    let r2 = conn.recv_for("d-2");
-    let (Some(a), Some(b)) = (data(&r1), data(&r2)) else {
-        return Outcome::token(if data(&r1).is_none() { token(&r1) } else { token(&r2) });
-    };
-    let p = if a != b || a["created"] != true {
-        vec!["the duplicate ran twice (results differ or created:false)".into()]
-    } else {
-        vec![]
-    };
-    Outcome::with("result:ok", p)
+    provoke(c, "a duplicate of a request in flight", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(2);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("dup-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let content = format!("written once, attempt {}\n", i + 1);
+        let payload = req::write(&file, &content).overwrite(false);
+        let (bid, bkey) = c.ids();
+        let key = format!("dup-key-{}", i + 1);
+        let (d1, d2) = (format!("dup-{}-a", i + 1), format!("dup-{}-b", i + 1));
+        let probe = format!("probe-{}", i + 1);
+        let frames = [
+            c.invoke(&bid, &bkey, blocker()),
+            c.invoke(&d1, &key, payload.clone()),
+            c.invoke(&d2, &key, payload),
+            c.abort(&probe, "never-sent-probe"),
+        ];
+        conn.note(&format!("bound with one slot and two queue places: {d1} and its duplicate {d2} wait behind {bid}"));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let ids = [bid.as_str(), d1.as_str(), d2.as_str(), probe.as_str()];
+        let g = gather(&mut conn, t0, c.step() * 20, |g| ids.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = ids.iter().find(|id| g.get(id).is_none()) {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to {id}")]));
+        }
+        let (b_at, probe_at) = (g.at(&bid).unwrap_or_default(), g.at(&probe).unwrap_or_default());
+        if probe_at >= b_at {
+            return Try::NotReached(format!(
+                "the search ahead finished after {} ms, before the probe behind the duplicate was answered",
+                ms(b_at)
+            ));
+        }
+        let (Some((_, r1)), Some((_, r2))) = (g.get(&d1), g.get(&d2)) else {
+            return Try::Done(Outcome::Error("lost an answer".into()));
+        };
+        if r1.ok() != Some(true) {
+            return Try::Done(Outcome::token(format!("first-error:{}", r1.error_code().unwrap_or("?"))));
+        }
+        let mut p = Vec::new();
+        if r2.ok() != Some(true) {
+            p.push(format!(
+                "the duplicate of a write in flight answered {} instead of the first outcome: it ran again \
+                 instead of waiting for the first",
+                r2.error_code().unwrap_or("?")
+            ));
+        } else if r1["data"] != r2["data"] || r1["data"]["created"] != true {
+            p.push("the duplicate's data differs from the first outcome (it ran again)".into());
+        }
+        if read_root(c, &file) != content.as_bytes() {
+            p.push(format!("{file} does not hold the written content"));
+        }
+        Try::Done(Outcome::with("result:ok", p))
+    })
+}
+
+/// The primary of an in-flight duplicate is aborted while both wait in the queue: the primary
+/// never runs, and the duplicate, which was waiting for its outcome, must still be answered
+/// (run in its place, or refused with no side effect), never left without a result.
+fn idem_abort_primary_of_duplicate(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests < 2 {
+        return Outcome::Skip("the grant allows fewer than 2 queued requests: the duplicate cannot wait".into());
+    }
+    provoke(c, "an aborted primary with a duplicate waiting", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(2);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("dup-aborted-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let content = format!("written by the duplicate, attempt {}\n", i + 1);
+        let payload = req::write(&file, &content).overwrite(false);
+        let (bid, bkey) = c.ids();
+        let key = format!("dup-aborted-key-{}", i + 1);
+        let (d1, d2) = (format!("dup-aborted-{}-a", i + 1), format!("dup-aborted-{}-b", i + 1));
+        let aid = format!("abort-primary-{}", i + 1);
+        let frames = [
+            c.invoke(&bid, &bkey, blocker()),
+            c.invoke(&d1, &key, payload.clone()),
+            c.invoke(&d2, &key, payload),
+            c.abort(&aid, &d1),
+        ];
+        conn.note(&format!(
+            "bound with one slot and two queue places: {d1} and its duplicate {d2} wait behind {bid}; {aid} aborts {d1}"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| {
+            g.get(&bid).is_some()
+                && g.get(&aid).is_some_and(|(_, a)| a.aborted() != Some(true) || g.get(&d2).is_some())
+        });
+        let Some((a_at, a)) = g.get(&aid).map(|(t, a)| (t, a.clone())) else {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no aborted frame for {aid}")]));
+        };
+        let Some(b_at) = g.at(&bid) else {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no result for the search {bid}")]));
+        };
+        if a_at >= b_at {
+            return Try::NotReached(format!(
+                "the search ahead finished after {} ms, before the abort of the primary was answered",
+                ms(b_at)
+            ));
+        }
+        if a.aborted() != Some(true) {
+            // Answered while the primary still waited: judged by adapter.abort.queued-target.
+            return Try::NotReached(format!("the queued primary {d1} was answered aborted:false"));
+        }
+        keep_reading(&mut conn, t0, c.step(), &mut g, |_| false);
+        let mut p = Vec::new();
+        if let Some(t) = g.at(&d1) {
+            p.push(format!("the aborted primary's result came after aborted:true (at {} ms)", ms(t)));
+        }
+        let on_disk = read_root(c, &file);
+        match g.get(&d2).map(|(_, r)| r.clone()) {
+            None => p.push(format!(
+                "{d2}, a duplicate waiting for {d1}, was never answered after {d1} was aborted: every invoke \
+                 gets one result unless it is itself aborted (it may run in the aborted primary's place, or be \
+                 refused with no side effect)"
+            )),
+            Some(r) if r.ok() == Some(true) => {
+                if on_disk != content.as_bytes() {
+                    p.push(format!("{d2} answered ok, yet {file} does not hold the written content"));
+                }
+            }
+            Some(r) => {
+                if c.target.root.join(&file).exists() {
+                    p.push(format!(
+                        "{d2} answered {}, yet {file} exists: the aborted primary (or the refused duplicate) \
+                         left a side effect",
+                        r.error_code().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+        Try::Done(Outcome::with("duplicate-answered", p))
+    })
 }
 
 // ---------------------------------------------------------------- revoke / EOF
@@ -1181,6 +1983,120 @@ fn eof_closes(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(token(&r))
 }
 
+/// Revoke or EOF with work in flight: with one slot and one queue place, a write waits behind
+/// a slow search when the binding ends. The write never runs (no file, no result), nothing
+/// follows `revoked`, and the connection closes. Confirmed when the adapter answers `revoked`
+/// (or, for EOF, the abort probe sent before it) before the search's result.
+fn ends_with_work_queued(c: &mut Ctx<'_>, eof: bool) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests == 0 {
+        return Outcome::Skip("the grant allows no queue (maxQueuedRequests 0): no request can wait".into());
+    }
+    let what = if eof { "EOF" } else { "revoke" };
+    provoke(c, &format!("{what} with a write queued"), |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(1);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("{}-queued-{}.txt", if eof { "eof" } else { "revoke" }, i + 1);
+        c.allow(&[&file]);
+        let (bid, bkey) = c.ids();
+        let (tid, tkey) = c.ids();
+        let probe = format!("probe-{}", i + 1);
+        let mut frames =
+            vec![c.invoke(&bid, &bkey, blocker()), c.invoke(&tid, &tkey, req::write(&file, "must never run"))];
+        frames.push(if eof { c.abort(&probe, "never-sent-probe") } else { c.revoke() });
+        conn.note(&format!("bound with one slot and one queue place: {tid} waits behind the search {bid}"));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = Gathered::default();
+        if eof {
+            // EOF only once the probe shows the write is queued: an adapter may drop what it
+            // has not sent yet when it sees EOF, the probe's answer too.
+            keep_reading(&mut conn, t0, c.step() * 20, &mut g, |g| {
+                g.get(&probe).is_some() || g.get(&bid).is_some() || g.get(&tid).is_some()
+            });
+            if g.get(&tid).is_some_and(|(_, v)| v.error_code() == Some(AdapterCode::Busy.as_str())) {
+                return Try::Done(Outcome::with(
+                    "busy-early",
+                    vec![format!("{tid} was refused busy although a queue place was free (maxQueuedRequests 1)")],
+                ));
+            }
+            if g.get(&probe).is_none() || g.get(&bid).is_some() || g.get(&tid).is_some() {
+                return Try::NotReached(format!(
+                    "the search ahead finished ({}) before the probe behind the write was answered",
+                    g.at(&bid).map(|t| format!("after {} ms", ms(t))).unwrap_or_else(|| g.end_token())
+                ));
+            }
+            conn.shutdown_write();
+        }
+        keep_reading(&mut conn, t0, c.step() * 5, &mut g, |_| false);
+        if g.end == Some(Recv::Timeout) {
+            return Try::Done(Outcome::with(
+                if eof { "open-after-eof" } else { "open-after-revoke" },
+                vec![format!("the connection was still open 5 steps after {what}")],
+            ));
+        }
+        // Time for work an adapter wrongly let run to reach the disk.
+        std::thread::sleep(Duration::from_millis(200));
+        let revoked = g.kind("revoked").map(|(t, _)| t);
+        let b_at = g.at(&bid);
+        // Revoke: `revoked` before the search's result. EOF: the search stopped unanswered, or
+        // `revoked` before its result.
+        let reached = match (revoked, b_at) {
+            (Some(r), Some(b)) => r < b,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        };
+        if !eof && revoked.is_none() {
+            return Try::Done(Outcome::with("closed-without-revoked", vec!["revoke must be answered revoked".into()]));
+        }
+        if !reached {
+            return Try::NotReached(format!(
+                "the search ahead finished after {} ms, before the adapter answered anything sent behind it",
+                b_at.map(ms).unwrap_or(0)
+            ));
+        }
+        if let Some((_, v)) = g.get(&tid).filter(|(t, _)| revoked.is_none_or(|r| *t < r)) {
+            if v.error_code() == Some(AdapterCode::Busy.as_str()) {
+                return Try::Done(Outcome::with(
+                    "busy-early",
+                    vec![format!("{tid} was refused busy although a queue place was free (maxQueuedRequests 1)")],
+                ));
+            }
+        }
+        let mut p = Vec::new();
+        if let Some(r) = revoked {
+            for (t, v) in g.frames.iter().filter(|(t, _)| *t > r) {
+                p.push(format!(
+                    "a {} frame for {} came after revoked ({} ms)",
+                    v.kind().unwrap_or("?"),
+                    v.request_id().unwrap_or("-"),
+                    ms(*t)
+                ));
+            }
+        }
+        if let Some(t) = g.at(&tid) {
+            p.push(format!(
+                "the write waiting in the queue was answered (at {} ms) after {what}: it must never run",
+                ms(t)
+            ));
+        }
+        if c.target.root.join(&file).exists() {
+            p.push(format!("the write waiting in the queue ran after {what}: {file} was created"));
+        }
+        Try::Done(Outcome::with(if eof { "closed" } else { "revoked-closed" }, p))
+    })
+}
+fn revoke_queued_work(c: &mut Ctx<'_>) -> Outcome {
+    ends_with_work_queued(c, false)
+}
+fn eof_queued_work(c: &mut Ctx<'_>) -> Outcome {
+    ends_with_work_queued(c, true)
+}
+
 // ---------------------------------------------------------------- secret hygiene
 
 fn plant_secret(c: &mut Ctx<'_>) {
@@ -1211,6 +2127,108 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// Whether `pieces` (texts an adapter returned, in order) give `h` back: one holds it whole, or
+/// one ends with a prefix of it and another starts with the rest (overlaps allowed).
+fn reassembles(pieces: &[String], h: &str) -> bool {
+    if pieces.concat().contains(h) {
+        return true;
+    }
+    (1..h.len()).any(|k| {
+        pieces.iter().any(|a| a.ends_with(&h[..k])) && (1..=k).any(|j| pieces.iter().any(|b| b.starts_with(&h[j..])))
+    })
+}
+
+/// SHOULD (issue 24 item 5): the file holding the handle read in windows each shorter than
+/// the handle; concatenated, the windows must not give it back (SPEC 4.5: the reference
+/// refuses every window of such a file, `capability_in_content`).
+fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    plant_secret(c);
+    c.allow(&["secret", "secret/grant.json"]);
+    let size = read_root(c, "secret/grant.json").len() as u64;
+    let window = (h.len() as u64 / 3).max(1);
+    let mut conn = tryo!(c.bound());
+    let (mut offset, mut pieces, mut refused) = (0, Vec::new(), None);
+    while offset < size && pieces.len() < 64 {
+        let r = c.call(&mut conn, req::read("secret/grant.json").offset(offset).max_bytes(window));
+        let Some(d) = data(&r) else {
+            refused = Some(token(&r));
+            break;
+        };
+        let n = d["bytesRead"].as_u64().unwrap_or(0);
+        pieces.push(d["content"].as_str().unwrap_or_default().to_string());
+        if n == 0 {
+            break;
+        }
+        offset += n;
+    }
+    if reassembles(&pieces, &h) {
+        return Outcome::with(
+            "reassembled",
+            vec![format!(
+            "{} fs.read windows of {window} bytes of secret/grant.json, each shorter than the handle, give it back \
+             when joined: refuse every window of a file that holds the handle (capability_in_content)",
+            pieces.len()
+        )],
+        );
+    }
+    not_reassembled(refused, !pieces.is_empty())
+}
+
+/// The outcome of a windowed secret case whose pieces did not give the handle back: it passes
+/// when the adapter answered windows or refused the file `capability_in_content`; any other
+/// refusal before a single window tested nothing (inconclusive).
+fn not_reassembled(refused: Option<String>, answered: bool) -> Outcome {
+    let in_content = format!("error:{}", AdapterCode::CapabilityInContent.as_str());
+    match refused {
+        None => Outcome::token("not-reassembled"),
+        Some(t) if t == in_content || answered => Outcome::token("not-reassembled"),
+        Some(t) => Outcome::Error(format!(
+            "inconclusive: the adapter answered `{t}` before any window, neither a window nor \
+             capability_in_content, so nothing was tested"
+        )),
+    }
+}
+
+/// SHOULD (issue 24 item 5): one long line holds the handle; two searches for markers placed
+/// so that each match window (PC-5.3.search: 4096 units from 1024 before the match) holds
+/// one half of it must not give it back when joined.
+fn secret_windowed_search(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    let (s, k) = (5000usize, h.len() / 2);
+    let (m1, m2) = (s + k - 3072, s + k + 1024);
+    let mut line = vec![b'.'; m2 + 4096 + 64];
+    line[s..s + h.len()].copy_from_slice(h.as_bytes());
+    line[m1..m1 + 9].copy_from_slice(b"MARK-ONE.");
+    line[m2..m2 + 9].copy_from_slice(b"MARK-TWO.");
+    line.push(b'\n');
+    let _ = std::fs::create_dir_all(c.target.root.join("secret"));
+    if std::fs::write(c.target.root.join("secret/long.txt"), &line).is_err() {
+        return Outcome::Error("cannot lay secret/long.txt".into());
+    }
+    c.allow(&["secret", "secret/long.txt"]);
+    let mut conn = tryo!(c.bound());
+    let (mut pieces, mut refused) = (Vec::new(), None);
+    for marker in ["MARK-ONE", "MARK-TWO"] {
+        let r = c.call(&mut conn, req::search("secret/long.txt", marker));
+        match data(&r) {
+            Some(_) => pieces.extend(matches(&r).iter().map(|m| m["text"].as_str().unwrap_or_default().to_string())),
+            None => {
+                refused.get_or_insert(token(&r));
+            }
+        }
+    }
+    if reassembles(&pieces, &h) {
+        return Outcome::with(
+            "reassembled",
+            vec!["two fs.search match windows of secret/long.txt, each holding part of the handle, give it back when \
+             joined: refuse a search of a file that holds the handle (capability_in_content)"
+                .into()],
+        );
+    }
+    not_reassembled(refused, !pieces.is_empty())
+}
+
 /// A case whose outcome carries every contract violation of the frames the adapter sent.
 macro_rules! judged {
     ($f:ident) => {{
@@ -1231,6 +2249,11 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.limit-above-grant", judged!(bind_limit_above_grant)),
         ("adapter.bind.operation-outside-grant", judged!(bind_operation_outside_grant)),
         ("adapter.bind.duplicate-key", judged!(bind_duplicate_key)),
+        ("adapter.bind.each-identity-field-wrong", judged!(bind_each_identity_field_wrong)),
+        ("adapter.bind.each-limit-above-grant", judged!(bind_each_limit_above_grant)),
+        ("adapter.bind.after-refused-bind", judged!(bind_after_refused_bind)),
+        ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
+        ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.unknown-frame-key.closes", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.handle-in-payload", judged!(invoke_handle_in_payload)),
@@ -1238,6 +2261,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.payload-wrong-type", judged!(invoke_payload_wrong_type)),
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
+        ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
+        ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
         ("adapter.path.empty", judged!(path_empty)),
         ("adapter.path.absolute", judged!(path_absolute)),
         ("adapter.path.backslash", judged!(path_backslash)),
@@ -1257,8 +2282,10 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.list.omits-symlinks", judged!(list_omits_symlinks)),
         ("adapter.list.omits-special-files", judged!(list_omits_special)),
         ("adapter.list.max-entries", judged!(list_max_entries)),
+        ("adapter.list.max-entries-exact", judged!(list_max_entries_exact)),
         ("adapter.list.not-a-directory", judged!(list_not_a_directory)),
         ("adapter.list.not-found", judged!(list_not_found)),
+        ("adapter.list.mixed-directory", judged!(list_mixed)),
         ("adapter.stat.file", judged!(stat_file)),
         ("adapter.stat.directory", judged!(stat_directory)),
         ("adapter.stat.root", judged!(stat_root)),
@@ -1266,8 +2293,11 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.stat.fifo-unsupported", judged!(stat_fifo)),
         ("adapter.stat.device-unsupported", judged!(stat_device)),
         ("adapter.stat.not-found", judged!(stat_not_found)),
+        ("adapter.stat.socket-unsupported", judged!(socket_unsupported)),
+        ("adapter.read.empty-entries", judged!(empty_entries)),
         ("adapter.read.whole-file", judged!(read_whole)),
         ("adapter.read.window", judged!(read_window)),
+        ("adapter.read.max-bytes-exact", judged!(read_max_bytes_exact)),
         ("adapter.read.past-end", judged!(read_past_end)),
         ("adapter.read.offset-inside-character", judged!(read_mid_char_offset)),
         ("adapter.read.window-ends-inside-character", judged!(read_window_ends_mid_char)),
@@ -1287,10 +2317,12 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.named-binary-file", judged!(search_direct_binary)),
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
         ("adapter.search.max-results", judged!(search_max_results)),
+        ("adapter.search.max-results-exact", judged!(search_max_results_exact)),
         ("adapter.search.case-sensitive", judged!(search_case_sensitive)),
         ("adapter.search.no-symlink-follow", judged!(search_no_symlink_follow)),
         ("adapter.search.literal-metacharacters", judged!(search_literal_metacharacters)),
         ("adapter.search.literal-text", judged!(search_literal_text)),
+        ("adapter.search.mixed-directory", judged!(search_mixed)),
         ("adapter.write.create", judged!(write_create)),
         ("adapter.write.overwrite", judged!(write_overwrite)),
         ("adapter.write.empty-content", judged!(write_empty_content)),
@@ -1317,21 +2349,29 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.confine.list-through-symlink", judged!(confine_list_through_symlink)),
         ("adapter.confine.swap-race", judged!(confine_swap_race)),
         ("adapter.limits.response-budget", judged!(limits_response_budget)),
+        ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
         ("adapter.abort.unknown-target", judged!(abort_unknown)),
         ("adapter.abort.finished-target", judged!(abort_finished)),
         ("adapter.abort.in-flight", judged!(abort_in_flight)),
+        ("adapter.abort.running-target", judged!(abort_running)),
+        ("adapter.abort.queued-target", judged!(abort_queued)),
         ("adapter.idempotency.replay-write", judged!(idem_replay_write)),
         ("adapter.idempotency.replay-edit", judged!(idem_replay_edit)),
         ("adapter.idempotency.conflict", judged!(idem_conflict)),
         ("adapter.idempotency.read-only-key-conflict", judged!(idem_read_only_key_conflict)),
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
+        ("adapter.idempotency.abort-primary-of-duplicate", judged!(idem_abort_primary_of_duplicate)),
         ("adapter.revoke.replies-and-closes", judged!(revoke_replies_and_closes)),
         ("adapter.revoke.nothing-after", judged!(revoke_nothing_after)),
         ("adapter.revoke.eof-closes", judged!(eof_closes)),
+        ("adapter.revoke.queued-work", judged!(revoke_queued_work)),
+        ("adapter.revoke.eof-queued-work", judged!(eof_queued_work)),
         ("adapter.secret.file-content", judged!(secret_read)),
         ("adapter.secret.search-text", judged!(secret_search)),
         ("adapter.secret.entry-name", judged!(secret_list_name)),
+        ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
+        ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
     ]
 }

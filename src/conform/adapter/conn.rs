@@ -94,6 +94,8 @@ pub struct Conn {
     /// How much of `pending` is known to hold no LF.
     scanned: usize,
     handle: String,
+    /// Further handles redacted from the transcript (another grant's).
+    others: Vec<String>,
     transcript: Rc<RefCell<Vec<WireLine>>>,
     received: Rc<RefCell<Vec<u8>>>,
     step: Duration,
@@ -117,6 +119,7 @@ impl Conn {
             pending: Vec::new(),
             scanned: 0,
             handle: handle.to_string(),
+            others: Vec::new(),
             transcript,
             received,
             step,
@@ -134,12 +137,16 @@ impl Conn {
         self
     }
 
+    /// Also redact `handle` (another grant's) from the transcript.
+    pub fn also_redacting(mut self, handle: &str) -> Conn {
+        self.others.push(handle.to_string());
+        self
+    }
+
+    /// The handles redacted in every JSON spelling ([`crate::conform::case::redact_handle`]).
     fn redact(&self, text: &str) -> String {
-        if self.handle.is_empty() {
-            text.to_string()
-        } else {
-            text.replace(&self.handle, "<handle>")
-        }
+        let once = crate::conform::case::redact_handle(text, &self.handle);
+        self.others.iter().fold(once, |t, h| crate::conform::case::redact_handle(&t, h))
     }
 
     /// Add a note to the transcript.
@@ -154,12 +161,32 @@ impl Conn {
         self.send_raw(&line);
     }
 
+    /// Send `frames` pipelined: every line in one write, so that they reach the adapter
+    /// together. The transcript shows one line per frame, after a note that says so.
+    pub fn send_all(&mut self, frames: &[Value]) {
+        let mut bytes = Vec::new();
+        for f in frames {
+            let line = serde_json::to_vec(f).unwrap_or_default();
+            let shown = String::from_utf8_lossy(&line);
+            let text = self.redact(&shorten(&shown, line.len()));
+            bytes.extend_from_slice(&line);
+            bytes.push(b'\n');
+            self.transcript.borrow_mut().push(WireLine { dir: ">".into(), text });
+        }
+        self.note(&format!("the {} lines above were sent pipelined, in one write", frames.len()));
+        self.write_judged(&bytes);
+    }
+
     /// Send raw bytes (a line, a partial line, garbage).
     pub fn send_raw(&mut self, bytes: &[u8]) {
         let shown = String::from_utf8_lossy(bytes);
         let shown = shorten(&shown, bytes.len());
         let text = self.redact(&shown);
         self.transcript.borrow_mut().push(WireLine { dir: ">".into(), text });
+        self.write_judged(bytes);
+    }
+
+    fn write_judged(&mut self, bytes: &[u8]) {
         if let Some(j) = &mut self.judge {
             for line in bytes.split_inclusive(|b| *b == b'\n').filter_map(|l| l.strip_suffix(b"\n")) {
                 j.sent(line);

@@ -90,9 +90,70 @@ pub fn lay(root: &Path, sentinel: &Path) -> std::io::Result<Fixture> {
         rustix::fs::makedev(1, 3),
     )
     .is_ok();
+    let (mixed_fifo, socket) = lay_mixed(root, sentinel, &w)?;
     std::fs::write(sentinel.join("secret.txt"), SENTINEL_TEXT)?;
     std::fs::write(sentinel.join(MARKER), b"pi-conform sentinel\n")?;
-    Ok(Fixture { root: root.to_path_buf(), sentinel: sentinel.to_path_buf(), fifo, device })
+    Ok(Fixture { root: root.to_path_buf(), sentinel: sentinel.to_path_buf(), fifo: fifo && mixed_fifo, device, socket })
+}
+
+/// The names of `mixed/` that fs.list returns, in bytewise order, with their sizes (`None`:
+/// a directory). Every other entry there is a symlink (to a file, to a directory, out of the
+/// root), a FIFO or a socket. Locale order would differ (`_`, `a`, `B`, `\u{e9}`).
+pub const MIXED_LISTED: &[(&str, Option<u64>)] = &[
+    ("B.txt", Some(2)),
+    ("_.txt", Some(2)),
+    ("a.txt", Some(2)),
+    ("empty.txt", Some(0)),
+    ("emptydir", None),
+    ("latin1.txt", Some(12)),
+    ("nul.txt", Some(8)),
+    ("plain.txt", Some(12)),
+    ("sub", None),
+    ("\u{e9}t\u{e9}.txt", Some(19)),
+];
+
+/// `mixed/`: one of every kind and size class of entry a rule tells apart, in the directory
+/// and again in `mixed/sub/` (issue 24: fixture edges). Returns whether the FIFOs and the
+/// socket could be made.
+fn lay_mixed(
+    root: &Path,
+    sentinel: &Path,
+    w: &dyn Fn(&str, &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<(bool, bool)> {
+    for (name, body) in [
+        ("B.txt", &b"B\n"[..]),
+        ("_.txt", b"_\n"),
+        ("a.txt", b"a\n"),
+        ("empty.txt", b""),
+        ("latin1.txt", b"caf\xe9 needle\n"),
+        ("nul.txt", b"needle\x00\n"),
+        ("plain.txt", "x \u{e9} needle\n".as_bytes()),
+        ("\u{e9}t\u{e9}.txt", "needle \u{1f600} needle\n".as_bytes()),
+    ] {
+        w(&format!("mixed/{name}"), body)?;
+    }
+    std::fs::create_dir_all(root.join("mixed/emptydir"))?;
+    w("mixed/sub/deep.txt", b"needle deep\n")?;
+    w("mixed/sub/latin1.txt", b"\xe9 needle\n")?;
+    w("mixed/sub/nul.txt", b"needle\x00\n")?;
+    std::os::unix::fs::symlink("../hello.txt", root.join("mixed/link-file"))?;
+    std::os::unix::fs::symlink("../dir", root.join("mixed/link-dir"))?;
+    std::os::unix::fs::symlink(sentinel, root.join("mixed/link-out"))?;
+    std::os::unix::fs::symlink(sentinel, root.join("mixed/sub/link-out"))?;
+    let mut fifo = true;
+    for p in ["mixed/fifo", "mixed/sub/fifo"] {
+        fifo &= rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join(p),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .is_ok();
+    }
+    // A socket file stays after its listener is dropped (the path may be too long to bind).
+    let socket = std::os::unix::net::UnixListener::bind(root.join("mixed/sock")).is_ok();
+    Ok((fifo, socket))
 }
 
 fn prepare(dir: &Path) -> std::io::Result<()> {
@@ -135,6 +196,8 @@ pub struct Fixture {
     pub fifo: bool,
     /// Whether the character device could be made (needs privilege).
     pub device: bool,
+    /// Whether the socket `mixed/sock` could be made.
+    pub socket: bool,
 }
 
 /// One filesystem object as the oracle sees it.

@@ -2,13 +2,13 @@
 //!
 //! A [`FrameJudge`] rides on each runner connection. It sees every line the runner sends (to
 //! learn the binding from the `bind`, and which invokes and aborts are outstanding) and every
-//! line the adapter sends, which goes through [`judge_adapter_frame`] with
-//! [`Direction::ToDaemon`] against the live binding — the `bind` this connection sent, or the
-//! descriptor's when none was sent or it could not be read — and then through the exchange
-//! rules a daemon applies (PC-4.3) and the adapter obligations of PC-4.5 and PC-5.3.errors:
-//! `bound` first and once, each `result` answering one outstanding invoke with its
-//! `idempotencyKey` and `operation`, no result after `aborted:true`, each `aborted` answering
-//! an abort, and the closed error-code set with each code's `retryable` flag. A violation is
+//! line the adapter sends, which goes through [`judge_adapter_output`] (a daemon's rules and
+//! the adapter's single-frame obligations: the closed error-code set with each code's
+//! `retryable` flag, `operation_not_granted` for an ungranted operation) against the live
+//! binding — the `bind` this connection sent, or the descriptor's when none was sent or it
+//! could not be read — and then through the exchange rules (PC-4.3, PC-4.5): `bound` first and
+//! once, each `result` answering one outstanding invoke with its `idempotencyKey` and
+//! `operation`, no result after `aborted:true`, each `aborted` answering an abort. A violation is
 //! recorded with its clause; the case fails on it whatever it was testing.
 
 use std::cell::RefCell;
@@ -17,9 +17,9 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::contract::adapter_error::{check_adapter_error_code, AdapterCode};
-use crate::contract::frame::{judge_adapter_frame, parse_bind_request, Binding, Direction};
-use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
+use crate::contract::adapter_output::{judge_adapter_output, Rule};
+use crate::contract::frame::{parse_bind_request, Binding, Direction};
+use crate::contract::types::tool_adapter::AdapterFrame;
 use crate::contract::{parse_host_record, Code, ContractError, HostRecord};
 use crate::wire::decode_strict;
 
@@ -211,10 +211,28 @@ pub struct FrameJudge {
     /// Targets answered `aborted:true`.
     aborted: BTreeSet<String>,
     violations: Rc<RefCell<Vec<String>>>,
+    findings: Option<Rc<RefCell<Vec<Finding>>>>,
+}
+
+/// One violation, structured (what `pi-conform watch` reports; the runner reads the text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The clause broken (`PC-4.3`), or `harness` for a note of the judge about itself.
+    pub clause: &'static str,
+    /// The wire code a daemon fails the connection with (`adapter_response_mismatch`).
+    pub code: &'static str,
+    /// The field (`line`, `operations`, `error.code`), empty when the rule is about the
+    /// exchange rather than one member.
+    pub field: String,
+    /// The frame's `requestId` (or an `aborted`'s target) when it has one.
+    pub request_id: Option<String>,
+    /// What happened, without the clause (never the handle: the contract's messages and the
+    /// ids it read only).
+    pub message: String,
 }
 
 /// The clause a contract refusal of an adapter frame breaks.
-fn clause_of(e: &ContractError, kind: Option<&str>) -> &'static str {
+pub fn clause_of(e: &ContractError, kind: Option<&str>) -> &'static str {
     let field = e.field();
     if e.code == Code::AdapterSecretReflected {
         return "PC-4.5";
@@ -241,7 +259,14 @@ impl FrameJudge {
             aborts: Vec::new(),
             aborted: BTreeSet::new(),
             violations,
+            findings: None,
         }
+    }
+
+    /// Also record every violation, structured, into `sink`.
+    pub fn with_findings(mut self, sink: Rc<RefCell<Vec<Finding>>>) -> Self {
+        self.findings = Some(sink);
+        self
     }
 
     fn violation(&self, text: String) {
@@ -249,6 +274,29 @@ impl FrameJudge {
         if !v.contains(&text) {
             v.push(text);
         }
+    }
+
+    /// Record a violation of `clause` with `code` at `field`.
+    fn found(&self, clause: &'static str, code: Code, field: &str, request_id: Option<&str>, message: String) {
+        self.violation(if clause == "harness" {
+            format!("{HARNESS}{message}")
+        } else {
+            format!("{clause}: {message}")
+        });
+        if let Some(sink) = &self.findings {
+            sink.borrow_mut().push(Finding {
+                clause,
+                code: code.as_str(),
+                field: field.to_string(),
+                request_id: request_id.map(str::to_string),
+                message,
+            });
+        }
+    }
+
+    /// Whether an invoke with this `requestId` was sent and is not answered yet.
+    pub fn is_pending(&self, request_id: &str) -> bool {
+        self.pending.iter().any(|(r, _, _)| r == request_id)
     }
 
     fn binding(&self) -> &Binding {
@@ -273,88 +321,98 @@ impl FrameJudge {
 
     /// One line the adapter sent (LF excluded): the strictly decoded frame, if it decodes at
     /// all, typed when the contract accepted it (a refused frame is still handed to the case,
-    /// raw, since the case may be testing something else).
+    /// raw, since the case may be testing something else). Judged by the one judge of adapter
+    /// output, [`judge_adapter_output`] (also `validate --direction to-daemon`'s).
     pub fn received(&mut self, line: &[u8]) -> Option<Peer> {
         let binding = self.binding().clone();
-        let judged = match judge_adapter_frame(line, &binding, Direction::ToDaemon) {
-            Err(e) if e.error.field() == "operation" => self.ungranted_result(line, &binding).ok_or(e),
-            r => r,
-        };
-        match judged {
-            Err(e) => {
-                // A refused frame has no generated type: its kind is read raw for the report.
-                let value = decode_strict(line).ok();
-                let kind = value.as_ref().and_then(|v| v.get("kind")).and_then(Value::as_str);
-                let clause =
-                    if e.error.field() == "line" && line.len() as u64 + 1 > binding.line_limit(Direction::ToDaemon) {
-                        "PC-4.5"
-                    } else {
-                        clause_of(&e.error, kind)
-                    };
-                self.violation(format!(
-                    "{clause}: the adapter sent a {} frame the contract refuses: {} at `{}` ({})",
-                    kind.unwrap_or("malformed"),
-                    e.error.code.as_str(),
-                    e.error.field(),
-                    e.error.message
-                ));
-                value.map(Peer::raw)
+        let judged = judge_adapter_output(line, &binding);
+        #[cfg(feature = "faults")]
+        tap::record(line, &binding, judged.is_ok());
+        let e = match judged {
+            Ok((j, f)) => {
+                self.exchange(&f);
+                return Some(Peer::accepted(j.value, f));
             }
-            Ok(j) => match j.typed() {
-                Ok(f) => {
-                    self.exchange(&f);
-                    Some(Peer::accepted(j.value, f))
-                }
-                // The schema and the generated types agree on every vector (tests/agreement.rs):
-                // this is a harness bug, reported as one.
-                Err(e) => {
-                    self.violation(format!(
-                        "{HARNESS}a frame the contract accepts does not decode into the generated type ({} at `{}`)",
-                        e.error.message,
-                        e.error.field()
-                    ));
-                    Some(Peer::raw(j.value))
-                }
-            },
+            Err(e) => e,
+        };
+        match (e.rule, e.frame) {
+            // A daemon accepts the frame: the breach is recorded, and the frame takes part in
+            // the exchange.
+            (Rule::Obligation(clause), Some(frame)) => {
+                let (j, f) = *frame;
+                let err = &e.error.error;
+                self.found(
+                    clause,
+                    err.code,
+                    err.field(),
+                    f.request_id(),
+                    format!("{} at `{}`", err.message, err.field()),
+                );
+                self.exchange(&f);
+                Some(Peer::accepted(j.value, f))
+            }
+            // The schema and the generated types agree on every vector (tests/agreement.rs):
+            // this is a harness bug, reported as one.
+            (Rule::Typed, _) => {
+                self.found(
+                    "harness",
+                    e.error.error.code,
+                    e.error.error.field(),
+                    None,
+                    format!(
+                        "a frame the contract accepts does not decode into the generated type ({} at `{}`)",
+                        e.error.error.message,
+                        e.error.error.field()
+                    ),
+                );
+                e.value.map(Peer::raw)
+            }
+            _ => {
+                let err = &e.error.error;
+                // A refused frame has no generated type: its kind is read raw for the report.
+                let kind = e.value.as_ref().and_then(|v| v.get("kind")).and_then(Value::as_str);
+                let clause = if err.field() == "line" && line.len() as u64 + 1 > binding.line_limit(Direction::ToDaemon)
+                {
+                    "PC-4.5"
+                } else {
+                    clause_of(err, kind)
+                };
+                let rid = e.value.as_ref().and_then(|v| v.get("requestId")).and_then(Value::as_str);
+                self.found(
+                    clause,
+                    err.code,
+                    err.field(),
+                    rid,
+                    format!(
+                        "the adapter sent a {} frame the contract refuses: {} at `{}` ({})",
+                        kind.unwrap_or("malformed"),
+                        err.code.as_str(),
+                        err.field(),
+                        err.message
+                    ),
+                );
+                e.value.map(Peer::raw)
+            }
         }
-    }
-
-    /// A `result ok:false operation_not_granted` for an operation of the six the bind did not
-    /// grant is the answer PC-4.5 requires (a daemon never sends such an invoke, so the
-    /// contract refuses it on `operation`): judged with that operation granted, every other rule
-    /// applies; any other result for it is a violation.
-    fn ungranted_result(&self, line: &[u8], binding: &Binding) -> Option<crate::contract::frame::JudgedFrame> {
-        let v = decode_strict(line).ok()?;
-        if v.get("kind")? != "result" {
-            return None;
-        }
-        let op: ToolOperation = v.get("operation")?.as_str()?.parse().ok()?;
-        if binding.operations().contains(&op) {
-            return None;
-        }
-        let mut b = binding.clone();
-        b.operations_mut().push(op);
-        let j = judge_adapter_frame(line, &b, Direction::ToDaemon).ok()?;
-        let f = j.typed().ok()?;
-        if f.ok() != Some(false) || f.error_code() != Some(AdapterCode::OperationNotGranted.as_str()) {
-            self.violation(format!(
-                "PC-4.5: a result for {op}, which the bind did not grant, must be ok:false operation_not_granted"
-            ));
-        }
-        Some(j)
     }
 
     fn exchange(&mut self, f: &AdapterFrame) {
         let kind = f.kind();
         if kind == "bound" {
             if self.bound_seen {
-                self.violation("PC-4.3: a second bound on the connection".into());
+                self.found(
+                    "PC-4.3",
+                    Code::AdapterProtocolInvalid,
+                    "kind",
+                    None,
+                    "a second bound on the connection".into(),
+                );
             }
             self.bound_seen = true;
             return;
         }
         if !self.bound_seen {
-            self.violation("PC-4.3: a frame before bound".into());
+            self.found("PC-4.3", Code::AdapterProtocolInvalid, "kind", f.request_id(), "a frame before bound".into());
         }
         let s = |o: Option<&str>| o.unwrap_or_default().to_string();
         match kind {
@@ -365,20 +423,31 @@ impl FrameJudge {
                         let (_, key, op) = self.pending.remove(i);
                         let echoed = f.operation().map(|o| o.to_string()).unwrap_or_default();
                         if key != s(f.idempotency_key()) || op != echoed {
-                            self.violation(format!(
-                                "PC-4.3: the result for `{id}` does not echo its invoke's idempotencyKey and operation"
-                            ));
+                            self.found(
+                                "PC-4.3",
+                                Code::AdapterResponseMismatch,
+                                if key != s(f.idempotency_key()) { "idempotencyKey" } else { "operation" },
+                                Some(&id),
+                                format!("the result for `{id}` does not echo its invoke's idempotencyKey and operation"),
+                            );
                         }
                     }
-                    None if self.aborted.contains(&id) => self.violation(format!(
-                        "PC-4.5: a result for `{id}` after it was answered aborted:true (MUST NOT send its result)"
-                    )),
-                    None => self.violation(format!(
-                        "PC-4.3: a result for `{id}`, which is no outstanding invoke (unknown request or a duplicate result)"
-                    )),
-                }
-                if f.ok() == Some(false) {
-                    self.error_code(f);
+                    None if self.aborted.contains(&id) => self.found(
+                        "PC-4.5",
+                        Code::AdapterResponseMismatch,
+                        "requestId",
+                        Some(&id),
+                        format!("a result for `{id}` after it was answered aborted:true (MUST NOT send its result)"),
+                    ),
+                    None => self.found(
+                        "PC-4.3",
+                        Code::AdapterResponseMismatch,
+                        "requestId",
+                        Some(&id),
+                        format!(
+                            "a result for `{id}`, which is no outstanding invoke (unknown request or a duplicate result)"
+                        ),
+                    ),
                 }
             }
             "aborted" => {
@@ -387,9 +456,13 @@ impl FrameJudge {
                     Some(i) => {
                         self.aborts.remove(i);
                     }
-                    None => self.violation(format!(
-                        "PC-4.3: aborted `{id}` for `{target}` answers no abort sent (requestId and targetRequestId)"
-                    )),
+                    None => self.found(
+                        "PC-4.3",
+                        Code::AdapterResponseMismatch,
+                        "requestId",
+                        Some(&id),
+                        format!("aborted `{id}` for `{target}` answers no abort sent (requestId and targetRequestId)"),
+                    ),
                 }
                 if f.aborted() == Some(true) {
                     match self.pending.iter().position(|(r, _, _)| *r == target) {
@@ -397,21 +470,54 @@ impl FrameJudge {
                             self.pending.remove(i);
                             self.aborted.insert(target);
                         }
-                        None => self.violation(format!(
-                            "PC-4.5: aborted:true for `{target}`, whose result was already sent or which was never invoked (aborted:false)"
-                        )),
+                        None => self.found(
+                            "PC-4.5",
+                            Code::AdapterResponseMismatch,
+                            "aborted",
+                            Some(&id),
+                            format!(
+                                "aborted:true for `{target}`, whose result was already sent or which was never invoked (aborted:false)"
+                            ),
+                        ),
                     }
-                } else if f.error().is_some() {
-                    self.error_code(f);
                 }
             }
             _ => {}
         }
     }
+}
 
-    fn error_code(&self, f: &AdapterFrame) {
-        if let Some(Err(e)) = f.error().map(|body| check_adapter_error_code(body, "error")) {
-            self.violation(format!("PC-5.3.errors: {} at `{}`", e.message, e.field()));
-        }
+/// Test aid (cargo feature `faults`): what the judges of this thread saw, so that a test can
+/// give every frame of a real run to `validate`'s judge and compare the verdicts. Off until
+/// [`tap::start`]; held in memory only.
+#[cfg(feature = "faults")]
+pub mod tap {
+    use std::cell::RefCell;
+
+    use crate::contract::frame::Binding;
+
+    /// One frame the adapter sent: the line, the binding it was judged on, whether it passed.
+    pub type Seen = (Vec<u8>, Binding, bool);
+
+    thread_local! {
+        static TAP: RefCell<Option<Vec<Seen>>> = const { RefCell::new(None) };
+    }
+
+    /// Record every frame judged on this thread from now on.
+    pub fn start() {
+        TAP.with(|t| *t.borrow_mut() = Some(Vec::new()));
+    }
+
+    /// What was recorded since [`start`]; recording stops.
+    pub fn take() -> Vec<Seen> {
+        TAP.with(|t| t.borrow_mut().take()).unwrap_or_default()
+    }
+
+    pub(super) fn record(line: &[u8], binding: &Binding, passed: bool) {
+        TAP.with(|t| {
+            if let Some(v) = t.borrow_mut().as_mut() {
+                v.push((line.to_vec(), binding.clone(), passed));
+            }
+        });
     }
 }

@@ -24,6 +24,16 @@ pub const SESSION: &str = "pi-conform-conformance";
 /// The generation of the runner's grant.
 pub const GENERATION: u64 = 1;
 
+/// The second grant the runner mints beside the full one (issue 24 item 6): the same socket,
+/// root and identity for another session, with every operation but `fs.edit`. Knowing it, the
+/// runner can ask a bind for an operation outside a grant it minted and require the close.
+pub fn narrow_grant(full: &GrantRequest) -> GrantRequest {
+    let mut narrow = full.clone();
+    narrow.session_id = format!("{}-narrow", full.session_id);
+    narrow.operations.retain(|o| o.to_string() != "fs.edit");
+    narrow
+}
+
 /// What to launch.
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
@@ -62,6 +72,8 @@ pub struct Launched {
     pub root: PathBuf,
     /// The descriptor minted for the grant (holds the handle: never print it).
     pub descriptor: Value,
+    /// The descriptor of the narrower second grant ([`narrow_grant`]; holds its handle).
+    pub narrow: Value,
 }
 
 /// `s` as one single-quoted shell word.
@@ -128,6 +140,8 @@ impl Launched {
             adapter_version: spec.adapter_version.clone(),
         };
         let descriptor = grant(&grants, &req).map_err(|e| LaunchError::Usage(format!("cannot mint the grant: {e}")))?;
+        let narrow = grant(&grants, &narrow_grant(&req))
+            .map_err(|e| LaunchError::Usage(format!("cannot mint the second grant: {e}")))?;
         let command = substitute(&spec.command, &socket, &grants, &root);
         let log = std::fs::File::create(dir.path().join("adapter.log")).map_err(usage)?;
         let log2 = log.try_clone().map_err(usage)?;
@@ -144,7 +158,7 @@ impl Launched {
                 .map_err(|e| LaunchError::Target(format!("cannot start `sh -c`: {e}")))?
         };
         guard_signals(rustix::process::Pid::from_child(&child), dir.path().to_path_buf());
-        let mut me = Launched { dir, child: Some(child), socket, grants, root, descriptor };
+        let mut me = Launched { dir, child: Some(child), socket, grants, root, descriptor, narrow };
         me.wait_for_socket(spec.startup)?;
         Ok(me)
     }
@@ -177,19 +191,21 @@ impl Launched {
         }
     }
 
-    /// The last lines the adapter wrote, with the handle redacted.
-    fn log_tail(&self) -> String {
+    /// The last lines the adapter wrote (standard output and error), with the handle
+    /// redacted, as `; its output ends:\n  …` (empty when it wrote nothing).
+    pub fn log_tail(&self) -> String {
         let text = std::fs::read(self.dir.path().join("adapter.log")).unwrap_or_default();
         let text = String::from_utf8_lossy(&text);
-        let handle = self.descriptor["binding"]["capabilityHandle"].as_str().unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
+        let mut tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
+        for d in [&self.descriptor, &self.narrow] {
+            let handle = d["binding"]["capabilityHandle"].as_str().unwrap_or_default();
+            tail = crate::conform::case::redact_handle(&tail, handle);
+        }
         if tail.trim().is_empty() {
             String::new()
-        } else if handle.is_empty() {
-            format!("; its output ends:\n  {tail}")
         } else {
-            format!("; its output ends:\n  {}", tail.replace(handle, "<handle>"))
+            format!("; its output ends:\n  {tail}")
         }
     }
 
@@ -219,6 +235,12 @@ impl Launched {
 
 /// Set by the signal guard before it stops the adapter: its exit is then not a failed start.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the runner was interrupted (SIGINT, SIGTERM, SIGHUP during a `--command` run): the
+/// signal guard is stopping the adapter and will end the process with exit 130.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
 
 /// If the runner was interrupted, wait here for the signal guard to end the process (exit
 /// 130): a run cut short must not end with the exit code of its broken remainder.
@@ -269,7 +291,9 @@ fn guard_signals(pid: rustix::process::Pid, dir: PathBuf) {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        eprintln!("pi-conform: interrupted; the adapter was stopped");
+        // On a terminal the progress line is replaced, so the interruption is one line.
+        let clear = if std::io::IsTerminal::is_terminal(&std::io::stderr()) { "\r\x1b[2K" } else { "" };
+        eprintln!("{clear}pi-conform: interrupted; the adapter was stopped");
         std::process::exit(130);
     });
 }

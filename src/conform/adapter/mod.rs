@@ -7,6 +7,7 @@ pub mod fixture;
 pub mod judge;
 pub mod launch;
 pub mod preflight;
+pub mod provoke;
 pub mod replay;
 pub mod req;
 pub mod script;
@@ -70,6 +71,16 @@ pub struct Target {
     pub step: Duration,
     /// The golden vectors replayed as `vector:` cases.
     pub vectors: PathBuf,
+    /// Whether the runner minted the grant itself (`--command`, selftest): it then knows the
+    /// grant's operations and ceilings, and the cases whose catalogue entry has
+    /// `levelWithGrant` are graded at that level ([`CaseMeta::graded`], issue 24 item 6).
+    /// Against a plain socket the grant is taken to be the descriptor.
+    pub grant_known: bool,
+    /// A second, narrower grant the runner minted (every operation but one) beside the
+    /// descriptor's, when it minted them ([`launch::narrow_grant`]).
+    pub narrow: Option<Descriptor>,
+    /// Session vectors loaded from files (`--session`), run as cases beside the built-in ones.
+    pub sessions: Vec<script::Session>,
 }
 
 impl Target {
@@ -92,7 +103,27 @@ impl Target {
             sentinel: sentinel.to_path_buf(),
             step,
             vectors: crate::vectors::default_dir(),
+            grant_known: false,
+            narrow: None,
+            sessions: Vec::new(),
         })
+    }
+
+    /// This target with the grants the runner minted: the descriptor's, and `narrow` (the
+    /// second grant's descriptor). The grant is then known (MUST levels of `levelWithGrant`).
+    pub fn with_minted_grant(mut self, narrow: Value) -> Result<Target, String> {
+        let admitted =
+            admit_descriptor(&narrow, None).map_err(|e| format!("the second grant is refused: {}", e.describe()))?;
+        self.narrow = Some(admitted);
+        self.grant_known = true;
+        Ok(self)
+    }
+
+    /// Every handle the runner holds for this target (for the secret scan only).
+    pub fn handles(&self) -> Vec<&str> {
+        let mut h = vec![self.handle()];
+        h.extend(self.narrow.as_ref().map(|n| n.handle().expose()));
+        h
     }
 
     /// The handle (for binding and for the secret scan only).
@@ -148,15 +179,25 @@ impl<'a> Ctx<'a> {
 
     /// A new connection; every frame on it is judged by the contract ([`FrameJudge`]).
     pub fn connect(&mut self) -> Result<Conn, Outcome> {
-        let judge = FrameJudge::new(Binding::from(&self.target.admitted), self.violations.clone());
+        let admitted = self.target.admitted.clone();
+        self.connect_as(&admitted)
+    }
+
+    /// Connect, judging the frames against the binding of `descriptor` (one of the target's
+    /// grants); every handle the runner holds is redacted from the transcript.
+    pub fn connect_as(&mut self, descriptor: &Descriptor) -> Result<Conn, Outcome> {
+        let judge = FrameJudge::new(Binding::from(descriptor), self.violations.clone());
         Conn::connect(
             &self.target.socket,
-            self.target.handle(),
+            descriptor.handle().expose(),
             self.step(),
             self.transcript.clone(),
             self.received.clone(),
         )
-        .map(|c| c.judged_by(judge))
+        .map(|c| {
+            let others = self.target.handles().into_iter().filter(|h| *h != descriptor.handle().expose());
+            others.fold(c, |c, h| c.also_redacting(h)).judged_by(judge)
+        })
         .map_err(|e| Outcome::Error(format!("cannot connect to the adapter: {e}")))
     }
 

@@ -147,10 +147,18 @@ pub fn catalogue(set: &VectorSet) -> Vec<CaseMeta> {
                     v.id,
                     if decision { "; a decision of this project where the protocol text is silent" } else { "" }
                 ),
+                techniques: crate::conform::coverage::vector_techniques(&v.id, valid_vector(&accepted)),
+                level_with_grant: None,
                 accepted,
             })
         })
         .collect()
+}
+
+/// Whether the replayed vector is one a conforming adapter accepts (answers, binds,
+/// acknowledges) rather than refuses.
+fn valid_vector(accepted: &[String]) -> bool {
+    accepted.iter().all(|a| !(a == "closed" || a.starts_with("error:")))
 }
 
 fn describe(accepted: &[String]) -> String {

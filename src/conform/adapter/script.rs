@@ -159,7 +159,11 @@ impl Dialect for Adapter<'_, '_> {
                 (t, ok)
             }
             Value::Object(m) if m.contains_key("result") => {
-                let r = conn.recv_for(&self.values.request_id);
+                // A pattern naming its requestId (a recorded session with invokes in flight
+                // together) reads that request's result; else the last invoke's.
+                let id = m["result"].get("requestId").and_then(Value::as_str).map(|r| self.values.expand(&json!(r)));
+                let id = id.as_ref().and_then(Value::as_str).unwrap_or(&self.values.request_id).to_string();
+                let r = conn.recv_for(&id);
                 let pattern = self.values.expand(&m["result"]);
                 let ok = r.frame().is_some_and(|f| f.kind() == Some("result") && matches(&pattern, f));
                 (token(&r), ok)
@@ -176,9 +180,20 @@ impl Dialect for Adapter<'_, '_> {
 
 /// Run the session `id`.
 pub fn run(c: &mut Ctx<'_>, id: &str) -> Outcome {
-    let Some(s) = sessions().into_iter().find(|s| s.meta.id == id) else {
+    let found = sessions().into_iter().chain(c.target.sessions.iter().cloned()).find(|s| s.meta.id == id);
+    let Some(s) = found else {
         return Outcome::Error(format!("no session vector {id}"));
     };
+    // A session may change the paths its mutating invokes name (a recorded write).
+    for step in &s.steps {
+        let Some(send) = step.send.as_ref().filter(|x| x.base == "invoke") else { continue };
+        let op = send.set.get("operation").and_then(Value::as_str).and_then(|o| o.parse().ok());
+        if op.is_some_and(crate::contract::operation::is_mutating) {
+            if let Some(p) = send.set.get("payload").and_then(|p| p.get("path")).and_then(Value::as_str) {
+                c.allow(&[p]);
+            }
+        }
+    }
     let values = Values { bind: c.bind_frame(), request_id: String::new() };
     crate::conform::script::run(&mut Adapter { c, values }, &s)
 }

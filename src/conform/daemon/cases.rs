@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::probe::{BoundMode, InvokeMode};
+use super::probe::{BoundMode, InvokeMode, ScriptAt};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
@@ -71,6 +71,21 @@ pub fn refusal(r: &Recv, code: &str, member: Option<&str>) -> Outcome {
     let field = f.error_field().unwrap_or("");
     match member {
         Some(m) if last_segment(field) == m => Outcome::token(format!("error:{got}@{m}")),
+        // The provoked descriptor refusal, but without the field SPEC §3.2 requires on every
+        // descriptor error: the refusal is the one provoked, and it breaks the rule.
+        Some(m)
+            if field.is_empty()
+                && got == code
+                && crate::contract::command::ADMISSION_CODES.iter().any(|c| c.as_str() == got) =>
+        {
+            Outcome::with(
+                format!("error:{got}@(no field)"),
+                vec![format!(
+                    "the descriptor refusal {got} has no details.field: every descriptor error names the member it \
+                     refuses (SPEC §3.2), here `{m}`"
+                )],
+            )
+        }
         None if got == code => Outcome::token(format!("error:{got}")),
         _ => Outcome::Error(format!(
             "inconclusive: the daemon refused with {got}{} where the case provoked {code}{}; it refused for \
@@ -535,6 +550,100 @@ fn revoke_on_replacement(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::token(if revoke_seen_within(c, idx, c.target.step) { "revoked" } else { "no-revoke" })
 }
+/// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
+/// the old generation is in flight (its invoke reached the probe, which never answers it): the
+/// old connection gets `revoke`, the old generation's call fails at once (its wake is answered
+/// in less than half of `requestTimeoutMs`, 3 s) and nothing more is sent on the old
+/// connection, and the new generation's tool calls reach the adapter on its own connection. A
+/// daemon may instead refuse the replacement `session_busy` while the turn runs (Pi Daemon
+/// 0.3.3): then nothing is revoked and the running call goes on to its own end.
+/// `requestTimeoutMs` of the replacement case's old generation.
+const REPLACE_TIMEOUT_MS: u64 = 3000;
+
+fn revoke_replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let out = replacement_in_flight(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(REPLACE_TIMEOUT_MS))));
+    let old = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let mut conn = tryo!(c.connect());
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    conn.send(&w);
+    // The provoked state: the old generation's call in flight on the wire.
+    let t = Instant::now();
+    let in_flight = loop {
+        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == old && f["kind"] == "invoke");
+        if seen || t.elapsed() > c.target.step * 2 {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !in_flight {
+        return Outcome::Error(
+            "inconclusive: the old generation's wake made no tool call through the adapter, so no call was in flight \
+             at the replacement"
+                .into(),
+        );
+    }
+    let replaced = Instant::now();
+    // A daemon may refuse to replace a generation while its turn runs (Pi Daemon 0.3.3:
+    // session_busy); then nothing may be revoked and the call in flight goes on undisturbed.
+    let d2 = tryo!(c.descriptor(2, None));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let v = tryo!(c.open(2, super::DCtx::host_adapter(&d2)));
+    let r2 = tryo!(one(c, v));
+    if r2.frame().and_then(|f| f.error_code()) == Some(DaemonCode::SessionBusy.as_str()) {
+        let mut p = Vec::new();
+        if revoke_seen_within(c, old, c.target.step / 2) {
+            p.push(
+                "the replacement was refused session_busy, yet the running generation's connection was revoked".into(),
+            );
+        }
+        let r = conn.recv_for(&rid);
+        let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(REPLACE_TIMEOUT_MS) * 2) } else { r };
+        if r.frame().is_none() {
+            p.push(format!("the running generation's wake was never answered ({})", rtoken(&r)));
+        }
+        return Outcome::with("busy-refused", p);
+    }
+    if rtoken(&r2) != "ok" {
+        return precondition_open(&r2);
+    }
+    let new = c.probe.seen().connections.saturating_sub(1);
+    let mut p = Vec::new();
+    if !revoke_seen_within(c, old, c.target.step) {
+        p.push("the replaced generation's connection got no revoke".into());
+    }
+    let r = conn.recv_for(&rid);
+    let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(REPLACE_TIMEOUT_MS)) } else { r };
+    let took = replaced.elapsed();
+    if r.frame().is_none() {
+        p.push(format!("the old generation's wake was not answered after the replacement ({})", rtoken(&r)));
+    } else if took >= Duration::from_millis(REPLACE_TIMEOUT_MS / 2) {
+        p.push(format!(
+            "the old generation's call in flight ended only {} ms after the replacement: a revoked binding's calls \
+             fail at once, not at requestTimeoutMs ({REPLACE_TIMEOUT_MS} ms)",
+            took.as_millis()
+        ));
+    }
+    let before = c.probe.seen().frames.iter().filter(|(n, f)| *n == new && f["kind"] == "invoke").count();
+    let w2 = tryo!(c.wake(2, "fs_stat", &json!({"path": "."})));
+    let _ = one(c, w2);
+    let seen = c.probe.seen();
+    if seen.frames.iter().filter(|(n, f)| *n == new && f["kind"] == "invoke").count() == before {
+        p.push("the new generation's tool call did not reach the adapter on its own connection".into());
+    }
+    let after_revoke =
+        seen.frames.iter().filter(|(n, _)| *n == old).skip_while(|(_, f)| f["kind"] != "revoke").skip(1).count();
+    if after_revoke > 0 {
+        p.push(format!("{after_revoke} frame(s) were sent on the old connection after its revoke"));
+    }
+    Outcome::with("replaced", p)
+}
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let conns = c.probe.seen().connections;
@@ -610,9 +719,19 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
         c.probe.set(BoundMode::Exact, InvokeMode::Normal);
         return precondition_open(&r);
     }
+    let sent_before = invokes(c).len();
     let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
-    let _ = one(c, w);
+    let first = one(c, w);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    // The provoked state: a call really in flight (its invoke reached the probe, which never
+    // answers it) when the timeout fires; without one there is nothing to abort.
+    if invokes(c).len() == sent_before {
+        return Outcome::Error(format!(
+            "inconclusive: the wake ({}) made no tool call through the adapter, so no call was in flight when the \
+             timeout could fire",
+            first.as_ref().map(rtoken).unwrap_or_else(|_| "no answer".into())
+        ));
+    }
     // The abort is written as the timeout fails the call, so it may reach the probe just
     // after the daemon answered the wake: wait up to one step for it.
     let t = Instant::now();
@@ -639,6 +758,10 @@ fn find_key<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
 /// `requestTimeoutMs` of the queue-capacity case: `retryAfterMs` = max(25, min(1000,
 /// floor(600 / 20))) = 30, a value the clamp does not produce.
 const CAPACITY_TIMEOUT_MS: u64 = 600;
+
+/// `requestTimeoutMs` of the queue-wait case: long enough that a loaded machine's delays stay
+/// well inside the half timeout of slack the case allows.
+const QUEUE_WAIT_TIMEOUT_MS: u64 = 1000;
 
 fn tools_queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     // SPEC §4.4: with maxConcurrentRequests 1 and maxQueuedRequests 0 one call is admitted;
@@ -783,6 +906,304 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         rtoken(&resp)
     ));
     Outcome::with("not-refused", p)
+}
+/// SPEC §4.4: at most `maxConcurrentRequests` invokes are outstanding on a binding; the rest
+/// wait in the queue. With maxConcurrentRequests 1 and maxQueuedRequests 2 three concurrent
+/// read-only calls are all admitted; the probe answers none, so each stays outstanding until
+/// its abort. The provoked state (calls really waiting in the queue) is confirmed from the
+/// turn's events: at least two tool calls started before the first ended.
+fn tools_concurrency_limit(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let out = concurrency_limit(c, false);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+/// SPEC §4.4: `requestTimeoutMs` runs from admission, so queue wait counts. The same three
+/// calls as [`tools_concurrency_limit`] (the queued state confirmed the same way): every call
+/// is admitted at once, so every one has expired within `requestTimeoutMs` of the first
+/// invoke; a daemon that starts a call's clock only when it sends the invoke aborts the last
+/// the next one only a whole timeout after the first expired. The bound checked is 1.5 ×
+/// `requestTimeoutMs` (1000 ms) from the first invoke to the last abort: a clock started at
+/// dispatch takes at least two.
+fn tools_queue_wait_counts(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let out = concurrency_limit(c, true);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
+    let timeout_ms = if timing { QUEUE_WAIT_TIMEOUT_MS } else { CAPACITY_TIMEOUT_MS };
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 2,
+        request_timeout_ms: timeout_ms as i64,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    let link = c.probe.seen().connections.saturating_sub(1);
+    let mut conn = tryo!(c.connect());
+    let attach = tryo!(c.attach(1));
+    let _ = c.call(&mut conn, attach);
+    let calls = [
+        ("fs_stat", json!({"path": "."})),
+        ("fs_list", json!({"path": "."})),
+        ("fs_search", json!({"path": ".", "query": "pi-conform"})),
+    ];
+    let w = tryo!(c.wake_calls(1, &calls));
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    conn.send(&w);
+    let (mut started_before_end, mut ended) = (0usize, false);
+    loop {
+        let r = conn.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") => match f["event"].as_str() {
+                Some("toolCallStart" | "toolStart") if !ended => started_before_end += 1,
+                Some("toolCallEnd" | "toolEnd") => ended = true,
+                _ => {}
+            },
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    // The abort of the last call may follow the wake's answer.
+    std::thread::sleep(c.target.step / 5);
+    let seen = c.probe.seen();
+    let (mut invokes, mut outstanding, mut most) = (0, std::collections::HashSet::new(), 0);
+    let (mut first_invoke, mut last_abort) = (None, None);
+    for ((_, f), at) in seen.frames.iter().zip(&seen.at).filter(|((n, _), _)| *n == link) {
+        match f["kind"].as_str() {
+            Some("invoke") => {
+                first_invoke = first_invoke.or(Some(*at));
+                invokes += 1;
+                outstanding.insert(f["requestId"].to_string());
+                most = most.max(outstanding.len());
+            }
+            Some("abort") => {
+                last_abort = Some(*at);
+                outstanding.remove(&f["targetRequestId"].to_string());
+            }
+            _ => {}
+        }
+    }
+    if most > 1 && !timing {
+        return Outcome::with(
+            "over-concurrency",
+            vec![format!(
+                "{most} invoke frames were outstanding at once on a binding with maxConcurrentRequests 1: the calls \
+                 beyond it must wait in the queue until a slot is free"
+            )],
+        );
+    }
+    if invokes == 0 {
+        return Outcome::Error("inconclusive: no call of the wake reached the adapter".into());
+    }
+    if started_before_end < 2 {
+        return Outcome::Error(format!(
+            "inconclusive: the turn's events show {started_before_end} tool call(s) started before the first ended, so \
+             no call ever waited in the queue (a daemon that runs tool calls one at a time cannot show this limit)"
+        ));
+    }
+    if !timing {
+        return Outcome::token("queued");
+    }
+    let (Some(first), Some(last)) = (first_invoke, last_abort) else {
+        return Outcome::Error("inconclusive: no abort reached the probe, so no call was seen to expire".into());
+    };
+    let span = last.saturating_duration_since(first);
+    let bound = Duration::from_millis(timeout_ms * 3 / 2);
+    if span >= bound {
+        return Outcome::with(
+            "clock-from-dispatch",
+            vec![format!(
+                "the last of three calls admitted together expired {} ms after the first invoke, more than 1.5 × \
+                 requestTimeoutMs ({timeout_ms} ms): the time a call waits in the queue must count toward its timeout",
+                span.as_millis()
+            )],
+        );
+    }
+    Outcome::token("expired-from-admission")
+}
+/// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
+/// the EOF can end the queued calls in time.
+const EOF_TIMEOUT_MS: u64 = 8000;
+
+/// SPEC §4.3 (lifecycle): the adapter closes its connection (EOF) while one call is in flight
+/// and two more wait in the queue (maxConcurrentRequests 1, maxQueuedRequests 2; confirmed from
+/// the turn's events). Every pending call fails at once — the wake is answered long before
+/// `requestTimeoutMs` (8 s) — and nothing reconnects: a later call of that session never
+/// reaches the adapter. Another session bound to the same adapter keeps working.
+fn tools_eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
+    let out = eof_fails_queued(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
+    // The other party: a second session bound to the same adapter, opened first.
+    let main_session = c.session.clone();
+    c.session = format!("{main_session}-other");
+    let (_, other_link) = tryo!(open_bound(c, 1));
+    c.session = main_session;
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 2,
+        request_timeout_ms: EOF_TIMEOUT_MS as i64,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::CloseOnInvoke);
+    let mut conn = tryo!(c.connect());
+    let attach = tryo!(c.attach(1));
+    let _ = c.call(&mut conn, attach);
+    let calls = [
+        ("fs_stat", json!({"path": "."})),
+        ("fs_list", json!({"path": "."})),
+        ("fs_search", json!({"path": ".", "query": "pi-conform"})),
+    ];
+    let w = tryo!(c.wake_calls(1, &calls));
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    let sent = Instant::now();
+    conn.send(&w);
+    let (mut started_before_end, mut ended) = (0usize, false);
+    let resp = loop {
+        let r = conn.recv_within(Duration::from_millis(EOF_TIMEOUT_MS) * 2);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") => match f["event"].as_str() {
+                Some("toolCallStart" | "toolStart") if !ended => started_before_end += 1,
+                Some("toolCallEnd" | "toolEnd") => ended = true,
+                _ => {}
+            },
+            Some(f) if f.request_id() == Some(rid.as_str()) => break r,
+            Some(_) => continue,
+            None => break r,
+        }
+    };
+    let took = sent.elapsed();
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let on_link = c.probe.seen().frames.iter().filter(|(n, f)| *n == link && f["kind"] == "invoke").count();
+    if on_link == 0 {
+        return Outcome::Error(format!(
+            "inconclusive: no call of the wake reached the adapter ({}), so the adapter never closed with work in flight",
+            rtoken(&resp)
+        ));
+    }
+    if started_before_end < 2 {
+        return Outcome::Error(format!(
+            "inconclusive: the turn's events show {started_before_end} tool call(s) started before the first ended, so \
+             no call was waiting in the queue when the adapter closed"
+        ));
+    }
+    let mut p = Vec::new();
+    if resp.frame().is_none() {
+        p.push(format!("the wake was not answered ({}) after the adapter closed its connection", rtoken(&resp)));
+    } else if took >= Duration::from_millis(EOF_TIMEOUT_MS / 2) {
+        p.push(format!(
+            "the wake was answered only {} ms after the adapter closed with calls queued: queued calls must fail at \
+             once when the adapter connection ends, not wait for requestTimeoutMs ({EOF_TIMEOUT_MS} ms)",
+            took.as_millis()
+        ));
+    }
+    // No reconnect: a later call of this session does not reach the adapter.
+    let conns = c.probe.seen().connections;
+    let before = invokes(c).len();
+    let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let _ = one(c, w2);
+    if invokes(c).len() != before || c.probe.seen().connections != conns {
+        p.push(
+            "after the adapter closed, a later call of that session reached the adapter again (no reconnect)".into(),
+        );
+    }
+    // The other party: the other session's binding is untouched.
+    let other = c.session.clone();
+    c.session = format!("{other}-other");
+    let before = c.probe.seen().frames.iter().filter(|(n, f)| *n == other_link && f["kind"] == "invoke").count();
+    let w3 = c.wake(1, "fs_stat", &json!({"path": "."}));
+    c.session = other;
+    let w3 = tryo!(w3);
+    let _ = one(c, w3);
+    let after = c.probe.seen().frames.iter().filter(|(n, f)| *n == other_link && f["kind"] == "invoke").count();
+    if after == before {
+        p.push(
+            "another session bound to the same adapter stopped working when this session's connection closed".into(),
+        );
+    }
+    Outcome::with("failed-at-eof", p)
+}
+/// SPEC §4.4: at most `maxIdempotencyKeys` tombstones (aborted calls awaiting their
+/// `aborted`) live at once, and one more fails the connection (`adapter_abort_capacity`).
+/// With maxIdempotencyKeys 2 and a probe that answers neither invokes nor aborts, the calls of
+/// three wakes time out one after the other: the first two aborts fill the tombstones exactly
+/// (the connection stays usable: the third call reaches the adapter), the third overflows them
+/// (a fourth call never reaches the adapter). The first two aborts are confirmed on the wire.
+fn tools_abort_capacity(c: &mut DCtx<'_>) -> Outcome {
+    let out = abort_capacity(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn abort_capacity(c: &mut DCtx<'_>) -> Outcome {
+    let limits = AdapterLimits {
+        max_idempotency_keys: std::num::NonZeroU64::new(2).unwrap_or(std::num::NonZeroU64::MIN),
+        request_timeout_ms: 300,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Silent);
+    let count = |c: &DCtx<'_>, kind: &str| {
+        c.probe.seen().frames.iter().filter(|(n, f)| *n == link && f["kind"] == kind).count()
+    };
+    for round in 1..=3usize {
+        let before = count(c, "invoke");
+        let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+        let _ = one(c, w);
+        if count(c, "invoke") == before {
+            return if round == 3 {
+                Outcome::with(
+                    "refused-at-limit",
+                    vec!["with exactly maxIdempotencyKeys (2) tombstones alive, the next call did not reach the \
+                          adapter: the limit itself must be usable"
+                        .into()],
+                )
+            } else {
+                Outcome::Error(format!("inconclusive: call {round} made no tool call through the adapter"))
+            };
+        }
+        if round == 3 {
+            // Its timeout overflows the tombstones: the connection fails instead of an abort.
+            break;
+        }
+        let t = Instant::now();
+        while count(c, "abort") < round && t.elapsed() < c.target.step {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if count(c, "abort") < round {
+            return Outcome::Error(format!(
+                "inconclusive: call {round} timed out without an abort on the wire (daemon.tools.timeout-sends-abort \
+                 judges that), so no tombstone was provoked"
+            ));
+        }
+    }
+    let before = count(c, "invoke");
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let _ = one(c, w);
+    if count(c, "invoke") != before {
+        return Outcome::with(
+            "over-capacity",
+            vec!["a third tombstone beyond maxIdempotencyKeys (2) did not fail the connection: a fourth call still \
+                  reached the adapter"
+                .into()],
+        );
+    }
+    Outcome::token("failed-at-capacity")
 }
 /// Protocol text: "Empty, absolute, backslash, control-character, non-canonical, and .. paths
 /// fail before adapter dispatch." Each path below goes to the model as one tool call; none may
@@ -943,6 +1364,413 @@ fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     )
 }
 
+// ---------------------------------------------------------------- SPEC §4.3, row by row
+
+/// SPEC §4.3: a `result` whose `operation` differs from its invoke's (another granted
+/// operation, with that operation's own well-formed data) fails the connection.
+fn tools_other_operation(c: &mut DCtx<'_>) -> Outcome {
+    fail_closed(c, InvokeMode::OtherOperation)
+}
+/// SPEC §4.3: a duplicate `result` (the same frame twice) fails the connection. The first copy
+/// is valid, so the call itself may complete; no later call may reach the adapter.
+fn tools_duplicate_result(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(open_bound(c, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Duplicate);
+    let seen = tryo!(call_then_call(c, 1, "fs_stat", &json!({"path": "."})));
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    let p = if seen.reached {
+        vec!["a duplicate result did not fail the connection: a later tool call still reached the adapter".into()]
+    } else {
+        vec![]
+    };
+    Outcome::with("failed-closed", p)
+}
+
+/// Answer the next bind with the lines `build` makes from the live binding, then open and make
+/// one tool call: the open must fail, or the connection must be failed (no later tool call
+/// reaches the adapter). The bind must have reached the probe and the script been sent, else
+/// the case is inconclusive.
+fn bind_script_fails_closed(
+    c: &mut DCtx<'_>,
+    what: &str,
+    build: impl FnOnce(&crate::contract::Binding) -> Result<Vec<u8>, String> + Send + 'static,
+) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let d = tryo!(c.descriptor(1, None));
+    c.probe.script(ScriptAt::Bound, Box::new(move |b, _| build(b)));
+    let seen = open_then_call(c, &d, 1, "fs_stat", &json!({"path": "."}));
+    let sent = c.probe.take_script_outcome();
+    let seen = tryo!(seen);
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(why)) => return Outcome::Error(format!("inconclusive: the probe could not send {what}: {why}")),
+        None => return Outcome::Error(format!("inconclusive: no bind reached the probe, so {what} was never sent")),
+    }
+    if seen.open == "ok" && seen.reached {
+        return Outcome::with(
+            "accepted",
+            vec![format!(
+                "{what} did not fail the connection: the open succeeded and a later tool call reached the adapter"
+            )],
+        );
+    }
+    Outcome::token("failed-closed")
+}
+/// The compact line of a frame value.
+fn line_of(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_default()
+}
+/// SPEC §4.3: a second `bound` fails the connection.
+fn bind_second_bound(c: &mut DCtx<'_>) -> Outcome {
+    bind_script_fails_closed(c, "a second bound", |b| {
+        let bound = line_of(&b.bound_frame());
+        Ok([bound.as_slice(), b"\n", bound.as_slice()].concat())
+    })
+}
+/// SPEC §4.3: any frame before `bound` fails the connection (a well-formed `revoked`, which
+/// after `bound` is ignored).
+fn bind_frame_before_bound(c: &mut DCtx<'_>) -> Outcome {
+    bind_script_fails_closed(c, "a revoked before bound", |b| {
+        let revoked = crate::contract::compose::revoked(&b.identity()).map_err(|e| e.to_string())?;
+        let revoked = line_of(&crate::contract::compose::to_wire(&revoked));
+        Ok([revoked.as_slice(), b"\n", line_of(&b.bound_frame()).as_slice()].concat())
+    })
+}
+
+/// The descriptor of a case that needs a call to time out on the wire (`requestTimeoutMs`
+/// 1000 ms, as the `aborted` frame vectors).
+fn open_for_abort(c: &mut DCtx<'_>) -> Result<(), Outcome> {
+    let d = c.descriptor(1, Some(limits_with_timeout(1000)))?;
+    open_with(c, &d, 1).map(|_| ())
+}
+/// SPEC §4.3: an `aborted` whose `requestId` is not the abort's own ("no matching abort")
+/// fails the connection.
+fn tools_aborted_other_request_id(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_for_abort(c));
+    let build: super::probe::ScriptFn = Box::new(|b, abort| {
+        let abort = abort.ok_or("no abort to answer")?;
+        let target = abort["targetRequestId"].as_str().ok_or("the abort has no targetRequestId")?;
+        let own = abort["requestId"].as_str().unwrap_or_default();
+        let other = if own == "pc-not-the-abort" { "pc-not-the-abort-2" } else { "pc-not-the-abort" };
+        let a = crate::contract::compose::aborted(&b.identity(), other, target).map_err(|e| e.to_string())?;
+        Ok(line_of(&crate::contract::compose::to_wire(&a)))
+    });
+    abort_then_call(c, false, 1, "fs_stat", &json!({"path": "."}), build)
+}
+/// SPEC §4.3: an `aborted` for a call the daemon never aborted (sent ahead of that call's
+/// result) fails the connection: the call is never a successful tool result.
+fn tools_aborted_unsolicited(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(open_bound(c, 1));
+    c.probe.script(
+        ScriptAt::BeforeResult,
+        Box::new(|b, invoke| {
+            let target = invoke.and_then(|f| f["requestId"].as_str()).ok_or("no invoke to name")?;
+            let a = crate::contract::compose::aborted(&b.identity(), "pc-unsolicited-abort", target)
+                .map_err(|e| e.to_string())?;
+            Ok(line_of(&crate::contract::compose::to_wire(&a)))
+        }),
+    );
+    let seen = call_then_call(c, 1, "fs_stat", &json!({"path": "."}));
+    let sent = c.probe.take_script_outcome();
+    let seen = tryo!(seen);
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    if !matches!(sent, Some(Ok(()))) {
+        return Outcome::Error("inconclusive: the unsolicited aborted was never sent".into());
+    }
+    seen.fail_closed()
+}
+/// SPEC §4.3/§4.4: a result for a call the daemon aborted (timed out) that arrives before the
+/// matching `aborted` is dropped while its tombstone lives; the connection stays usable.
+fn tools_late_result_dropped(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_for_abort(c));
+    c.probe.set(BoundMode::Exact, InvokeMode::ResultBeforeAborted);
+    let sent_before = invokes(c).len();
+    let w = c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w));
+    // The abort follows the timeout; give it a step to reach the probe.
+    let t = Instant::now();
+    let aborted = loop {
+        let seen = c.probe.seen().frames.iter().any(|(_, f)| f["kind"] == "abort");
+        if seen || t.elapsed() > c.target.step * 2 {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let first = tryo!(w);
+    if invokes(c).len() == sent_before {
+        return Outcome::Error(format!(
+            "inconclusive: the wake ({}) made no tool call through the adapter, so nothing timed out on the wire",
+            rtoken(&first)
+        ));
+    }
+    if !aborted {
+        return Outcome::Error(
+            "inconclusive: no abort reached the probe (daemon.tools.timeout-sends-abort judges that), so no late \
+             result was sent"
+                .into(),
+        );
+    }
+    std::thread::sleep(c.target.step / 5);
+    let before = invokes(c).len();
+    let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let _ = tryo!(one(c, w2));
+    let p = if invokes(c).len() == before {
+        vec!["a late result that arrived before the aborted acknowledgement failed the connection: it must be \
+              dropped while the call's tombstone lives (a later tool call did not reach the adapter)"
+            .into()]
+    } else {
+        vec![]
+    };
+    Outcome::with("dropped", p)
+}
+
+/// The exact byte length of the normalized `bound` line (LF included) of descriptor `d`.
+fn bound_line_bytes(d: &Value) -> Result<usize, Outcome> {
+    let a = crate::contract::admit_descriptor(d, None)
+        .map_err(|e| Outcome::Error(format!("inconclusive: the minted descriptor is refused by the contract: {e}")))?;
+    Ok(line_of(&a.bound_frame()).len() + 1)
+}
+/// The case session becomes 256 × `€` (SPEC §3.3), long enough that `maxResponseBytes` can
+/// sit at its normalized `bound` line; returns that line's exact length with
+/// `maxResponseBytes` itself set to it (a fixed point: the limit's own digits count).
+fn fit_setup(c: &mut DCtx<'_>) -> Result<(Value, usize), Outcome> {
+    c.session = "\u{20ac}".repeat(256);
+    let mut limits = super::DEFAULT_LIMITS.to_json();
+    let mut d = c.descriptor(1, Some(limits.clone()))?;
+    for _ in 0..4 {
+        let n = bound_line_bytes(&d)?;
+        if limits["maxResponseBytes"] == n {
+            if n <= 1024 {
+                return Err(Outcome::Error(format!(
+                    "inconclusive: the bound line is only {n} bytes with this host's id, so maxResponseBytes cannot \
+                     sit one below it inside its range"
+                )));
+            }
+            return Ok((d, n));
+        }
+        limits["maxResponseBytes"] = json!(n);
+        d["limits"] = limits.clone();
+    }
+    Err(Outcome::Error("inconclusive: no maxResponseBytes equals the bound line it is part of".into()))
+}
+/// Whether a refusal is one of descriptor admission (SPEC §3.2 codes).
+fn admission_refusal(r: &Recv) -> Option<(String, String)> {
+    let f = r.frame().filter(|f| f.ok() == Some(false))?;
+    let code = f.error_code().unwrap_or("?");
+    crate::contract::command::ADMISSION_CODES
+        .iter()
+        .any(|c| c.as_str() == code)
+        .then(|| (code.to_string(), f.error_field().unwrap_or("").to_string()))
+}
+/// SPEC §3.3: `maxResponseBytes` exactly equal to the normalized `bound` line passes the fit
+/// check (equality passes). What comes after admission is not this case's: an open that
+/// fails later for another reason (Pi Daemon 0.3.3 cannot store a 256 × `€` session) still
+/// passed the fit check.
+fn adm_fit_equality(c: &mut DCtx<'_>) -> Outcome {
+    let (d, n) = tryo!(fit_setup(c));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    match admission_refusal(&r) {
+        None => Outcome::token("admitted"),
+        Some((code, field)) if code == Code::InvalidToolAdapterLimit.as_str() => Outcome::with(
+            format!("refused:{code}@{}", last_segment(&field)),
+            vec![format!(
+                "a descriptor whose maxResponseBytes equals its bound line ({n} bytes) was refused by the fit check: \
+                 equality passes"
+            )],
+        ),
+        Some((code, field)) => Outcome::Error(format!(
+            "inconclusive: the descriptor was refused at admission for another reason ({code}, field `{field}`)"
+        )),
+    }
+}
+/// SPEC §3.3: `maxResponseBytes` one byte below the normalized `bound` line fails the fit
+/// check with `invalid_tool_adapter_limit` naming `maxResponseBytes`, before any connection.
+fn adm_fit_one_past(c: &mut DCtx<'_>) -> Outcome {
+    let (mut d, n) = tryo!(fit_setup(c));
+    d["limits"]["maxResponseBytes"] = json!(n - 1);
+    let before = c.probe.seen().connections;
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut p = Vec::new();
+    if c.probe.seen().connections != before {
+        p.push("a refused descriptor reached the adapter: admission must answer before any connection".into());
+    }
+    if admission_refusal(&r).is_none() {
+        p.insert(
+            0,
+            format!(
+                "maxResponseBytes {} is one byte below the {n}-byte bound line, yet the descriptor passed admission \
+                 (answered {})",
+                n - 1,
+                rtoken(&r)
+            ),
+        );
+        return Outcome::with(format!("admitted:{}", rtoken(&r)), p);
+    }
+    match refusal(&r, Code::InvalidToolAdapterLimit.as_str(), Some("maxResponseBytes")) {
+        Outcome::Observed { token, .. } => Outcome::with(token, p),
+        other => other,
+    }
+}
+
+/// Events go only to the connections attached to that session generation: a connection
+/// that never attached, and one that attached and detached, receive none of a wake's events
+/// (the attached one must receive some, else nothing was emitted and the case is
+/// inconclusive).
+fn events_attached_only(c: &mut DCtx<'_>) -> Outcome {
+    let v = tryo!(c.open(1, json!("none")));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    let mut bystander = tryo!(c.connect());
+    let hs = tryo!(c.handshake(None));
+    let _ = c.call(&mut bystander, hs);
+    let mut detached = tryo!(c.connect());
+    let a = tryo!(c.attach(1));
+    let _ = c.call(&mut detached, a);
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let det =
+        crate::contract::compose::detach(&crate::contract::compose::Envelope { version: "2.0", request_id: &rid }, &s)
+            .map(|d| crate::contract::compose::to_wire(&d));
+    let det = match det {
+        Ok(d) => d,
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a detach: {e}")),
+    };
+    let dr = c.call(&mut detached, det);
+    if rtoken(&dr) != "ok" {
+        return Outcome::Error(format!("inconclusive: the detach was answered {}", rtoken(&dr)));
+    }
+    let mut attached = tryo!(c.connect());
+    let a = tryo!(c.attach(1));
+    let ar = c.call(&mut attached, a);
+    if rtoken(&ar) != "ok" {
+        return Outcome::Error(format!("inconclusive: the attach was answered {}", rtoken(&ar)));
+    }
+    let rid = c.rid();
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello")
+        .map(|w| crate::contract::compose::to_wire(&w));
+    let w = match w {
+        Ok(w) => w,
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
+    };
+    attached.send(&w);
+    let mut got = 0usize;
+    loop {
+        let r = attached.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") => got += 1,
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    if got == 0 {
+        return Outcome::Error("inconclusive: the attached connection received no event of the wake".into());
+    }
+    let mut p = Vec::new();
+    for (who, conn) in [("a connection that never attached", &mut bystander), ("a detached connection", &mut detached)]
+    {
+        let mut n = 0usize;
+        loop {
+            let r = conn.recv_within(c.target.step / 2);
+            match r.frame() {
+                Some(f) if f.kind() == Some("event") => n += 1,
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        if n > 0 {
+            p.push(format!("{who} received {n} event(s) of the session's wake"));
+        }
+    }
+    Outcome::with("attached-only", p)
+}
+
+/// With the session open and `build` ready to answer the next abort: make one tool call the
+/// probe never answers (it times out on the wire, so the daemon sends an abort, answered with
+/// the vector's frame), then a second call, and see whether it reaches the adapter.
+pub(super) fn abort_then_call(
+    c: &mut DCtx<'_>,
+    valid: bool,
+    generation: u64,
+    tool: &str,
+    args: &Value,
+    build: super::probe::ScriptFn,
+) -> Outcome {
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    c.probe.script(ScriptAt::Abort, build);
+    let sent_before = invokes(c).len();
+    let first = c.wake(generation, tool, args).and_then(|w| one(c, w));
+    // The abort is written as the timeout fails the call: it may reach the probe just after
+    // the daemon answered the wake.
+    let t = Instant::now();
+    let sent = loop {
+        let out = c.probe.script.lock().ok().and_then(|s| s.outcome.clone());
+        if out.is_some() || t.elapsed() > c.target.step * 2 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = c.probe.take_script_outcome();
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let first = match first {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    if invokes(c).len() == sent_before {
+        return Outcome::Error(format!(
+            "inconclusive: the wake ({}) made no tool call through the adapter, so no abort could follow",
+            rtoken(&first)
+        ));
+    }
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(why)) => return Outcome::Skip(why),
+        None => {
+            return Outcome::Skip(
+                "the daemon sent no abort for the call that timed out on the wire, so the vector's aborted frame \
+                 had nothing to answer (daemon.tools.timeout-sends-abort judges the abort)"
+                    .into(),
+            )
+        }
+    }
+    // The daemon reads the acknowledgement before the next call is made.
+    std::thread::sleep(c.target.step / 5);
+    let before = invokes(c).len();
+    if let Err(o) = c.wake(generation, tool, args).and_then(|w2| one(c, w2)) {
+        return o;
+    }
+    let reached = invokes(c).len() != before;
+    match (valid, reached) {
+        (true, true) => Outcome::token("acknowledged"),
+        (true, false) => Outcome::with(
+            "acknowledged",
+            vec!["the daemon failed the adapter connection after a valid aborted: a later tool call did not reach \
+                  the adapter"
+                .into()],
+        ),
+        (false, false) => Outcome::token("failed-closed"),
+        (false, true) => Outcome::with(
+            "failed-closed",
+            vec!["the connection was not failed: a later tool call still reached the adapter".into()],
+        ),
+    }
+}
+
 // ---------------------------------------------------------------- restart
 
 fn restart_flow(c: &mut DCtx<'_>) -> Result<Value, Outcome> {
@@ -1030,18 +1858,33 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.endpoint-insecure", endpoint_insecure),
         ("daemon.bind.revoke-on-close", revoke_on_close),
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
+        ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
         ("daemon.policy.lower-generation", policy_lower_generation),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
         ("daemon.tools.queue-capacity", tools_queue_capacity),
+        ("daemon.tools.concurrency-limit", tools_concurrency_limit),
+        ("daemon.tools.queue-wait-counts-toward-timeout", tools_queue_wait_counts),
+        ("daemon.tools.eof-fails-queued-calls", tools_eof_fails_queued),
+        ("daemon.tools.abort-capacity", tools_abort_capacity),
         ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
         ("daemon.tools.unsolicited-result-fails-closed", tools_unsolicited),
         ("daemon.tools.reflected-handle-fails-closed", tools_reflected),
         ("daemon.tools.result-after-aborted-fails-closed", tools_result_after_aborted),
+        ("daemon.tools.other-operation-result-fails-closed", tools_other_operation),
+        ("daemon.tools.duplicate-result-fails-closed", tools_duplicate_result),
+        ("daemon.bind.second-bound-fails-closed", bind_second_bound),
+        ("daemon.bind.frame-before-bound-fails-closed", bind_frame_before_bound),
+        ("daemon.tools.aborted-other-request-id-fails-closed", tools_aborted_other_request_id),
+        ("daemon.tools.aborted-unsolicited-fails-closed", tools_aborted_unsolicited),
+        ("daemon.tools.late-result-before-aborted-dropped", tools_late_result_dropped),
+        ("daemon.admission.fit-at-equality", adm_fit_equality),
+        ("daemon.admission.fit-one-past", adm_fit_one_past),
+        ("daemon.events.attached-only", events_attached_only),
         ("daemon.restart.quarantine-listed", restart_quarantine_listed),
         ("daemon.restart.no-tools-reopen-refused", restart_no_tools_refused),
         ("daemon.restart.old-host-descriptor-refused", restart_old_host_refused),
@@ -1105,6 +1948,21 @@ mod tests {
             token(refusal(&refused("incompatible_protocol", None), "incompatible_protocol", None)),
             "error:incompatible_protocol"
         );
+    }
+
+    #[test]
+    fn a_descriptor_refusal_without_its_field_fails() {
+        let r = refused("invalid_tool_adapter_endpoint", None);
+        match refusal(&r, "invalid_tool_adapter_endpoint", Some("path")) {
+            Outcome::Observed { token, problems } => {
+                assert_eq!(token, "error:invalid_tool_adapter_endpoint@(no field)");
+                assert!(problems[0].contains("details.field"), "{problems:?}");
+            }
+            other => panic!("a fieldless descriptor refusal must be observed, got {other:?}"),
+        }
+        // Another code without a field stays inconclusive.
+        let r = refused("invalid_tool_adapter_limit", None);
+        assert!(matches!(refusal(&r, "invalid_tool_adapter_endpoint", Some("path")), Outcome::Error(_)));
     }
 
     #[test]

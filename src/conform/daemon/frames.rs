@@ -38,10 +38,8 @@
 
 use serde_json::{json, Map, Value};
 
-use std::time::{Duration, Instant};
-
-use super::cases::{call_then_call, invokes, one, open_then_call, open_with};
-use super::probe::{BoundMode, InvokeMode, ScriptAt};
+use super::cases::{abort_then_call, call_then_call, open_then_call, open_with};
+use super::probe::ScriptAt;
 use super::DCtx;
 use crate::conform::case::{CaseMeta, Level, Outcome};
 use crate::contract::{admit_descriptor, Binding, Direction};
@@ -137,6 +135,8 @@ pub fn meta(v: &Vector, decision: bool) -> CaseMeta {
             if decision { "; a decision of this project where the protocol text is silent" } else { "" }
         ),
         accepted: vec![want(v).to_string()],
+        techniques: crate::conform::coverage::vector_techniques(&v.id, valid(v)),
+        level_with_grant: None,
     }
 }
 
@@ -470,7 +470,7 @@ fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
             if let Err(o) = open_with(c, &descriptor, generation) {
                 return o;
             }
-            abort_then_call(c, v, generation, &tool, &args, Box::new(build))
+            abort_then_call(c, valid(v), generation, &tool, &args, Box::new(build))
         }
         ScriptAt::Invoke | ScriptAt::BeforeResult => {
             if let Err(o) = open_with(c, &descriptor, generation) {
@@ -553,77 +553,6 @@ fn with_code_check(o: Outcome, first: &crate::conform::adapter::conn::Recv, v: &
 /// past it, so the daemon sends its abort. A daemon may also time the bind with it (the
 /// reference daemon does), so it leaves a loaded machine room to bind.
 const ABORT_TIMEOUT_MS: u64 = 1000;
-
-/// With the session open and `build` ready to answer the next abort: make one tool call the
-/// probe never answers (it times out on the wire, so the daemon sends an abort, answered with
-/// the vector's frame), then a second call, and see whether it reaches the adapter.
-fn abort_then_call(
-    c: &mut DCtx<'_>,
-    v: &Vector,
-    generation: u64,
-    tool: &str,
-    args: &Value,
-    build: super::probe::ScriptFn,
-) -> Outcome {
-    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    c.probe.script(ScriptAt::Abort, build);
-    let sent_before = invokes(c).len();
-    let first = c.wake(generation, tool, args).and_then(|w| one(c, w));
-    // The abort is written as the timeout fails the call: it may reach the probe just after
-    // the daemon answered the wake.
-    let t = Instant::now();
-    let sent = loop {
-        let out = c.probe.script.lock().ok().and_then(|s| s.outcome.clone());
-        if out.is_some() || t.elapsed() > c.target.step * 2 {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = c.probe.take_script_outcome();
-    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
-    let first = match first {
-        Ok(r) => r,
-        Err(o) => return o,
-    };
-    if invokes(c).len() == sent_before {
-        return Outcome::Error(format!(
-            "inconclusive: the wake ({}) made no tool call through the adapter, so no abort could follow",
-            super::rtoken(&first)
-        ));
-    }
-    match sent {
-        Some(Ok(())) => {}
-        Some(Err(why)) => return Outcome::Skip(why),
-        None => {
-            return Outcome::Skip(
-                "the daemon sent no abort for the call that timed out on the wire, so the vector's aborted frame \
-                 had nothing to answer (daemon.tools.timeout-sends-abort judges the abort)"
-                    .into(),
-            )
-        }
-    }
-    // The daemon reads the acknowledgement before the next call is made.
-    std::thread::sleep(c.target.step / 5);
-    let before = invokes(c).len();
-    if let Err(o) = c.wake(generation, tool, args).and_then(|w2| one(c, w2)) {
-        return o;
-    }
-    let reached = invokes(c).len() != before;
-    match (valid(v), reached) {
-        (true, true) => Outcome::token("acknowledged"),
-        (true, false) => Outcome::with(
-            "acknowledged",
-            vec!["the daemon failed the adapter connection after a valid aborted: a later tool call did not reach \
-                  the adapter"
-                .into()],
-        ),
-        (false, false) => Outcome::token("failed-closed"),
-        (false, true) => Outcome::with(
-            "failed-closed",
-            vec!["the connection was not failed: a later tool call still reached the adapter".into()],
-        ),
-    }
-}
 
 /// The `ok` a valid result frame carries (`None` for other frames).
 fn frame_ok(v: &Vector) -> Option<bool> {

@@ -69,6 +69,8 @@ pub struct DaemonTarget {
     pub step: Duration,
     /// The golden vectors replayed as `vector:` cases.
     pub vectors: PathBuf,
+    /// Session vectors loaded from files (`--session`), run as cases beside the built-in ones.
+    pub sessions: Vec<crate::conform::script::Session>,
 }
 
 /// Everything one daemon case may use.
@@ -323,23 +325,49 @@ fn harness(e: compose::ComposeError) -> Outcome {
 /// The least time a `--restart-cmd` is given to finish (a daemon may take seconds to start).
 const RESTART_CMD_BUDGET: Duration = Duration::from_secs(60);
 
+/// Why the daemon's hostInstanceId could not be learnt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostError {
+    /// Nothing answers: no connection, or a connection on which nothing is said.
+    Unreachable(String),
+    /// The daemon answered the handshake, but with no usable `data.host.hostInstanceId`.
+    Answered(String),
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Unreachable(m) | HostError::Answered(m) => f.write_str(m),
+        }
+    }
+}
+
 /// Read the daemon's hostInstanceId with a v2 handshake.
-pub fn read_host(socket: &Path, step: Duration) -> Result<String, String> {
-    let mut c = Conn::connect(socket, "", step, Rc::default(), Rc::default()).map_err(|e| e.to_string())?;
-    let hs =
-        compose::handshake(&compose::Envelope { version: "2.0", request_id: "pc-hs" }).map_err(|e| e.to_string())?;
+pub fn read_host(socket: &Path, step: Duration) -> Result<String, HostError> {
+    let mut c = Conn::connect(socket, "", step, Rc::default(), Rc::default())
+        .map_err(|e| HostError::Unreachable(e.to_string()))?;
+    let hs = compose::handshake(&compose::Envelope { version: "2.0", request_id: "pc-hs" })
+        .map_err(|e| HostError::Unreachable(e.to_string()))?;
     c.send(&compose::to_wire(&hs));
     match c.recv() {
         Recv::Frame(v, _) => match crate::contract::parse_handshake_data(&v.data()) {
             Ok(hs) => Ok(hs.host.host_instance_id.to_string()),
             // Handshake data the contract refuses is still read raw for the host id: the cases
             // judge the handshake; this only learns which host to address.
-            Err(_) => v["data"]["host"]["hostInstanceId"]
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| "the handshake has no data.host.hostInstanceId".to_string()),
+            Err(_) => v["data"]["host"]["hostInstanceId"].as_str().map(str::to_string).ok_or_else(|| {
+                HostError::Answered(
+                    "the daemon answered the handshake, but without data.host.hostInstanceId (the suite \
+                     addresses every session to it), so the suite was not run"
+                        .to_string(),
+                )
+            }),
         },
-        other => Err(format!("no handshake response: {}", other.describe())),
+        r @ (Recv::Closed | Recv::Timeout) => {
+            Err(HostError::Unreachable(format!("no handshake response: {}", r.describe())))
+        }
+        Recv::Garbage(_) => Err(HostError::Answered(
+            "the daemon answered the handshake with a line that is not JSON, so the suite was not run".to_string(),
+        )),
     }
 }
 

@@ -50,6 +50,18 @@ pub enum InvokeMode {
     ReflectHandle,
     /// Never answer the invoke; answer an abort with `aborted:true`, then send the result.
     ResultAfterAborted,
+    /// Answer with a well-formed result of another granted operation (its own data shape)
+    /// under the invoke's `requestId` and `idempotencyKey`.
+    OtherOperation,
+    /// Answer correctly, then send the same result a second time.
+    Duplicate,
+    /// Never answer the invoke; answer an abort with the late result first, then `aborted:true`
+    /// (the race every abort has: the result was on its way).
+    ResultBeforeAborted,
+    /// Close the connection (EOF) on the first invoke, unanswered.
+    CloseOnInvoke,
+    /// Never answer an invoke, nor its abort (tombstones stay alive).
+    Silent,
 }
 
 /// Where a scripted frame is sent: instead of the `bound` answer to the next `bind`, instead
@@ -90,6 +102,8 @@ pub struct ProbeLog {
     pub frames: Vec<(usize, Value)>,
     /// Raw byte lengths of each received line (LF included), parallel to `frames`.
     pub sizes: Vec<usize>,
+    /// When each frame was received, parallel to `frames`.
+    pub at: Vec<std::time::Instant>,
     /// Every frame that broke the contract (connection index, why): the first line of a
     /// connection is judged as a `bind` request, every later one as a daemon → adapter frame
     /// against that binding, by the same contract functions the reference adapter uses.
@@ -277,6 +291,7 @@ fn serve(
         if let Ok(mut l) = log.lock() {
             l.frames.push((n, f.clone()));
             l.sizes.push(line.len() + 1);
+            l.at.push(std::time::Instant::now());
             if let Err(why) = verdict {
                 l.violations.push((n, why));
             }
@@ -418,11 +433,46 @@ fn serve(
                             &result(Ok(json!({"content": format!("leak {handle}"), "bytesRead": 1, "eof": true}))),
                         );
                     }
-                    InvokeMode::ResultAfterAborted => held.push(f.clone()),
+                    InvokeMode::ResultAfterAborted | InvokeMode::ResultBeforeAborted => held.push(f.clone()),
+                    InvokeMode::CloseOnInvoke => return,
+                    InvokeMode::Silent => {}
+                    InvokeMode::OtherOperation => {
+                        // Another operation on the same path, run for real so that its data
+                        // has that operation's shape; only the operation differs from the invoke.
+                        let other = if f["operation"] == "fs.list" { "fs.stat" } else { "fs.list" };
+                        let data = root.as_ref().map_or_else(
+                            || Err(AdapterError::new(AdapterCode::IoError, "no root")),
+                            |root| {
+                                let job = Job {
+                                    request_id: f["requestId"].as_str().unwrap_or("").into(),
+                                    operation: other
+                                        .parse()
+                                        .unwrap_or(crate::contract::types::tool_adapter::ToolOperation::FsStat),
+                                    payload: json!({"path": f["payload"]["path"].as_str().unwrap_or(".")}),
+                                    budget: 512 * 1024,
+                                    cancel: Cancel::new(),
+                                };
+                                crate::adapter::ops::execute(root, &job)
+                            },
+                        );
+                        let mut r = result(data);
+                        r["operation"] = json!(other);
+                        let _ = send(&mut w, &r);
+                    }
+                    InvokeMode::Duplicate => {
+                        let data = run();
+                        let answer = typed_result(&data).unwrap_or_else(|| result(data));
+                        if !send(&mut w, &answer) || !send(&mut w, &answer) {
+                            return;
+                        }
+                    }
                 }
             }
             Some("abort") => {
                 let Some(id) = &identity else { return };
+                if invoke.lock().map(|b| *b == InvokeMode::Silent).unwrap_or(false) {
+                    continue;
+                }
                 if scripted(&script, ScriptAt::Abort, binding.as_ref(), Some(&f), &mut w) {
                     continue;
                 }
@@ -441,17 +491,30 @@ fn serve(
                         a
                     }
                 };
+                let imode = invoke.lock().map(|b| *b).unwrap_or(InvokeMode::Normal);
+                let late = |h: &Value| {
+                    let mut r = id.clone();
+                    r["kind"] = json!("result");
+                    for k in ["requestId", "idempotencyKey", "operation"] {
+                        r[k] = h[k].clone();
+                    }
+                    r["ok"] = json!(false);
+                    r["error"] = AdapterError::new(AdapterCode::IoError, "late").body();
+                    r
+                };
+                if imode == InvokeMode::ResultBeforeAborted {
+                    // The late result of the aborted call, then the acknowledgement.
+                    for h in held.iter().filter(|h| h["requestId"] == f["targetRequestId"]) {
+                        let _ = send(&mut w, &late(h));
+                    }
+                    held.retain(|h| h["requestId"] != f["targetRequestId"]);
+                    let _ = send(&mut w, &a);
+                    continue;
+                }
                 let _ = send(&mut w, &a);
                 if !held.is_empty() {
-                    for h in held.drain(..) {
-                        let mut r = id.clone();
-                        r["kind"] = json!("result");
-                        for k in ["requestId", "idempotencyKey", "operation"] {
-                            r[k] = h[k].clone();
-                        }
-                        r["ok"] = json!(false);
-                        r["error"] = AdapterError::new(AdapterCode::IoError, "late").body();
-                        let _ = send(&mut w, &r);
+                    for h in std::mem::take(&mut held) {
+                        let _ = send(&mut w, &late(&h));
                     }
                 }
             }

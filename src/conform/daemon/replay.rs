@@ -96,6 +96,8 @@ pub fn catalogue(set: &VectorSet) -> Vec<CaseMeta> {
                     if want == "accepted" { "accepted".to_string() } else { format!("refused {}", &want[6..]) },
                     if decision { "; a decision of this project where the protocol text is silent" } else { "" }
                 ),
+                techniques: crate::conform::coverage::vector_techniques(&v.id, want == "accepted"),
+                level_with_grant: None,
                 accepted: vec![want],
             }
         })

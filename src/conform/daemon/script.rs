@@ -215,7 +215,8 @@ fn brief(r: &Recv) -> String {
 
 /// Run the session `id`.
 pub fn run(c: &mut DCtx<'_>, id: &str) -> Outcome {
-    let Some(s) = sessions().into_iter().find(|s| s.meta.id == id) else {
+    let found = sessions().into_iter().chain(c.target.sessions.iter().cloned()).find(|s| s.meta.id == id);
+    let Some(s) = found else {
         return Outcome::Error(format!("no daemon session vector {id}"));
     };
     let values = Values {
