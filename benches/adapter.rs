@@ -288,8 +288,8 @@ fn main() {
             f.adapter_s * 1e3,
             f.rg_s * 1e3,
             f.ratio,
-            "<= 2.0",
-            yes(f.ratio <= 2.0)
+            "<= 1.5",
+            yes(f.ratio <= 1.5)
         );
         ratios.push(format!(
             "fs.search adapter/rg = {:.3} (ratio of median times {:.3})",

@@ -401,7 +401,7 @@ fn validate_throughput(_binding: &Binding, descriptor: &Value) {
         let mut sink = std::io::BufWriter::new(std::io::sink());
         let (mut valid, mut lines) = (0usize, 0usize);
         while let Some(item) = reader.next_line().expect("reads") {
-            let Line::Text { number, bytes } = item else { panic!("binary bench file") };
+            let Line { number, bytes } = item;
             let verdict = if full {
                 with_schema_confirmation(|| judge_line(bytes, Some(Kind::Frame), &ctx).1)
             } else {

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::contract::frame::{parse_adapter_frame, Binding, Direction, Disposition};
-use crate::contract::onepass;
+use crate::contract::{adapter_output_passes, onepass};
 use crate::contract::{admit_descriptor, judge_command, validate_event, validate_relative_path, validate_response};
 use crate::contract::{Code, ContractError, ExpectedBinding, HostContext, PathSide};
 use crate::wire::{decode_strict, LineError};
@@ -179,6 +179,14 @@ fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
         );
         return Verdict::from_error(&e, None);
     };
+    // What an adapter sends is judged by the adapter runner's judge, the one function of
+    // `contract::adapter_output` (a daemon's rules and the adapter's single-frame obligations).
+    if ctx.direction == Direction::ToDaemon {
+        return match adapter_output_passes(line, binding) {
+            Ok(()) => Verdict::Valid,
+            Err(e) => Verdict::from_error(&e.error.error, Some(e.error.disposition)),
+        };
+    }
     // The accept path: one pass, no `Value`; anything it does not accept gets the full path,
     // which alone reports refusals.
     if onepass::accept_frame(line, binding, ctx.direction).is_some() {
@@ -229,29 +237,57 @@ fn verdict(r: Result<(), ContractError>) -> Verdict {
     }
 }
 
-/// One item of an NDJSON stream as [`LineReader`] yields it.
+/// One verdict as `pi-conform validate` prints it (one line, LF included): human
+/// (`line 3: invalid command: invalid_json field=line: … at column 8: …`) or, with `json`, one
+/// JSON object. `label` names the input (`line 3`, `document d.json`), `at` is its JSON
+/// identity (the line number, or the document's name); an `invalid_json`/`invalid_utf8`
+/// verdict also says where, found again in `text`.
+pub fn render_verdict(label: &str, at: Value, text: &[u8], k: Kind, verdict: &Verdict, json: bool) -> String {
+    let kname = k.as_str();
+    let place = match verdict {
+        Verdict::Invalid { code, .. } if code == Code::InvalidJson.as_str() || code == Code::InvalidUtf8.as_str() => {
+            crate::wire::decode_strict_located(text).err()
+        }
+        _ => None,
+    };
+    if json {
+        let mut v = serde_json::json!({"kind": kname, "result": verdict});
+        let key = if at.is_string() { "document" } else { "line" };
+        v[key] = at;
+        if let Some(p) = &place {
+            v["position"] = serde_json::json!({"line": p.line, "column": p.column, "detail": p.detail});
+        }
+        return format!("{v}\n");
+    }
+    match verdict {
+        Verdict::Valid => format!("{label}: valid {kname}\n"),
+        Verdict::Invalid { code, field, message, disposition } => {
+            let disp = disposition.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+            let at = match &place {
+                Some(p) if label.starts_with("line") => format!(" at column {}: {}", p.column, p.detail),
+                Some(p) => format!(" at line {} column {}: {}", p.line, p.column, p.detail),
+                None => String::new(),
+            };
+            format!("{label}: invalid {kname}: {code} field={field}{disp}: {message}{at}\n")
+        }
+    }
+}
+
+/// One line of an NDJSON stream as [`LineReader`] yields it: a non-empty line (LF and one CR
+/// before it excluded), whatever bytes it holds (a NUL or another raw control byte, invalid
+/// UTF-8: each is a protocol case for the judge, not a reason to stop). A line longer than the
+/// cap is cut to `cap + 1` bytes (so any limit up to the cap still refuses it) and the rest of
+/// it skipped unread into memory.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line<'a> {
-    /// A non-empty line (LF and one CR before it excluded), 1-based `number`. A line longer
-    /// than the cap is cut to `cap + 1` bytes (so any limit up to the cap still refuses it)
-    /// and the rest of it skipped unread into memory.
-    Text {
-        /// 1-based line number.
-        number: usize,
-        /// The line's bytes.
-        bytes: &'a [u8],
-    },
-    /// A NUL byte: the input is not text. The reader yields nothing after it.
-    Binary {
-        /// The line it is on.
-        number: usize,
-        /// Its byte offset in the stream.
-        offset: u64,
-    },
+pub struct Line<'a> {
+    /// 1-based line number.
+    pub number: usize,
+    /// The line's bytes.
+    pub bytes: &'a [u8],
 }
 
 /// Reads NDJSON lines from a stream in constant memory (one line of at most `cap + 1`
-/// bytes is held at a time); a NUL byte ends the stream as [`Line::Binary`].
+/// bytes is held at a time).
 pub struct LineReader<R> {
     inner: std::io::BufReader<R>,
     cap: usize,
@@ -282,20 +318,20 @@ impl<R: std::io::Read> LineReader<R> {
         self.inner.buffer().len() == self.pending
     }
 
-    /// The next non-empty line, a [`Line::Binary`] stop, or `None` at the end.
+    /// The next non-empty line, or `None` at the end.
     pub fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
         std::io::BufRead::consume(&mut self.inner, std::mem::take(&mut self.pending));
         loop {
             if self.done {
                 return Ok(None);
             }
-            // The common case: the whole line is already buffered, not over the cap and
-            // without a NUL byte. It is lent straight from the read buffer (no copy) and
+            // The common case: the whole line is already buffered and not over the cap. It is
+            // lent straight from the read buffer (no copy) and
             // consumed at the next call; every other case takes the general loop below.
             let avail = self.inner.buffer();
             if let Some(lf) = memchr::memchr(b'\n', avail) {
                 let part = &avail[..lf];
-                if part.len() <= self.cap + 1 && memchr::memchr(0, part).is_none() {
+                if part.len() <= self.cap + 1 {
                     let cr = part.last() == Some(&b'\r') && part.len() <= self.cap;
                     let len = part.len() - usize::from(cr);
                     self.number += 1;
@@ -305,7 +341,7 @@ impl<R: std::io::Read> LineReader<R> {
                         continue;
                     }
                     self.pending = lf + 1;
-                    return Ok(Some(Line::Text { number: self.number, bytes: &self.inner.buffer()[..len] }));
+                    return Ok(Some(Line { number: self.number, bytes: &self.inner.buffer()[..len] }));
                 }
             }
             self.buf.clear();
@@ -323,10 +359,6 @@ impl<R: std::io::Read> LineReader<R> {
                 }
                 let lf = memchr::memchr(b'\n', chunk);
                 let part = &chunk[..lf.unwrap_or(chunk.len())];
-                if let Some(nul) = memchr::memchr(0, part) {
-                    self.done = true;
-                    return Ok(Some(Line::Binary { number: self.number, offset: self.offset + nul as u64 }));
-                }
                 let room = (self.cap + 1).saturating_sub(self.buf.len());
                 self.buf.extend_from_slice(&part[..part.len().min(room)]);
                 let used = lf.map_or(chunk.len(), |i| i + 1);
@@ -338,7 +370,7 @@ impl<R: std::io::Read> LineReader<R> {
                 self.buf.pop();
             }
             if !self.buf.is_empty() {
-                return Ok(Some(Line::Text { number: self.number, bytes: &self.buf }));
+                return Ok(Some(Line { number: self.number, bytes: &self.buf }));
             }
         }
     }
@@ -358,16 +390,13 @@ mod kind_tests {
 
 #[cfg(test)]
 mod line_reader_tests {
-    use super::{Line, LineReader};
+    use super::LineReader;
 
     fn all(input: &[u8], cap: usize) -> Vec<String> {
         let mut r = LineReader::with_chunk(input, cap, 3);
         let mut out = Vec::new();
         while let Some(l) = r.next_line().unwrap() {
-            out.push(match l {
-                Line::Text { number, bytes } => format!("{number}:{}", String::from_utf8_lossy(bytes)),
-                Line::Binary { number, offset } => format!("{number}:NUL@{offset}"),
-            });
+            out.push(format!("{}:{}", l.number, String::from_utf8_lossy(l.bytes)));
         }
         out
     }
@@ -391,25 +420,31 @@ mod line_reader_tests {
             let mut r = LineReader::with_chunk(&input[..], 4, chunk);
             let mut got = Vec::new();
             while let Some(l) = r.next_line().unwrap() {
-                if let Line::Text { number, bytes } = l {
-                    got.push(format!("{number}:{}", String::from_utf8_lossy(bytes)));
-                }
+                got.push(format!("{}:{}", l.number, String::from_utf8_lossy(l.bytes)));
             }
             assert_eq!(got, want, "chunk {chunk}");
         }
-        let nul = b"{}\n{}\n{\"a\x00\":1}\n{}\n";
+        // Raw control bytes and invalid UTF-8 are bytes of a line like any other.
+        let raw = b"{}\n\x00\n{\"a\x00\":1}\n\xff\x01\n{}\n";
         for chunk in 1..20 {
-            let mut r = LineReader::with_chunk(&nul[..], 100, chunk);
-            let mut last = None;
+            let mut r = LineReader::with_chunk(&raw[..], 100, chunk);
+            let mut got = Vec::new();
             while let Some(l) = r.next_line().unwrap() {
-                last = Some(format!("{l:?}"));
+                got.push((l.number, l.bytes.to_vec()));
             }
-            assert_eq!(last.as_deref(), Some("Binary { number: 3, offset: 9 }"), "chunk {chunk}");
+            let want: Vec<(usize, Vec<u8>)> = vec![
+                (1, b"{}".to_vec()),
+                (2, b"\x00".to_vec()),
+                (3, b"{\"a\x00\":1}".to_vec()),
+                (4, b"\xff\x01".to_vec()),
+                (5, b"{}".to_vec()),
+            ];
+            assert_eq!(got, want, "chunk {chunk}");
         }
     }
 
     #[test]
-    fn a_nul_byte_stops_the_stream_with_its_offset() {
-        assert_eq!(all(b"{}\n{\"a\x00\":1}\n{}\n", 100), ["1:{}", "2:NUL@6"]);
+    fn a_nul_byte_is_a_byte_of_its_line_and_the_stream_goes_on() {
+        assert_eq!(all(b"{}\n{\"a\x00\":1}\n{}\n", 100), ["1:{}", "2:{\"a\u{0}\":1}", "3:{}"]);
     }
 }

@@ -20,4 +20,5 @@ pub mod fuzzing;
 pub mod judge;
 pub mod util;
 pub mod vectors;
+pub mod watch;
 pub mod wire;

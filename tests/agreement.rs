@@ -197,6 +197,7 @@ const DAEMON_DATA_DEFS: &[&str] = &[
     "AgentEndEventData",
     "EventDroppedData",
     "GenerationDetails",
+    "SessionCapacityDetails",
     "FieldDetails",
     "OpenFailureCause",
     "OpenFailedDetails",

@@ -294,17 +294,49 @@ fn strict_json_errors_carry_line_and_column() {
     assert!(out.starts_with("line 1: invalid command: invalid_json field=line: line is not one strict JSON text at column 8: expected `,` or `}`"), "{out}");
 }
 
+/// Every line gets a verdict whatever bytes it holds, and the next line is judged: a NUL or
+/// another raw control byte is `invalid_json` (as Pi Daemon 0.3.3 answers it), invalid UTF-8
+/// `invalid_utf8`; a binary blob is judged line by line, never refused as "not text".
 #[test]
-fn validate_on_binary_input_says_so_instead_of_judging_it() {
+fn validate_gives_every_line_a_verdict_whatever_bytes_it_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("blob");
-    let mut bytes = b"{\"requestId\":\"r\"}\n".to_vec();
-    bytes.extend((0..100_000u32).map(|i| (i % 251) as u8));
+    let f = dir.path().join("lines");
+    let valid = b"\"a.txt\"";
+    let mut bytes = Vec::new();
+    for line in [&b"\x00"[..], b"\"a\x00.txt\"", b"{\"a\":\x01}", b"\xff\xfe", valid] {
+        bytes.extend_from_slice(line);
+        bytes.push(b'\n');
+    }
     std::fs::write(&f, &bytes).unwrap();
-    let (code, out, err) = run(&["validate", f.to_str().unwrap()]);
-    assert_eq!(code, 2, "{out}");
-    assert!(out.lines().count() <= 2, "no flood of verdicts: {out}");
-    assert!(err.contains("not text (a NUL byte at offset 18, line 2)"), "{err}");
+    let (code, out, err) = run(&["validate", "--kind", "path", "--format", "json", f.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let verdicts: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let codes: Vec<&str> = verdicts
+        .iter()
+        .map(|v| v["result"]["code"].as_str().unwrap_or(v["result"]["verdict"].as_str().unwrap()))
+        .collect();
+    assert_eq!(codes, ["invalid_json", "invalid_json", "invalid_json", "invalid_utf8", "valid"], "{out}");
+    assert!(!err.contains("not text"), "{err}");
+    // A binary blob: a verdict per line, to the end.
+    let blob = dir.path().join("blob");
+    let mut bytes = valid.to_vec();
+    bytes.push(b'\n');
+    bytes.extend((0..100_000u32).map(|i| (i % 251) as u8));
+    bytes.push(b'\n');
+    bytes.extend_from_slice(valid);
+    std::fs::write(&blob, &bytes).unwrap();
+    let (code, out, _) = run(&["validate", "--kind", "path", blob.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0] == "line 1: valid path" && lines.len() > 300, "{}", lines.len());
+    let last = lines[lines.len() - 2];
+    assert!(last.ends_with(": valid path"), "the last line is judged too: {last}");
+    // A document holding a NUL is judged too.
+    let doc = dir.path().join("doc.json");
+    std::fs::write(&doc, b"{\"a\":\"\x00\"}").unwrap();
+    let (code, out, err) = run(&["validate", "--document", doc.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("invalid_json"), "{out}");
 }
 
 /// `validate -` judges each line as it arrives: the first verdict is out while the input is
@@ -421,4 +453,198 @@ fn server_logs_follow_color() {
         assert!(!log.is_empty(), "{choice}: no log");
         assert_eq!(log.contains('\x1b'), coloured, "{choice}: {log:?}");
     }
+}
+
+// ------------------------------------------------------------------ issue 26
+
+/// Waits for `child` at most `secs`; kills it and fails otherwise.
+fn wait_bounded(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("did not end within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `pi-conform selftest … | head -1` under `set -o pipefail`: the reader goes after the first
+/// line, long before the report; the run still finishes (the JUnit file is whole) and exits
+/// with its verdict (1: a MUST failed), with no word about the pipe.
+#[test]
+fn a_closed_pipe_keeps_the_verdict_in_the_exit_status() {
+    for format in ["human", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let junit = dir.path().join("junit.xml");
+        let mut child = bin()
+            .args(["selftest", "--id", "adapter.stat", "--format", format, "--junit", junit.to_str().unwrap()])
+            .args(BROKEN)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut first = [0u8; 1];
+        out.read_exact(&mut first).unwrap();
+        drop(out); // `| head -c 1`
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let status = wait_bounded(&mut child, 120);
+        assert_eq!(status.code(), Some(1), "{format}: the verdict is lost: {err}");
+        assert!(!err.contains("Broken pipe") && !err.contains("panicked"), "{format}: {err}");
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        assert!(xml.contains("adapter.stat.not-found") && xml.contains("<failure"), "{format}: {xml}");
+    }
+}
+
+/// `validate` with its reader gone still judges every line and exits 1 for an invalid one,
+/// however late in the input it comes.
+#[test]
+fn validate_with_a_closed_pipe_still_exits_with_its_verdict() {
+    let mut child =
+        bin().args(["validate", "--kind", "path"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let mut input = child.stdin.take().unwrap();
+    for _ in 0..20_000 {
+        input.write_all(b"\"a.txt\"\n").unwrap();
+    }
+    input.write_all(b"\"../x\"\n").unwrap();
+    drop(input);
+    let status = wait_bounded(&mut child, 60);
+    assert_eq!(status.code(), Some(1), "the last line is invalid");
+}
+
+/// Ctrl-C during `adapter --command`: one line on standard error, no case reported as an
+/// error or failure after it, no harness error, exit 130.
+#[test]
+fn an_interrupted_command_run_says_one_line_and_exits_130() {
+    let bin_path = env!("CARGO_BIN_EXE_pi-conform");
+    let command = format!("exec '{bin_path}' serve-adapter --socket {{socket}} --grants {{grants}}");
+    let mut runner =
+        bin().args(["adapter", "--command", &command]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdout = BufReader::new(runner.stdout.take().unwrap());
+    // Interrupt once the suite is under way: after the third case line.
+    let mut seen = Vec::new();
+    while seen.iter().filter(|l: &&String| l.starts_with('[')).count() < 3 {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the run ended early: {seen:?}");
+        seen.push(line);
+    }
+    rustix::process::kill_process(rustix::process::Pid::from_child(&runner), rustix::process::Signal::INT).unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    runner.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = wait_bounded(&mut runner, 30);
+    assert_eq!(status.code(), Some(130), "{rest}{err}");
+    assert_eq!(err.lines().collect::<Vec<_>>(), ["pi-conform: interrupted; the adapter was stopped"], "{err}");
+    for l in rest.lines() {
+        assert!(!l.contains("ERROR") && !l.contains("FAIL"), "a case after the interrupt: {l}");
+    }
+    assert!(!rest.contains("INCONCLUSIVE") && !rest.contains("failures:"), "no report of a cut run: {rest}");
+}
+
+/// A refused preflight with `--command` names the identity the grant was minted for and what
+/// the adapter answered, shows the end of the adapter's own output (the reference adapter logs
+/// `bind refused … wrong_adapter`), never the handle, and is inconclusive (exit 5), not
+/// unreachable: the adapter answered.
+#[test]
+fn a_refused_preflight_names_the_minted_identity_and_the_adapters_output() {
+    let bin_path = env!("CARGO_BIN_EXE_pi-conform");
+    let command = format!("exec '{bin_path}' serve-adapter --socket {{socket}} --grants {{grants}}");
+    let (code, out, err) = run(&["adapter", "--command", &command, "--adapter-id", "someone-else"]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(err.contains("preflight failed"), "{err}");
+    assert!(err.contains("closed the connection without `bound`") && err.contains("it answered no frame"), "{err}");
+    assert!(err.contains("the runner minted the grant for adapterId \"someone-else\""), "{err}");
+    assert!(err.contains("bind refused") && err.contains("wrong_adapter"), "the adapter's own words: {err}");
+    assert!(!err.contains("unreachable"), "{err}");
+    assert!(!out.contains("adapter suite against"), "no case ran: {out}");
+}
+
+/// A stub daemon on a real socket that answers each line with `reply` (or says nothing when
+/// `None`); returns the socket's directory.
+fn stub_daemon(reply: Option<&'static str>) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("d.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut w = conn.try_clone().unwrap();
+                // Mute (`None`): reads every line and keeps the connection, says nothing.
+                for line in BufReader::new(conn).lines() {
+                    if line.is_err() {
+                        return;
+                    }
+                    if let Some(r) = reply {
+                        let _ = writeln!(w, "{r}");
+                    }
+                }
+            });
+        }
+    });
+    (dir, sock)
+}
+
+/// Exit codes are distinct: 2 a usage error, 4 nothing answers, 5 the target answered but the
+/// run is inconclusive (a daemon whose handshake lacks `data.host.hostInstanceId`, one that
+/// answers with a line that is not JSON).
+#[test]
+fn usage_unreachable_and_inconclusive_have_distinct_exit_codes() {
+    // Usage: a typo, and a daemon run without its socket.
+    let (code, _, err) = run(&["adapter", "--no-such-flag"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(&["daemon"]);
+    assert_eq!((code, err.contains("give the daemon's socket")), (2, true), "{err}");
+    // Nothing listens: unreachable.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.sock");
+    let (code, _, err) = run(&["daemon", missing.to_str().unwrap(), "--time-scale", "0.25"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("target unreachable"), "{err}");
+    // Listens but never says a word: nothing answers, unreachable.
+    let (_d, sock) = stub_daemon(None);
+    let (code, _, err) = run(&["daemon", sock.to_str().unwrap(), "--time-scale", "0.25"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("target unreachable") && err.contains("no handshake response: timeout"), "{err}");
+    // Answers, but the handshake has no host id: inconclusive, and never called unreachable.
+    let (_d, sock) = stub_daemon(Some(r#"{"type":"response","requestId":"pc-hs","ok":true,"data":{}}"#));
+    let (code, _, err) = run(&["daemon", sock.to_str().unwrap(), "--time-scale", "0.25"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("answered the handshake, but without data.host.hostInstanceId"), "{err}");
+    assert!(!err.contains("unreachable"), "{err}");
+    // Answers with a line that is not JSON: inconclusive.
+    let (_d, sock) = stub_daemon(Some("HTTP/1.1 400 Bad Request"));
+    let (code, _, err) = run(&["daemon", sock.to_str().unwrap(), "--time-scale", "0.25"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("a line that is not JSON") && !err.contains("unreachable"), "{err}");
+}
+
+/// Counts agree with their nouns: `1 known failure`, `0 warnings`, `0 harness errors`.
+#[test]
+fn the_summary_line_says_one_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let baseline = dir.path().join("baseline");
+    std::fs::write(&baseline, "adapter.stat.not-found\n").unwrap();
+    let (code, out, err) = run(&[
+        "selftest",
+        "--id",
+        "adapter.stat",
+        "--fault",
+        "wrong-not-found-code",
+        "--baseline",
+        baseline.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let summary = out.lines().find(|l| l.starts_with("adapter suite against")).unwrap();
+    assert!(summary.contains(", 1 known failure (baseline), 0 warnings, "), "{summary}");
+    assert!(summary.contains(", 0 harness errors, 0 stale baseline entries"), "{summary}");
+    assert_eq!(pi_conform::conform::report::count(1, "warning", "warnings"), "1 warning");
+    assert_eq!(pi_conform::conform::report::count(2, "warning", "warnings"), "2 warnings");
 }

@@ -434,6 +434,10 @@ struct Adapter {
     grants: PathBuf,
     log: PathBuf,
     proc: Option<Proc>,
+    /// With `PI_CONFORM_INTEROP_WATCH=1`: the adapter listens here, and `pi-conform watch
+    /// adapter` on `socket` (the descriptor's endpoint) proxies and judges the daemon's traffic.
+    upstream: PathBuf,
+    watch: Option<Proc>,
 }
 
 impl Adapter {
@@ -447,7 +451,10 @@ impl Adapter {
         let root = rig.work().join("root");
         fs::create_dir(&root).unwrap();
         fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
+        let watched = std::env::var_os("PI_CONFORM_INTEROP_WATCH").is_some_and(|v| v == "1");
         Adapter {
+            upstream: dir.join(if watched { "up.sock" } else { "a.sock" }),
+            watch: None,
             socket: dir.join("a.sock"),
             grants: dir.join("grants.json"),
             log: dir.join("adapter.log"),
@@ -483,7 +490,7 @@ impl Adapter {
         let child = Command::new(BIN)
             .arg("serve-adapter")
             .arg("--socket")
-            .arg(&self.socket)
+            .arg(&self.upstream)
             .arg("--grants")
             .arg(&self.grants)
             .args(["--log-format", "json"])
@@ -495,6 +502,36 @@ impl Adapter {
             .expect("spawn serve-adapter");
         self.proc = Some(Proc(child));
         self.wait_log("listening", 1);
+        if self.upstream != self.socket && self.watch.is_none() {
+            let dir = self.socket.parent().unwrap();
+            let child = Command::new(BIN)
+                .args(["watch", "adapter", "--format", "json", "--listen"])
+                .arg(&self.socket)
+                .arg("--upstream")
+                .arg(&self.upstream)
+                .arg("--record")
+                .arg(dir.join("recorded.json"))
+                .stdout(fs::File::create(dir.join("watch.out")).unwrap())
+                .stderr(fs::File::create(dir.join("watch.err")).unwrap())
+                .spawn()
+                .expect("spawn watch");
+            self.watch = Some(Proc(child));
+            let t = Instant::now();
+            while !fs::read_to_string(dir.join("watch.out")).unwrap_or_default().contains("watching") {
+                assert!(t.elapsed() < Duration::from_secs(15), "watch did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// With the watch: stop it (SIGTERM) and return its exit code and events.
+    fn stop_watch(&mut self) -> Option<(Option<i32>, Vec<Value>)> {
+        let mut p = self.watch.take()?;
+        let st = Command::new("kill").arg("-TERM").arg(p.0.id().to_string()).status().unwrap();
+        assert!(st.success());
+        let code = p.0.wait().unwrap().code();
+        let text = fs::read_to_string(self.socket.parent().unwrap().join("watch.out")).unwrap_or_default();
+        Some((code, text.lines().map(|l| serde_json::from_str(l).expect("watch prints JSON lines")).collect()))
     }
 
     fn log_lines(&self) -> Vec<Value> {
@@ -783,6 +820,41 @@ fn end_to_end_real_daemon_drives_reference_adapter() {
 
     // The handles appear nowhere: daemon log and state, rig files, adapter log and grants,
     // every response and event.
+    if let Some((code, events)) = ad.stop_watch() {
+        let v: Vec<&Value> = events.iter().filter(|e| e["event"] == "violation").collect();
+        let summary = events.iter().find(|e| e["event"] == "summary").expect("the watch's summary");
+        println!("watch adapter between Pi Daemon 0.3.3 and serve-adapter: {summary}");
+        for e in &v {
+            println!("  {e}");
+        }
+        assert!(v.is_empty(), "Pi Daemon 0.3.3 and the reference adapter broke no rule on the wire");
+        assert_eq!(code, Some(0), "no violation: exit 0");
+        assert!(summary["frames"]["to-adapter"].as_u64().unwrap() >= 8, "{summary}");
+        // The first connection's recording replays green against the reference adapter, on a
+        // fresh grant with the runner's fixture.
+        let dir = ad.socket.parent().unwrap().to_path_buf();
+        let rec: Vec<Value> = serde_json::from_slice(&fs::read(dir.join("recorded.json")).unwrap()).unwrap();
+        assert!(rec.len() >= 2, "both connections are recorded, the open one at exit: {}", rec.len());
+        let first = dir.join("recorded-first.json");
+        fs::write(&first, serde_json::to_vec(&json!([rec[0]])).unwrap()).unwrap();
+        let replay_root = rig.work().join("replay-root");
+        fs::create_dir(&replay_root).unwrap();
+        fs::set_permissions(&replay_root, fs::Permissions::from_mode(0o700)).unwrap();
+        let desc = ad.desc_dir.join("replay.descriptor.json");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("grant").arg("--grants").arg(&ad.grants).arg("--socket").arg(&ad.upstream).arg("--root");
+        cmd.arg(&replay_root).args(["--host-instance", "host-replay", "--session", "replay", "--generation", "1"]);
+        cmd.arg("--output").arg(&desc);
+        let (st, _, err) = run_timed(cmd, &ad.out, "grant-replay", Duration::from_secs(30));
+        assert!(st.success(), "{err}");
+        ad.reload();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("adapter").arg(&ad.upstream).arg("--descriptor").arg(&desc).arg("--root").arg(&replay_root);
+        cmd.arg("--session").arg(&first).args(["--color", "never"]);
+        let (st, out, err) = run_timed(cmd, &ad.out, "replay", Duration::from_secs(120));
+        println!("replay of the recorded 0.3.3 session: {}", out.lines().last().unwrap_or_default());
+        assert!(st.success() && out.contains("1 passed"), "the recorded session replays green:\n{out}\n{err}");
+    }
     let mut files = Vec::new();
     files_under(&rig.dir, &ad.desc_dir, &mut files);
     assert!(files.iter().any(|f| f.starts_with(rig.dir.join("state"))), "the state directory has files");

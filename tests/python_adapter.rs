@@ -371,8 +371,9 @@ fn command_with_the_wrong_identity_stops_at_the_preflight() {
         ],
         Duration::from_secs(60),
     );
-    assert_eq!(code, Some(4), "{out}{err}");
+    assert_eq!(code, Some(5), "{out}{err}");
     assert!(err.contains("preflight failed") && err.contains("closed the connection without `bound`"), "{err}");
+    assert!(err.contains("the runner minted the grant for adapterId \"someone-else\""), "{err}");
     assert!(!out.contains("adapter suite against"), "no case may run: {out}");
 }
 
@@ -420,6 +421,7 @@ fn a_mute_adapter_stops_the_run_with_exit_4_and_one_diagnostic() {
 
 #[test]
 fn an_adapter_mute_after_bind_stops_at_the_preflight() {
+    // It answered bind: not unreachable (exit 4) but inconclusive (exit 5).
     let dir = private_dir("pc-mute-after-bind");
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
@@ -456,7 +458,7 @@ fn an_adapter_mute_after_bind_stops_at_the_preflight() {
         ],
         Duration::from_secs(10),
     );
-    assert_eq!(code, Some(4), "killed after {took:?} or wrong exit: {out}{err}");
+    assert_eq!(code, Some(5), "killed after {took:?} or wrong exit: {out}{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "exactly one diagnostic: {err}");
     assert!(
@@ -487,7 +489,7 @@ fn a_wrong_root_stops_at_the_preflight() {
         ],
         Duration::from_secs(30),
     );
-    assert_eq!(code, Some(4), "{out}{err}");
+    assert_eq!(code, Some(5), "{out}{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "exactly one diagnostic: {err}");
     assert!(lines[0].contains("fixture marker .pi-conform-fixture"), "{err}");

@@ -189,7 +189,9 @@ def load_grants(path):
     for g in doc["grants"]:
         # rootDevice/rootInode (optional, together): the root pinned by `grant`.
         pin = {"rootDevice", "rootInode"} & set(g) if isinstance(g, dict) else set()
-        if not isinstance(g, dict) or set(g) - pin != keys or len(pin) == 1:
+        # handleFingerprint (optional): a content-scan prefilter this adapter does not use.
+        fp = {"handleFingerprint"} & set(g) if isinstance(g, dict) else set()
+        if not isinstance(g, dict) or set(g) - pin - fp != keys or len(pin) == 1:
             raise ValueError("a grant has missing or unknown keys")
         if not isinstance(g["handleSha256"], str) or not re.fullmatch(r"[0-9a-fA-F]{64}", g["handleSha256"]):
             raise ValueError("handleSha256 must be 64 hex characters")

@@ -77,6 +77,9 @@ daemon_codes! {
     HostDraining = "host_draining", Yes, "PC-2.5";
     /// A turn is already running in the session.
     SessionBusy = "session_busy", Yes, "PC-2.5";
+    /// The host keeps as many sessions as it may (resident, dormant and retained closed
+    /// together): a new session is refused until one is closed without being retained.
+    SessionCapacity = "session_capacity", Yes, "PC-2.5";
     /// A wake whose outcome is unknown (accepted before a restart); never replayed.
     RequestIndeterminate = "request_indeterminate", No, "PC-2.5";
     /// The turn was aborted.
@@ -153,6 +156,7 @@ mod tests {
             (DaemonCode::ConnectionBusy, true),
             (DaemonCode::HostDraining, true),
             (DaemonCode::SessionBusy, true),
+            (DaemonCode::SessionCapacity, true),
             (DaemonCode::ToolAdapterReprovisionRequired, true),
             (DaemonCode::AdapterQueueCapacity, true),
             (DaemonCode::DuplicateRequestId, false),

@@ -657,6 +657,18 @@ pub fn attach(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::AttachCommand,
     })
 }
 
+/// A `detach`.
+pub fn detach(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::DetachCommand, ComposeError> {
+    Ok(v2::DetachCommand {
+        generation: int("generation", s.generation)?,
+        operation: v2::DetachCommandOperation::Detach,
+        payload: v2::EmptyTolerantPayload(Map::new()),
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+        session_id: sid(s)?,
+    })
+}
+
 /// A `close` (retention left to the daemon's default).
 pub fn close(e: &Envelope<'_>, s: &SessionRef<'_>) -> Result<v2::CloseCommand, ComposeError> {
     Ok(v2::CloseCommand {
