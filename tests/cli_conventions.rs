@@ -27,6 +27,19 @@ fn failures_list(out: &str) -> Vec<String> {
     list.lines().take_while(|l| l.starts_with("    ")).map(|l| l.trim().to_string()).collect()
 }
 
+/// How many cases `selftest --list` selects with these filters (the catalogue grows; the
+/// tests below derive their counts from it rather than pinning them).
+fn listed(filters: &[&str]) -> usize {
+    let (code, out, err) = run(&[&["selftest", "--list"][..], filters].concat());
+    assert_eq!(code, 0, "{out}\n{err}");
+    out.lines().filter(|l| l.starts_with("adapter.")).count()
+}
+
+/// The `[ i/n]` prefix of a per-case line (the index right-aligned to the width of `n`).
+fn nth(i: usize, n: usize) -> String {
+    format!("[{i:>w$}/{n}]", w = n.to_string().len())
+}
+
 // The reference adapter with two rules broken on purpose (hidden test-aid switches):
 // `wrong-not-found-code` fails adapter.stat.not-found; `dotdot-allowed` fails the two
 // adapter.path.dotdot-* cases.
@@ -34,16 +47,20 @@ const BROKEN: [&str; 4] = ["--fault", "wrong-not-found-code", "--fault", "dotdot
 
 #[test]
 fn outside_a_terminal_each_case_is_one_line_as_it_finishes_then_the_failures_list() {
-    let args = [&["selftest"][..], &BROKEN, &["--id", "adapter.path.dotdot", "--id", "adapter.stat"]].concat();
+    let filters = ["--id", "adapter.path.dotdot", "--id", "adapter.stat"];
+    let n = listed(&filters);
+    assert!(n >= 9, "2 dotdot cases and the stat cases: {n}");
+    let args = [&["selftest"][..], &BROKEN, &filters].concat();
     let (code, out, err) = run(&args);
     assert_eq!(code, 1, "{out}\n{err}");
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
-    // 2 dotdot cases + 7 stat cases, numbered, in catalogue order.
-    assert_eq!(lines.len(), 9, "{out}");
-    assert!(lines[0].starts_with("[1/9] FAIL  adapter.path.dotdot-escape (PC-5.1, MUST) "), "{out}");
-    assert!(lines.iter().any(|l| l.starts_with("[3/9] PASS  adapter.stat.file (PC-5.3.stat, MUST) ")), "{out}");
+    // The 2 dotdot cases, then the stat cases, numbered, in catalogue order.
+    assert_eq!(lines.len(), n, "{out}");
+    assert!(lines[0].starts_with(&format!("{} FAIL  adapter.path.dotdot-escape (PC-5.1, MUST) ", nth(1, n))), "{out}");
+    let third = format!("{} PASS  adapter.stat.file (PC-5.3.stat, MUST) ", nth(3, n));
+    assert!(lines.iter().any(|l| l.starts_with(&third)), "{out}");
     // Every per-case line comes before the first detail block.
-    assert!(out.find(lines[8]).unwrap() < out.find("\nFAIL adapter.").unwrap(), "{out}");
+    assert!(out.find(lines[n - 1]).unwrap() < out.find("\nFAIL adapter.").unwrap(), "{out}");
     assert_eq!(
         failures_list(&out),
         ["adapter.path.dotdot-escape", "adapter.path.dotdot-inner", "adapter.stat.not-found"],
@@ -63,13 +80,15 @@ fn outside_a_terminal_each_case_is_one_line_as_it_finishes_then_the_failures_lis
 
 #[test]
 fn fail_fast_and_max_fail_stop_the_run_and_report_what_was_not_run() {
+    let n = listed(&["--id", "adapter.path.dotdot", "--id", "adapter.stat"]);
     let args =
         [&["selftest"][..], &BROKEN, &["--id", "adapter.path.dotdot", "--id", "adapter.stat", "--fail-fast"]].concat();
     let (code, out, err) = run(&args);
     assert_eq!(code, 1, "{out}\n{err}");
     assert_eq!(failures_list(&out), ["adapter.path.dotdot-escape"], "{out}");
-    assert!(out.contains("stopped early (--fail-fast / --max-fail): 8 selected cases not run"), "{out}");
-    assert!(out.contains(", 8 not run;"), "{out}");
+    let stopped = format!("stopped early (--fail-fast / --max-fail): {} selected cases not run", n - 1);
+    assert!(out.contains(&stopped), "{out}");
+    assert!(out.contains(&format!(", {} not run;", n - 1)), "{out}");
     // --max-fail 2 runs past the first failure and stops at the second; JSON lists the rest.
     let args = [
         &["selftest"][..],
@@ -81,10 +100,10 @@ fn fail_fast_and_max_fail_stop_the_run_and_report_what_was_not_run() {
     assert_eq!(code, 1, "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is only the JSON report");
     assert_eq!(v["results"].as_array().unwrap().len(), 2);
-    assert_eq!(v["summary"]["notRun"], 7);
+    assert_eq!(v["summary"]["notRun"], n - 2);
     assert_eq!(v["notRun"][0], "adapter.stat.file");
     // Beside a JSON report the per-case lines go to standard error.
-    assert!(err.contains("[2/9] FAIL  adapter.path.dotdot-inner"), "{err}");
+    assert!(err.contains(&format!("{} FAIL  adapter.path.dotdot-inner", nth(2, n))), "{err}");
     // A limit of 0 is a usage error.
     let (code, _, err) = run(&["selftest", "--max-fail", "0"]);
     assert_eq!(code, 2, "{err}");
