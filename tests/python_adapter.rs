@@ -233,6 +233,28 @@ fn the_python_adapter_passes_the_whole_suite() {
     assert!(log_text.contains("bound session 'py-session' generation 3"), "{log_text}");
 }
 
+/// SPEC lets an adapter remember idempotency keys per grant for idempotencyTtlMs, across
+/// connections (a daemon retrying after a reconnect relies on it). The runner used to send
+/// `key-1`, `key-2`, … in every case, so such an adapter answered idempotency_conflict (or
+/// replayed another case's outcome) in most cases: a false failure. Every well-formed key a
+/// case sends is now unique to the case run. Two runs in a row, within the keys' TTL, against
+/// the Python adapter with `--keys-per-grant`: both conformant.
+#[test]
+fn an_adapter_that_keeps_keys_per_grant_across_connections_passes_twice_in_a_row() {
+    need_python!("an_adapter_that_keeps_keys_per_grant_across_connections_passes_twice_in_a_row");
+    let mut py = PyAdapter::start(&["--keys-per-grant"]);
+    let ids =
+        ["--id", "adapter.stat.", "--id", "adapter.list.", "--id", "adapter.idempotency.", "--id", "adapter.write."];
+    for run in 1..=2 {
+        let out = py.run_suite("", &ids);
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "run {run}: {all}");
+        assert!(!all.contains("FAIL ") && !all.contains("idempotency_conflict"), "run {run}: {all}");
+        assert!(all.contains("verdict: CONFORMANT\n"), "run {run}: {all}");
+    }
+    py.stop();
+}
+
 /// PC-5.2 makes `modifiedAt` optional and PC-5.3 sets `truncated` only when a result was cut.
 /// Without `modifiedAt` the whole listing of the fixture root fits the 1024-byte budget of
 /// `adapter.limits.response-budget` (about 1,014 bytes here), so `truncated:false` is the right

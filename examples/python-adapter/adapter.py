@@ -663,6 +663,15 @@ class Connection:
         finally:
             with self.lock:
                 self.close_locked(flush=False)
+                finished = [(k, e) for k, e in self.keys.items() if e.finished_at is not None]
+            if self.server.keys_per_grant and self.handle is not None:
+                with self.server.grant_keys_lock:
+                    kept = self.server.grant_keys.setdefault(self.grant_digest, collections.OrderedDict())
+                    for k, e in finished:
+                        kept[k] = e
+                        kept.move_to_end(k)
+                    while len(kept) > self.limits["maxIdempotencyKeys"]:
+                        kept.popitem(last=False)
             if self.root:
                 self.root.close()
 
@@ -741,6 +750,11 @@ class Connection:
         except OSError as e:
             raise Refuse(f"the grant's root cannot be opened: {os.strerror(e.errno)}")
         self.handle, self.ident, self.ops, self.limits = h, ident, ops, limits
+        self.grant_digest = digest
+        if self.server.keys_per_grant:
+            with self.server.grant_keys_lock:
+                for k, e in self.server.grant_keys.get(digest, {}).items():
+                    self.keys[k] = e
         self.root_path = grant["root"]
         with self.lock:
             self.send_locked(self.framed("bound", {"operations": ops, "limits": limits}))
@@ -1305,6 +1319,11 @@ class Server:
         self.adapter_id = args.adapter_id
         self.adapter_version = args.adapter_version
         self.bind_deadline = args.bind_deadline_ms / 1000.0
+        # --keys-per-grant: finished idempotency keys outlive their connection (per grant,
+        # for their TTL), as a daemon's retry after a reconnect would want.
+        self.keys_per_grant = args.keys_per_grant
+        self.grant_keys = {}  # sha256(handle) -> OrderedDict(idempotencyKey -> KeyEntry)
+        self.grant_keys_lock = threading.Lock()
         self.unbound = 0
         self.unbound_lock = threading.Lock()
 
@@ -1382,6 +1401,7 @@ def main():
     ap.add_argument("--adapter-version", default="0.1.0")
     ap.add_argument("--bind-deadline-ms", type=int, default=int(BIND_DEADLINE_S * 1000))
     ap.add_argument("--omit-modified-at", action="store_true", help="never send the optional modifiedAt")
+    ap.add_argument("--keys-per-grant", action="store_true", help="keep finished idempotency keys per grant across connections (for their TTL)")
     args = ap.parse_args()
     global OMIT_MODIFIED_AT
     OMIT_MODIFIED_AT = args.omit_modified_at

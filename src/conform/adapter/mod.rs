@@ -150,6 +150,19 @@ pub struct Ctx<'a> {
     /// a misbehaving adapter to finish what it may still do).
     pub settle: Duration,
     seq: u64,
+    /// Unique to this case run: appended to every well-formed idempotency key it sends.
+    nonce: String,
+}
+
+/// Case runs of this process so far (part of each case's key nonce).
+static CASE_RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A nonce no other case run (of this process or of another run within the keys' TTL) uses:
+/// the time, the process id and a per-process counter, in hex.
+fn case_nonce() -> String {
+    let n = CASE_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{:x}{:x}", (t as u64) ^ (u64::from(std::process::id()) << 40), n)
 }
 
 impl<'a> Ctx<'a> {
@@ -164,6 +177,7 @@ impl<'a> Ctx<'a> {
             violations: Rc::default(),
             settle: Duration::from_millis(20),
             seq: 0,
+            nonce: case_nonce(),
         }
     }
 
@@ -267,7 +281,21 @@ impl<'a> Ctx<'a> {
     /// An invoke frame of `call` ([`req`]): built from the generated types when its payload
     /// is typed and the ids fit, raw otherwise (a payload or an id a case broke on purpose).
     pub fn invoke(&self, id: &str, key: &str, call: Call) -> Value {
-        req::invoke_frame(&self.target.admitted.identity(), id, key, &call)
+        req::invoke_frame(&self.target.admitted.identity(), id, &self.unique_key(key), &call)
+    }
+
+    /// `key` made unique to this case run (`key.NONCE`) when it is a well-formed key short
+    /// enough to stay one (at most 128 bytes); any other key is sent as the case wrote it (a
+    /// case that breaks a key on purpose, or sits at its length limit, keeps its bytes).
+    /// Why: SPEC lets an adapter remember keys per grant for idempotencyTtlMs, across
+    /// connections; cases reusing `key-1` with other payloads would then draw a false
+    /// idempotency_conflict. Within one case a key still means one key.
+    pub fn unique_key(&self, key: &str) -> String {
+        if crate::contract::text::is_frame_id(key) && key.len() + 1 + self.nonce.len() <= 128 {
+            format!("{key}.{}", self.nonce)
+        } else {
+            key.to_string()
+        }
     }
 
     /// Send `call` on `conn` with fresh ids and wait for its result.

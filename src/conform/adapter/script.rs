@@ -138,7 +138,8 @@ impl Dialect for Adapter<'_, '_> {
     }
 
     fn build(&mut self, send: &Send) -> Result<Value, String> {
-        let fresh = self.c.ids();
+        let (id, key) = self.c.ids();
+        let fresh = (id, self.c.unique_key(&key));
         self.values.build(send, fresh)
     }
 
