@@ -1887,8 +1887,7 @@ fn idem_abort_primary_of_duplicate(c: &mut Ctx<'_>) -> Outcome {
         let t0 = Instant::now();
         conn.send_all(&frames);
         let mut g = gather(&mut conn, t0, c.step() * 20, |g| {
-            g.get(&bid).is_some()
-                && g.get(&aid).is_some_and(|(_, a)| a.aborted() != Some(true) || g.get(&d2).is_some())
+            g.get(&bid).is_some() && g.get(&aid).is_some_and(|(_, a)| a.aborted() != Some(true) || g.get(&d2).is_some())
         });
         let Some((a_at, a)) = g.get(&aid).map(|(t, a)| (t, a.clone())) else {
             return Try::Done(Outcome::with(g.end_token(), vec![format!("no aborted frame for {aid}")]));
