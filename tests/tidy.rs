@@ -3,6 +3,9 @@
 //! - `daemon/` and `adapter/` never import `conform/` (the judged do not depend on the judge);
 //! - the module import graph (`crate::…` and `super::…` paths between the files of `src/`)
 //!   has no cycle;
+//! - the layers of `src/adapter/` have no cycle either, with paths followed through
+//!   re-exports to the module that defines what they name; `fs/` imports nothing of the rest
+//!   of the adapter and the fault switch set (`faults.rs`) imports nothing of it at all;
 //! - no wire error code (`contract::Code`, `contract::AdapterCode`) is spelled as a string
 //!   literal outside `src/contract/`, except in the files of [`CODE_LITERAL_ALLOWLIST`], a
 //!   ratchet that may only shrink;
@@ -132,49 +135,66 @@ fn module_of(path: &str) -> String {
     p.replace('/', "::")
 }
 
+/// Expand a `use` tree textually: `p::{a, b::{c, d}}` → `p::a`, `p::b::c`, `p::b::d` (an
+/// item keeps its `as` alias).
+fn expand_use(prefix: &str, rest: &str, out: &mut Vec<String>) {
+    let rest = rest.trim();
+    if let Some(inner) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        let mut depth = 0;
+        let mut start = 0;
+        let bytes = inner.as_bytes();
+        for (i, &c) in bytes.iter().enumerate() {
+            match c {
+                b'{' => depth += 1,
+                b'}' => depth -= 1,
+                b',' if depth == 0 => {
+                    expand_use(prefix, &inner[start..i], out);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        expand_use(prefix, &inner[start..], out);
+    } else if let Some(i) = rest.find("::{") {
+        expand_use(&format!("{prefix}{}::", &rest[..i]), &rest[i + 2..], out);
+    } else if !rest.is_empty() {
+        out.push(format!("{prefix}{rest}"));
+    }
+}
+
+/// The `use` declarations in `code` (possibly over several lines): the byte range of each,
+/// from `use` to its `;`, and its tree with whitespace normalized (`pub use a::{b, c};` →
+/// `a::{b, c}`).
+fn use_decls(code: &str) -> Vec<(std::ops::Range<usize>, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = code[at..].find("use ").map(|i| i + at) {
+        let b = code.as_bytes();
+        let before_ok = i == 0 || !b[i - 1].is_ascii_alphanumeric() && b[i - 1] != b'_';
+        let Some(end) = code[i + 4..].find(';').map(|e| e + i + 4) else { break };
+        if before_ok {
+            out.push((i..end + 1, code[i + 4..end].split_whitespace().collect::<Vec<_>>().join(" ")));
+        }
+        at = end;
+    }
+    out
+}
+
+/// The trees of the `use` declarations in `code`.
+fn use_trees(code: &str) -> Vec<String> {
+    use_decls(code).into_iter().map(|(_, tree)| tree).collect()
+}
+
 /// Every `crate::…` / `super::…` path in `code`, with `use` groups (`crate::{a, b::c}`)
 /// expanded, as segments: `super` resolved against `module` (in `a/b.rs` and in `a/b/mod.rs`
 /// alike, `super` is `a`).
 fn paths(module: &str, code: &str) -> Vec<Vec<String>> {
-    // Expand brace groups textually: `p::{a, b::{c, d}}` → `p::a`, `p::b::c`, `p::b::d`.
-    fn expand(prefix: &str, rest: &str, out: &mut Vec<String>) {
-        let rest = rest.trim();
-        if let Some(inner) = rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
-            let mut depth = 0;
-            let mut start = 0;
-            let bytes = inner.as_bytes();
-            for (i, &c) in bytes.iter().enumerate() {
-                match c {
-                    b'{' => depth += 1,
-                    b'}' => depth -= 1,
-                    b',' if depth == 0 => {
-                        expand(prefix, &inner[start..i], out);
-                        start = i + 1;
-                    }
-                    _ => {}
-                }
-            }
-            expand(prefix, &inner[start..], out);
-        } else if let Some(i) = rest.find("::{") {
-            expand(&format!("{prefix}{}::", &rest[..i]), &rest[i + 2..], out);
-        } else if !rest.is_empty() {
-            out.push(format!("{prefix}{rest}"));
-        }
-    }
     let mut raw = Vec::new();
     // `use` statements (possibly over several lines).
-    let mut rest = code;
-    while let Some(i) = rest.find("use ") {
-        let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'_';
-        let tail = &rest[i + 4..];
-        let Some(end) = tail.find(';') else { break };
-        if before_ok {
-            let stmt: String = tail[..end].split_whitespace().collect::<Vec<_>>().join(" ");
-            if stmt.starts_with("crate::") || stmt.starts_with("super::") {
-                expand("", &stmt, &mut raw);
-            }
+    for stmt in use_trees(code) {
+        if stmt.starts_with("crate::") || stmt.starts_with("super::") {
+            expand_use("", &stmt, &mut raw);
         }
-        rest = &tail[end..];
     }
     // Inline paths anywhere in the code.
     let b = code.as_bytes();
@@ -287,6 +307,192 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
     None
 }
 
+// ------------------------------------------------------------------ the layers of src/adapter/
+
+/// The child modules a file declares (`mod x;`, `pub mod x;`, `pub(crate) mod x;`).
+fn declared_children(code: &str) -> BTreeSet<String> {
+    code.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let l = l.strip_prefix("pub").map_or(l, |r| r.split_once(')').map_or(r, |(_, r)| r).trim_start());
+            Some(l.strip_prefix("mod ")?.strip_suffix(';')?.trim().to_string())
+        })
+        .collect()
+}
+
+/// The absolute segments of a `use` path written in `module`: a leading `crate`, run of
+/// `super`, `self` or child module (declared in the same file) resolved; `None` for a path into
+/// another crate (`std::…`, `serde::…`).
+fn absolute(module: &str, path: &str, children: &BTreeSet<String>) -> Option<Vec<String>> {
+    let mut segs: Vec<String> = path.split("::").map(|s| s.trim().to_string()).collect();
+    let mut base: Vec<String> = module.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+    match segs.first()?.as_str() {
+        "crate" => {
+            segs.remove(0);
+            return Some(segs);
+        }
+        "self" => {
+            segs.remove(0);
+        }
+        "super" => {
+            while segs.first().is_some_and(|s| s == "super") {
+                segs.remove(0);
+                base.pop();
+            }
+        }
+        first if children.contains(first) => {}
+        _ => return None,
+    }
+    base.extend(segs);
+    Some(base)
+}
+
+/// The `use` items of a file as absolute paths (see [`absolute`]), each with the name it
+/// binds: `pub use super::job::Job;` in `adapter/session.rs` binds `Job` →
+/// `adapter::job::Job`, `use super::faults::{self, Fault}` binds `faults` → `adapter::faults`
+/// and `Fault` → `adapter::faults::Fault`. A glob (`*`) binds no name.
+fn use_items(module: &str, code: &str) -> Vec<(Option<String>, Vec<String>)> {
+    let children = declared_children(code);
+    let mut out = Vec::new();
+    for tree in use_trees(code) {
+        let mut items = Vec::new();
+        expand_use("", &tree, &mut items);
+        for item in items {
+            let (path, alias) = match item.split_once(" as ") {
+                Some((p, a)) => (p, Some(a.trim().to_string())),
+                None => (item.as_str(), None),
+            };
+            let Some(mut abs) = absolute(module, path, &children) else { continue };
+            if abs.last().is_some_and(|s| s == "self" || s == "*") {
+                abs.pop();
+            }
+            let name = if path.ends_with('*') { None } else { alias.or_else(|| abs.last().cloned()) };
+            out.push((name.filter(|n| n != "_"), abs));
+        }
+    }
+    out
+}
+
+/// The inline `crate::…` and `super::…` paths of `code` outside its `use` declarations, as
+/// absolute segments.
+fn inline_paths(module: &str, code: &str) -> Vec<Vec<String>> {
+    let mut rest = code.to_string();
+    for (span, _) in use_decls(code).into_iter().rev() {
+        rest.replace_range(span, " ");
+    }
+    // `paths` reads `use` declarations and inline paths alike; none of the former is left.
+    paths(module, &rest)
+}
+
+/// The module file a path names: its longest module prefix, followed through the `use`
+/// bindings of that module when the next segment is one (a re-export leads to the module
+/// that defines the item). `None`: a path outside `modules`.
+fn defining_module(
+    segs: &[String],
+    modules: &BTreeSet<String>,
+    bindings: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    depth: usize,
+) -> Option<String> {
+    let n = (1..=segs.len()).rev().find(|&n| modules.contains(&segs[..n].join("::")))?;
+    let module = segs[..n].join("::");
+    match segs.get(n).and_then(|name| bindings.get(&module)?.get(name)) {
+        Some(target) if depth < 8 => {
+            let mut next = target.clone();
+            next.extend_from_slice(&segs[n + 1..]);
+            defining_module(&next, modules, bindings, depth + 1)
+        }
+        _ => Some(module),
+    }
+}
+
+/// The import graph between the module files of `src/adapter/`: every `crate::…` and
+/// `super::…` path of a file, in a `use` or inline, resolved through re-exports to the module
+/// file that defines what it names. Paths out of `src/adapter/` are left out.
+fn adapter_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .filter(|(p, _)| p.starts_with("src/adapter/"))
+        .map(|(p, s)| (module_of(p), production(s)))
+        .collect();
+    let modules: BTreeSet<String> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut bindings: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let mut named: Vec<(String, Vec<String>)> = Vec::new();
+    for (m, code) in &files {
+        for (name, abs) in use_items(m, code) {
+            if let Some(name) = name {
+                bindings.entry(m.clone()).or_default().insert(name, abs.clone());
+            }
+            named.push((m.clone(), abs));
+        }
+        named.extend(inline_paths(m, code).into_iter().map(|abs| (m.clone(), abs)));
+    }
+    let mut graph: BTreeMap<String, BTreeSet<String>> = modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    for (from, segs) in named {
+        match defining_module(&segs, &modules, &bindings, 0) {
+            Some(to) if to != from => {
+                graph.entry(from).or_default().insert(to);
+            }
+            _ => {}
+        }
+    }
+    graph
+}
+
+/// The layers of the module tree: each edge `u -> v` of `graph` becomes an edge between the
+/// two children of their closest common ancestor that hold them (`adapter::fs::guard ->
+/// adapter::grants` is `adapter::fs -> adapter::grants`), with the file edges behind it. An
+/// edge between a module and its own ancestor (a `mod.rs` and its children) is not a layer
+/// edge: a directory module re-exports its children and they use its shared items.
+fn layer_edges(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<(String, String), Vec<String>> {
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (u, targets) in graph {
+        let us: Vec<&str> = u.split("::").collect();
+        for v in targets {
+            let vs: Vec<&str> = v.split("::").collect();
+            let k = us.iter().zip(&vs).take_while(|(a, b)| a == b).count();
+            if k == us.len() || k == vs.len() {
+                continue;
+            }
+            let (a, b) = (us[..=k].join("::"), vs[..=k].join("::"));
+            out.entry((a, b)).or_default().push(format!("{u} -> {v}"));
+        }
+    }
+    out
+}
+
+/// A cycle between the layers of `src/adapter/`, if there is one: the cycle, the modules
+/// that all reach each other with it, and the file edges between those modules.
+fn adapter_cycle(files: &[(String, String)]) -> Option<String> {
+    let edges = layer_edges(&adapter_graph(files));
+    let mut layers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (a, b) in edges.keys() {
+        layers.entry(a.clone()).or_default().insert(b.clone());
+        layers.entry(b.clone()).or_default();
+    }
+    let cycle = find_cycle(&layers)?;
+    let reach = |from: &str| {
+        let mut seen = BTreeSet::from([from.to_string()]);
+        let mut todo = vec![from.to_string()];
+        while let Some(n) = todo.pop() {
+            for m in layers.get(&n).into_iter().flatten() {
+                if seen.insert(m.clone()) {
+                    todo.push(m.clone());
+                }
+            }
+        }
+        seen
+    };
+    let first = cycle.split(" -> ").next().unwrap_or_default();
+    let circle: BTreeSet<String> = reach(first).into_iter().filter(|m| reach(m).contains(first)).collect();
+    let why: Vec<&str> = edges
+        .iter()
+        .filter(|((a, b), _)| circle.contains(a) && circle.contains(b))
+        .flat_map(|(_, files)| files.iter().map(String::as_str))
+        .collect();
+    let names: Vec<&str> = circle.iter().map(String::as_str).collect();
+    Some(format!("{cycle}\nthese import each other: {}\nbecause:\n  {}", names.join(", "), why.join("\n  ")))
+}
+
 /// The wire codes of the contract.
 fn wire_codes() -> BTreeSet<&'static str> {
     Code::ALL.iter().map(|c| c.as_str()).chain(AdapterCode::ALL.iter().map(|c| c.as_str())).collect()
@@ -369,6 +575,28 @@ fn the_module_import_graph_has_no_cycle() {
     if let Some(c) = find_cycle(&g) {
         panic!("import cycle: {c}");
     }
+}
+
+#[test]
+fn the_adapter_layers_have_no_cycle() {
+    let files = sources();
+    let g = adapter_graph(&files);
+    assert!(g.len() >= 15 && g.values().map(BTreeSet::len).sum::<usize>() > 30, "implausibly small: {g:#?}");
+    if let Some(c) = adapter_cycle(&files) {
+        panic!("import cycle in src/adapter/: {c}");
+    }
+}
+
+#[test]
+fn fs_sits_below_the_adapter_and_the_fault_switches_are_a_leaf() {
+    let g = adapter_graph(&sources());
+    let in_fs = |m: &str| m == "adapter::fs" || m.starts_with("adapter::fs::");
+    for (from, to) in g.iter().filter(|(from, _)| in_fs(from)) {
+        let up: Vec<&String> = to.iter().filter(|t| !in_fs(t)).collect();
+        assert!(up.is_empty(), "{from} imports {up:?}: adapter::fs sits below the other adapter modules");
+    }
+    let faults = &g["adapter::faults"];
+    assert!(faults.is_empty(), "adapter::faults, the switch set, imports {faults:?}: it is a leaf");
 }
 
 #[test]
@@ -488,6 +716,52 @@ fn the_cycle_check_catches_a_circle_and_names_it() {
         ("src/c.rs", "use super::a::x::f;\n"),
     ]);
     assert_eq!(find_cycle(&import_graph(&files)).as_deref(), Some("a::x -> b::y -> c -> a::x"));
+}
+
+#[test]
+fn the_adapter_layer_check_catches_a_circle_through_a_facade_and_a_re_export() {
+    // The old circle: the content guard took a constant from grants, grants its types from
+    // the session, the session `Cancel` from the `fs` facade, which re-exports the guard.
+    let old = synthetic(&[
+        ("src/adapter/mod.rs", "pub mod fs;\npub mod grants;\npub mod job;\npub mod session;\n"),
+        ("src/adapter/fs/mod.rs", "mod cancel;\nmod guard;\npub use cancel::Cancel;\npub use guard::Guard;\n"),
+        ("src/adapter/fs/cancel.rs", "pub struct Cancel;\n"),
+        ("src/adapter/fs/guard.rs", "use super::Cancel;\nuse crate::adapter::grants::MINTED_HANDLE_LEN;\n"),
+        ("src/adapter/grants.rs", "use super::session::{handle_digest, Grant};\n"),
+        ("src/adapter/job.rs", "use super::fs::Cancel;\n"),
+        ("src/adapter/session.rs", "use super::fs::Cancel;\npub use super::job::Job;\n"),
+    ]);
+    let c = adapter_cycle(&old).expect("the circle is found");
+    assert!(c.starts_with("adapter::fs -> adapter::grants -> adapter::session -> adapter::fs\n"), "{c}");
+    assert!(c.contains("adapter::fs::guard -> adapter::grants"), "{c}");
+    // Re-exports are followed: `super::Cancel` in the guard is `fs/cancel.rs`, `session::Job` is `job.rs`.
+    let g = adapter_graph(&old);
+    assert_eq!(g["adapter::fs::guard"], BTreeSet::from(["adapter::fs::cancel".into(), "adapter::grants".into()]));
+    // Fixed: the constant lives with the guard, grants re-exports it; a facade and its
+    // children, and a re-export through `session`, are no circle.
+    let mut fixed = old.clone();
+    fixed[3].1 = "use super::Cancel;\npub const MINTED_HANDLE_LEN: usize = 43;\n".into();
+    fixed[4].1 = "use super::session::{handle_digest, Grant};\npub use super::fs::MINTED_HANDLE_LEN;\n".into();
+    fixed.push((
+        "src/adapter/ops.rs".into(),
+        "use super::session::Job;\nuse super::grants::MINTED_HANDLE_LEN;\n".into(),
+    ));
+    assert_eq!(adapter_cycle(&fixed), None);
+    let g = adapter_graph(&fixed);
+    assert_eq!(g["adapter::ops"], BTreeSet::from(["adapter::fs".into(), "adapter::job".into()]));
+    // A circle hidden behind a facade's re-export: the guard's `super::Cancel` is cancel.rs.
+    let mut hidden = fixed.clone();
+    hidden[2].1 = "pub struct Cancel;\nfn f() { super::guard::scan() }\n".into();
+    let c = adapter_cycle(&hidden).expect("the circle is found");
+    assert!(c.starts_with("adapter::fs::cancel -> adapter::fs::guard -> adapter::fs::cancel\n"), "{c}");
+    // Inline paths and a grandparent `super`.
+    let inline = synthetic(&[
+        ("src/adapter/fs/mod.rs", "mod guard;\n"),
+        ("src/adapter/fs/guard.rs", "fn f() { super::super::faults::on() }\n"),
+        ("src/adapter/faults.rs", "fn g() { crate::adapter::fs::Root::open() }\n"),
+    ]);
+    let c = adapter_cycle(&inline).expect("the circle is found");
+    assert!(c.starts_with("adapter::faults -> adapter::fs -> adapter::faults\n"), "{c}");
 }
 
 #[test]

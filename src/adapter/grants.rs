@@ -256,9 +256,9 @@ pub struct GrantRequest {
     pub adapter_version: String,
 }
 
-/// The length of a handle [`mint_handle`] makes: 32 random bytes in unpadded base64url. The
-/// content guard looks for other grants' handles of exactly this shape.
-pub const MINTED_HANDLE_LEN: usize = 43;
+/// The length of a handle [`mint_handle`] makes. Defined with the content guard, which
+/// looks for other grants' handles of exactly this shape, so that `fs/` imports nothing above it.
+pub use super::fs::MINTED_HANDLE_LEN;
 
 /// A fresh 256-bit handle, base64url without padding ([`MINTED_HANDLE_LEN`] characters).
 pub fn mint_handle() -> Result<String, GrantsError> {

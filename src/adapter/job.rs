@@ -1,6 +1,7 @@
 //! A job: one admitted invoke for the shell to run (on a blocking thread) and report with
-//! [`super::session::Session::handle_done`]. Its own module so that the session and the fault
-//! switches (`faults.rs`) share it without importing each other.
+//! [`super::session::Session::handle_done`]. Its own module, just above `fs/`, so that the
+//! session, the operations (`ops.rs`) and the broken code of the fault switches (`broken.rs`)
+//! share it without importing each other. `session::Job` re-exports it.
 
 use serde_json::Value;
 

@@ -1,5 +1,6 @@
 //! The reference tool adapter (SPEC §1.2, §4.5, §5, §7).
 
+mod broken;
 pub mod faults;
 pub mod fs;
 pub mod grants;

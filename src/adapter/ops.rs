@@ -7,9 +7,10 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::broken;
 use super::faults::{self, Fault, Faults};
 use super::fs::{Cancel, Root};
-use super::session::Job;
+use super::job::Job;
 use crate::contract::types::tool_adapter::{
     ByteCount, FsEditRequest, FsListRequest, FsReadRequest, FsSearchRequest, FsStatRequest, FsWriteRequest,
     RelativePath, ToolOperation,
@@ -43,31 +44,31 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         std::thread::sleep(faults::LATE_RESULT); // cancellation ignored meanwhile
     }
     if op == ToolOperation::FsWrite && faults.has(Fault::WriteInPlace) {
-        if let Some(out) = faults::write_in_place(root, dir, job) {
+        if let Some(out) = broken::write_in_place(root, dir, job) {
             return out;
         }
     }
     let mut out = match run(root, job, faults) {
         Err(e)
-            if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && faults::has_dotdot(path) =>
+            if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && broken::has_dotdot(path) =>
         {
-            faults::plain_execute(dir, job).unwrap_or(Err(e))
+            broken::plain_execute(dir, job).unwrap_or(Err(e))
         }
         o => o,
     };
     out = match out {
         Err(e) if e.code == AdapterCode::SymlinkRefused && faults.has(Fault::FollowSymlinks) => {
-            faults::plain_execute(dir, job).unwrap_or(Err(e))
+            broken::plain_execute(dir, job).unwrap_or(Err(e))
         }
         Err(e) if e.code == AdapterCode::NotUtf8 && op == ToolOperation::FsRead && faults.has(Fault::ReadLossy) => {
-            faults::lossy_read(dir, job).unwrap_or(Err(e))
+            broken::lossy_read(dir, job).unwrap_or(Err(e))
         }
         Err(e)
             if e.code == AdapterCode::EditAmbiguous
                 && op == ToolOperation::FsEdit
                 && faults.has(Fault::EditFirstOccurrence) =>
         {
-            faults::plain_edit(&dir.join(path), job, true)
+            broken::plain_edit(&dir.join(path), job, true)
         }
         Err(e)
             if matches!(e.code, AdapterCode::EditNotFound | AdapterCode::EditAmbiguous)
@@ -75,7 +76,7 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                 && faults.has(Fault::EditPartial) =>
         {
             // Apply the edits before the failing one and write them, then fail anyway.
-            if let Some(n) = faults::failing_edit(&e).filter(|n| *n > 1) {
+            if let Some(n) = broken::failing_edit(&e).filter(|n| *n > 1) {
                 let mut partial = job.clone();
                 if let Some(edits) = partial.payload.get_mut("edits").and_then(Value::as_array_mut) {
                     edits.truncate(n - 1);
@@ -89,20 +90,20 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                 && op == ToolOperation::FsRead
                 && (faults.has(Fault::SecretWindowedRead) || faults.has(Fault::EscapedHandleInResults)) =>
         {
-            faults::plain_execute(dir, job).unwrap_or(Err(e))
+            broken::plain_execute(dir, job).unwrap_or(Err(e))
         }
         Err(e)
             if e.code == AdapterCode::CapabilityInContent
                 && op == ToolOperation::FsSearch
                 && faults.has(Fault::SecretWindowedSearch) =>
         {
-            faults::plain_search(dir, job).unwrap_or(Err(e))
+            broken::plain_search(dir, job).unwrap_or(Err(e))
         }
         Err(e)
             if e.code == AdapterCode::UnsupportedFileType
                 && faults.has(Fault::SocketAsEmptyFile)
                 && matches!(op, ToolOperation::FsStat | ToolOperation::FsRead)
-                && faults::is_socket(dir, job) =>
+                && broken::is_socket(dir, job) =>
         {
             Ok(if op == ToolOperation::FsStat {
                 serde_json::json!({"type": "file", "size": 0})
@@ -119,10 +120,10 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     match op {
         ToolOperation::FsList => {
             if faults.has(Fault::ListIncludesSymlinks) {
-                data = faults::list_add(dir, job, data, |t| t.is_symlink());
+                data = broken::list_add(dir, job, data, |t| t.is_symlink());
             }
             if faults.has(Fault::ListIncludesSpecialFiles) {
-                data = faults::list_add(dir, job, data, |t| !t.is_symlink() && !t.is_dir() && !t.is_file());
+                data = broken::list_add(dir, job, data, |t| !t.is_symlink() && !t.is_dir() && !t.is_file());
             }
             if faults.has(Fault::ListUnsorted) {
                 if let Some(a) = data["entries"].as_array_mut() {
@@ -130,31 +131,31 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                 }
             }
             if faults.has(Fault::ModifiedAtOffset) {
-                data = faults::modified_at_offset(data);
+                data = broken::modified_at_offset(data);
             }
             if faults.has(Fault::BudgetCutNotTruncated) {
-                data = faults::budget_cut_not_truncated(job, data, "entries", "maxEntries");
+                data = broken::budget_cut_not_truncated(job, data, "entries", "maxEntries");
             }
             if faults.has(Fault::TruncatedAtLimit) {
-                data = faults::truncated_at_limit(job, data, "entries", "maxEntries");
+                data = broken::truncated_at_limit(job, data, "entries", "maxEntries");
             }
         }
-        ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = faults::modified_at_offset(data),
+        ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = broken::modified_at_offset(data),
         ToolOperation::FsSearch => {
             if faults.has(Fault::SearchOverlapping) {
-                data = faults::search_overlapping(job, data);
+                data = broken::search_overlapping(job, data);
             }
             if faults.has(Fault::SearchByteColumns) {
-                data = faults::search_byte_columns(data);
+                data = broken::search_byte_columns(data);
             }
             if faults.has(Fault::SearchRegex) {
-                data = faults::search_regex(dir, job, data);
+                data = broken::search_regex(dir, job, data);
             }
             if faults.has(Fault::BudgetCutNotTruncated) {
-                data = faults::budget_cut_not_truncated(job, data, "matches", "maxResults");
+                data = broken::budget_cut_not_truncated(job, data, "matches", "maxResults");
             }
             if faults.has(Fault::TruncatedAtLimit) {
-                data = faults::truncated_at_limit(job, data, "matches", "maxResults");
+                data = broken::truncated_at_limit(job, data, "matches", "maxResults");
             }
         }
         ToolOperation::FsRead
@@ -171,7 +172,7 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             data["eof"] = false.into();
         }
         ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {
-            faults::reset_mode(dir, job);
+            broken::reset_mode(dir, job);
         }
         _ => {}
     }

@@ -561,12 +561,7 @@ struct Runner {
 
 /// Start a job: cheap ones run right here and their outcome is returned; the others go to the
 /// blocking pool and report on `tx`.
-fn spawn_job(
-    r: &Runner,
-    job: super::session::Job,
-    key: Option<String>,
-    tx: &mpsc::UnboundedSender<Done>,
-) -> Option<Done> {
+fn spawn_job(r: &Runner, job: super::job::Job, key: Option<String>, tx: &mpsc::UnboundedSender<Done>) -> Option<Done> {
     let r = r.clone();
     let tx = tx.clone();
     let mut delay = r.delay;

@@ -9,6 +9,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::broken;
 use super::faults::{self, Fault, Faults};
 use super::fs::Cancel;
 use super::idempotency::{self, fingerprint, IdempotencyCache, Lookup, SharedCache};
@@ -116,10 +117,10 @@ pub fn handle_bind_with(
     me: &AdapterIdentity,
     faults: Faults,
 ) -> Result<(Binding, usize, Vec<u8>), BindRefusal> {
-    if faults.has(Fault::EscapedStringsRefused) && faults::has_escape(line) {
+    if faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
         return Err(BindRefusal::Malformed);
     }
-    let rewritten = faults::lenient_bind_line(line, faults);
+    let rewritten = broken::lenient_bind_line(line, faults);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
     let digest = handle_digest(req.handle().expose());
@@ -170,6 +171,7 @@ pub fn handle_bind_with(
     Ok((binding, i, encode_line(&bound)))
 }
 
+/// [`Job`] at its old path, `adapter::session::Job` (it lives in `job.rs`).
 pub use super::job::Job;
 
 /// Why the session closes.
@@ -383,14 +385,14 @@ impl Session {
         if self.closed {
             return vec![];
         }
-        if self.faults.has(Fault::EscapedStringsRefused) && faults::has_escape(line) {
+        if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToAdapter) {
             Ok(f) => f,
             Err(e) => {
                 if !self.faults.is_empty() {
-                    if let Some(i) = faults::lenient_invoke(line, &self.binding, self.faults) {
+                    if let Some(i) = broken::lenient_invoke(line, &self.binding, self.faults) {
                         return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
                     }
                     if self.faults.has(Fault::ExtraFrameKeyReplies) && e.error.field() != "line" {
@@ -608,7 +610,7 @@ impl Session {
             }
             Err(e) => {
                 out.extend_from_slice(b",\"ok\":false,\"error\":");
-                serde_json::to_writer(&mut out, &super::faults::error_body(e, self.faults))
+                serde_json::to_writer(&mut out, &broken::error_body(e, self.faults))
             }
         };
         debug_assert!(body.is_ok(), "a JSON value always serializes");
@@ -626,7 +628,7 @@ impl Session {
     ) -> Vec<Action> {
         let mut line = self.result_line(request_id, key, op, outcome.as_ref());
         if self.faults.has(Fault::EscapedHandleInResults) {
-            line = faults::escape_handle(&line, self.binding.handle().expose());
+            line = broken::escape_handle(&line, self.binding.handle().expose());
         }
         if self.binding.handle().occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
             let e =

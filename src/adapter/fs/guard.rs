@@ -39,8 +39,12 @@ use sha2::{Digest, Sha256};
 use super::pread::pread_at;
 use super::resolve::{self, err};
 use super::{cancelled, Cancel};
-use crate::adapter::grants::MINTED_HANDLE_LEN;
 use crate::contract::{AdapterCode, AdapterError, CapabilityHandle};
+
+/// The length of a minted handle (`grants::mint_handle`: 32 random bytes in unpadded
+/// base64url), the shape of the other grants' handles the guard looks for. It lives here,
+/// below `grants`, which re-exports it.
+pub const MINTED_HANDLE_LEN: usize = 43;
 
 /// Bytes read per chunk of a whole-file scan.
 const CHUNK: usize = 256 * 1024;

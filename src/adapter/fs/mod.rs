@@ -44,7 +44,7 @@ use crate::contract::types::tool_adapter::{ByteCount, EntryType, FsStatData};
 use crate::contract::{AdapterCode, AdapterError, ToolPath};
 
 pub use cancel::Cancel;
-pub use guard::{handle_fingerprint, scan_work, GrantDigests, Guard};
+pub use guard::{handle_fingerprint, scan_work, GrantDigests, Guard, MINTED_HANDLE_LEN};
 
 /// Default `maxEntries` of `fs.list` (SPEC §5.3).
 pub const DEFAULT_MAX_ENTRIES: u64 = 1000;

@@ -1,0 +1,580 @@
+//! The broken code the fault switches run: deliberate, test-only breakages of the reference
+//! adapter (see `super::faults` for the switches).
+//!
+//! The helpers below are broken on purpose — they read bind and invoke lines leniently,
+//! resolve `..` and follow symlinks with plain `std::fs` against the root path, read lossily,
+//! and so on. None of them runs unless its fault is switched on.
+//!
+//! They sit above `job.rs` and `fs/`, whose types they take, and below `session.rs` and
+//! `ops.rs`, which call them; the switch set itself stays a leaf.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::faults::{Fault, Faults};
+use super::fs::Root;
+use super::job::Job;
+use crate::contract::frame::{check_adapter_frame, Binding, Direction};
+use crate::contract::text::is_frame_id;
+use crate::contract::types::tool_adapter::ToolOperation;
+use crate::contract::{AdapterCode, AdapterError};
+use crate::wire::decode_strict;
+
+/// Chunks and the pause between them of an in-place write under [`Fault::WriteInPlace`].
+const IN_PLACE_CHUNKS: usize = 16;
+const IN_PLACE_PAUSE: std::time::Duration = std::time::Duration::from_millis(15);
+
+// ------------------------------------------------------------------ bind and invoke lines
+
+const IDENTITY_KEYS: [&str; 6] =
+    ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
+
+/// The first line as a faulty adapter reads it under [`Fault::AcceptBindUnknownKeys`]: the
+/// bind with its unknown keys dropped.
+pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> {
+    if !faults.has(Fault::AcceptBindUnknownKeys) && !faults.has(Fault::AcceptAnyHandle) {
+        return None;
+    }
+    let mut v = decode_strict(line).ok()?;
+    let obj = v.as_object_mut()?;
+    if faults.has(Fault::AcceptBindUnknownKeys) {
+        obj.retain(|k, _| {
+            k == "kind"
+                || IDENTITY_KEYS.contains(&k.as_str())
+                || ["capabilityHandle", "operations", "limits"].contains(&k.as_str())
+        });
+    }
+    if faults.has(Fault::AcceptAnyHandle) && !obj.contains_key("capabilityHandle") {
+        // No handle at all binds too: a well-formed stand-in that matches no grant.
+        obj.insert("capabilityHandle".into(), "A".repeat(43).into());
+    }
+    serde_json::to_vec(&v).ok()
+}
+
+/// An invoke a faulty adapter accepts although the contract refused it.
+pub(crate) struct LenientInvoke {
+    /// Its `requestId` as sent.
+    pub request_id: String,
+    /// Its `idempotencyKey` as sent.
+    pub key: String,
+    /// Its operation.
+    pub op: ToolOperation,
+    /// The payload to execute (stripped or coerced by the faults).
+    pub payload: Value,
+}
+
+fn payload_keys(op: ToolOperation) -> &'static [&'static str] {
+    match op {
+        ToolOperation::FsList => &["path", "maxEntries"],
+        ToolOperation::FsStat => &["path"],
+        ToolOperation::FsRead => &["path", "offset", "maxBytes"],
+        ToolOperation::FsSearch => &["path", "query", "maxResults"],
+        ToolOperation::FsWrite => &["path", "content", "create", "overwrite", "expectedDigest"],
+        ToolOperation::FsEdit => &["path", "edits", "expectedDigest"],
+    }
+}
+
+/// Whether a path has a `..` segment.
+pub(crate) fn has_dotdot(path: &str) -> bool {
+    path.split('/').any(|s| s == "..")
+}
+
+/// Re-judge an invoke line the contract refused with the rules the active faults break
+/// switched off: each fault rewrites only what its own rule looks at, and the rewritten frame
+/// must then pass every other rule (`check_adapter_frame`). `None`: refuse as usual.
+pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> Option<LenientInvoke> {
+    if line.len() as i64 + 1 > binding.limits().max_request_bytes && !faults.has(Fault::NoLineLimit) {
+        return None;
+    }
+    if binding.handle().occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
+        return None;
+    }
+    let v = if faults.has(Fault::DuplicateKeysLastWins) {
+        serde_json::from_slice::<Value>(line).ok()?
+    } else {
+        decode_strict(line).ok()?
+    };
+    let obj = v.as_object()?;
+    if obj.get("kind")?.as_str()? != "invoke" {
+        return None;
+    }
+    let request_id = obj.get("requestId")?.as_str()?.to_string();
+    let key = obj.get("idempotencyKey")?.as_str()?.to_string();
+    let op: ToolOperation = obj.get("operation")?.as_str()?.parse().ok()?;
+    let mut payload = obj.get("payload")?.clone();
+    if faults.has(Fault::AcceptUnknownPayloadKeys) {
+        if let Value::Object(p) = &mut payload {
+            p.retain(|k, _| payload_keys(op).contains(&k.as_str()));
+        }
+    }
+    if faults.has(Fault::CoercePayloadTypes) {
+        if let Value::Object(p) = &mut payload {
+            for (k, v) in p.iter_mut() {
+                let Some(s) = v.as_str() else { continue };
+                match k.as_str() {
+                    "maxEntries" | "offset" | "maxBytes" | "maxResults" => {
+                        if let Ok(n) = s.trim().parse::<u64>() {
+                            *v = n.into();
+                        }
+                    }
+                    "create" | "overwrite" => {
+                        if let Ok(b) = s.trim().parse::<bool>() {
+                            *v = b.into();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut check = obj.clone();
+    check.insert("payload".into(), payload.clone());
+    if faults.has(Fault::AcceptUnknownFrameKeys) {
+        check.retain(|k, _| {
+            k == "kind"
+                || IDENTITY_KEYS.contains(&k.as_str())
+                || ["requestId", "idempotencyKey", "operation", "payload"].contains(&k.as_str())
+        });
+    }
+    if faults.has(Fault::IgnoreInvokeIdentity) {
+        let id = binding.identity();
+        check.insert("protocolVersion".into(), id.protocol_version.into());
+        check.insert("adapterId".into(), id.adapter_id.into());
+        check.insert("adapterVersion".into(), id.adapter_version.into());
+        check.insert("hostInstanceId".into(), id.host_instance_id.into());
+        check.insert("sessionId".into(), id.session_id.into());
+        check.insert("generation".into(), id.generation.into());
+    }
+    if faults.has(Fault::AcceptBadIds) {
+        if !(request_id.len() <= 128 && is_frame_id(&request_id)) {
+            check.insert("requestId".into(), "fault-request".into());
+        }
+        if !(key.len() <= 512 && is_frame_id(&key)) {
+            check.insert("idempotencyKey".into(), "fault-key".into());
+        }
+    }
+    if faults.has(Fault::DotdotAllowed) {
+        if let Some(p) = check.get_mut("payload").and_then(|p| p.get_mut("path")) {
+            if let Some(s) = p.as_str().filter(|s| has_dotdot(s)) {
+                let masked: Vec<&str> = s.split('/').map(|seg| if seg == ".." { "dotdot" } else { seg }).collect();
+                *p = masked.join("/").into();
+            }
+        }
+    }
+    let mut check = Value::Object(check);
+    let escaped_only = faults.has(Fault::HandleScanRawOnly) && !binding.handle().occurs_in(line);
+    if faults.has(Fault::AcceptHandleInInvoke) || escaped_only {
+        let text = serde_json::to_string(&check).ok()?;
+        let h = binding.handle().expose();
+        check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
+    }
+    let mut b = binding.clone();
+    if faults.has(Fault::AcceptUngrantedOperation) && !b.operations().contains(&op) {
+        b.operations_mut().push(op);
+    }
+    check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
+    Some(LenientInvoke { request_id, key, op, payload })
+}
+
+// ------------------------------------------------------------------ operations through std::fs
+
+fn io_err(e: std::io::Error) -> AdapterError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => AdapterError::new(AdapterCode::NotFound, "no such file or directory"),
+        std::io::ErrorKind::IsADirectory => AdapterError::new(AdapterCode::NotAFile, "not a regular file"),
+        std::io::ErrorKind::NotADirectory => AdapterError::new(AdapterCode::NotADirectory, "not a directory"),
+        std::io::ErrorKind::PermissionDenied => AdapterError::new(AdapterCode::PermissionDenied, "permission denied"),
+        _ => AdapterError::new(AdapterCode::IoError, "input/output error"),
+    }
+}
+
+fn digest(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+fn payload_path(job: &Job) -> Option<&str> {
+    job.payload.get("path").and_then(Value::as_str)
+}
+
+/// Run `job` with plain `std::fs` on `dir.join(path)`: following every symlink and
+/// resolving `..` (the broken code of [`Fault::DotdotAllowed`] and [`Fault::FollowSymlinks`]).
+/// `None` for `fs.search` (not redone).
+pub(crate) fn plain_execute(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let p = &job.payload;
+    let path = dir.join(payload_path(job)?);
+    let u = |k: &str| p.get(k).and_then(Value::as_u64);
+    Some(match job.operation {
+        ToolOperation::FsStat => std::fs::metadata(&path).map_err(io_err).map(|m| {
+            let (kind, size) = if m.is_dir() { ("directory", 0) } else { ("file", m.len()) };
+            json!({"type": kind, "size": size})
+        }),
+        ToolOperation::FsRead => {
+            std::fs::read(&path).map_err(io_err).and_then(|bytes| window(&bytes, u("offset"), u("maxBytes"), false))
+        }
+        ToolOperation::FsList => plain_list(&path, u("maxEntries")),
+        ToolOperation::FsWrite => {
+            let content = p.get("content").and_then(Value::as_str).unwrap_or_default();
+            let existed = path.exists();
+            std::fs::write(&path, content).map_err(io_err).map(
+                |()| json!({"created": !existed, "bytesWritten": content.len(), "digest": digest(content.as_bytes())}),
+            )
+        }
+        ToolOperation::FsEdit => plain_edit(&path, job, false),
+        ToolOperation::FsSearch => return None,
+    })
+}
+
+/// `line` with every occurrence of `handle` spelled as `\u` escapes, one per character (the
+/// broken output of [`Fault::EscapedHandleInResults`]: still the same JSON value).
+pub(crate) fn escape_handle(line: &[u8], handle: &str) -> Vec<u8> {
+    let spelled: String = handle.chars().map(|c| format!("\\u{:04x}", c as u32)).collect();
+    String::from_utf8_lossy(line).replace(handle, &spelled).into_bytes()
+}
+
+/// `fs.search` of one file with plain `std::fs`: every non-overlapping occurrence per line,
+/// columns in scalar values, the text window of SPEC PC-5.3.search for BMP text (4096
+/// characters starting 1024 before the match, shifted back at the line's end). The broken
+/// code of [`Fault::SecretWindowedSearch`]; `None` for a directory.
+pub(crate) fn plain_search(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let rel = payload_path(job)?;
+    let query = job.payload.get("query").and_then(Value::as_str)?;
+    let bytes = std::fs::read(dir.join(rel)).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let mut matches = Vec::new();
+    for (n, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let chars: Vec<char> = line.chars().collect();
+        let mut from = 0;
+        while let Some(p) = line[from..].find(query) {
+            let at = from + p;
+            let col = line[..at].chars().count();
+            let start = col.saturating_sub(1024).min(chars.len().saturating_sub(4096));
+            let window: String = chars[start..(start + 4096).min(chars.len())].iter().collect();
+            matches.push(json!({"path": rel, "line": n + 1, "column": col + 1, "text": window}));
+            from = at + query.len().max(1);
+        }
+    }
+    Some(Ok(json!({"matches": matches, "truncated": false})))
+}
+
+/// The `fs.read` data of `bytes[offset..offset + max_bytes]`: strict UTF-8 (the window is
+/// cut back to a character boundary) or, when `lossy`, with U+FFFD for bad bytes.
+fn window(bytes: &[u8], offset: Option<u64>, max_bytes: Option<u64>, lossy: bool) -> Result<Value, AdapterError> {
+    let start = (offset.unwrap_or(0) as usize).min(bytes.len());
+    let max = max_bytes.unwrap_or(4 * 1024 * 1024) as usize;
+    let mut w = &bytes[start..bytes.len().min(start.saturating_add(max))];
+    let content = if lossy {
+        String::from_utf8_lossy(w).into_owned()
+    } else {
+        match std::str::from_utf8(w) {
+            Ok(s) => s.to_string(),
+            Err(e) if e.error_len().is_none() => {
+                w = &w[..e.valid_up_to()];
+                String::from_utf8_lossy(w).into_owned()
+            }
+            Err(_) => return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8")),
+        }
+    };
+    Ok(json!({"content": content, "bytesRead": w.len(), "eof": start + w.len() == bytes.len()}))
+}
+
+fn plain_list(path: &Path, max_entries: Option<u64>) -> Result<Value, AdapterError> {
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(path).map_err(io_err)? {
+        let e = e.map_err(io_err)?;
+        let Ok(name) = e.file_name().into_string() else { continue };
+        entries.push(entry_following(&e.path(), name));
+    }
+    Ok(sort_and_cut(json!({"entries": entries, "truncated": false}), max_entries))
+}
+
+/// An `fs.list` entry for `path`, typed by what it points to.
+fn entry_following(path: &Path, name: String) -> Value {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => json!({"name": name, "type": "directory"}),
+        Ok(m) => json!({"name": name, "type": "file", "size": m.len()}),
+        Err(_) => json!({"name": name, "type": "file", "size": 0}),
+    }
+}
+
+fn sort_and_cut(mut data: Value, max_entries: Option<u64>) -> Value {
+    let max = max_entries.unwrap_or(1000) as usize;
+    if let Some(a) = data["entries"].as_array_mut() {
+        a.sort_by(|x, y| x["name"].as_str().unwrap_or("").as_bytes().cmp(y["name"].as_str().unwrap_or("").as_bytes()));
+        if a.len() > max {
+            a.truncate(max);
+            data["truncated"] = true.into();
+        }
+    }
+    data
+}
+
+/// Apply `job`'s edits to the file at `path` with plain `std::fs`. `first`: an ambiguous
+/// `oldText` replaces its first occurrence ([`Fault::EditFirstOccurrence`]).
+pub(crate) fn plain_edit(path: &Path, job: &Job, first: bool) -> Result<Value, AdapterError> {
+    let edits = job.payload.get("edits").and_then(Value::as_array).cloned().unwrap_or_default();
+    let bytes = std::fs::read(path).map_err(io_err)?;
+    let mut text =
+        String::from_utf8(bytes).map_err(|_| AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8"))?;
+    for (i, e) in edits.iter().enumerate() {
+        let old = e["oldText"].as_str().unwrap_or_default();
+        let new = e["newText"].as_str().unwrap_or_default();
+        let Some(at) = text.find(old).filter(|_| !old.is_empty()) else {
+            return Err(AdapterError::new(AdapterCode::EditNotFound, format!("edit {}: oldText not found", i + 1)));
+        };
+        if !first && text[at + 1..].contains(old) {
+            return Err(AdapterError::new(
+                AdapterCode::EditAmbiguous,
+                format!("edit {}: oldText occurs more than once", i + 1),
+            ));
+        }
+        text.replace_range(at..at + old.len(), new);
+    }
+    std::fs::write(path, &text).map_err(io_err)?;
+    Ok(json!({"replacements": edits.len(), "digest": digest(text.as_bytes())}))
+}
+
+/// [`Fault::ReadLossy`]: the window read again with std::fs, bad bytes replaced.
+pub(crate) fn lossy_read(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let path = dir.join(payload_path(job)?);
+    let u = |k: &str| job.payload.get(k).and_then(Value::as_u64);
+    Some(std::fs::read(path).map_err(io_err).and_then(|b| window(&b, u("offset"), u("maxBytes"), true)))
+}
+
+/// [`Fault::ListIncludesSymlinks`] / [`Fault::ListIncludesSpecialFiles`]: add the directory's
+/// entries of the kinds `pick` selects to a successful `fs.list` result.
+pub(crate) fn list_add(dir: &Path, job: &Job, mut data: Value, pick: fn(&std::fs::FileType) -> bool) -> Value {
+    let Some(rel) = payload_path(job) else { return data };
+    let Ok(rd) = std::fs::read_dir(dir.join(rel)) else { return data };
+    let mut extra = Vec::new();
+    for e in rd.flatten() {
+        let (Ok(t), Ok(name)) = (e.file_type(), e.file_name().into_string()) else { continue };
+        if pick(&t) {
+            extra.push(entry_following(&e.path(), name));
+        }
+    }
+    if let Some(a) = data["entries"].as_array_mut() {
+        a.extend(extra);
+    }
+    sort_and_cut(data, job.payload.get("maxEntries").and_then(Value::as_u64))
+}
+
+/// [`Fault::SearchOverlapping`]: every line with a match reports every overlapping
+/// occurrence (whole lines only: a 4096-character window is left as it is).
+pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
+    let query = job.payload.get("query").and_then(Value::as_str).unwrap_or_default();
+    let max = job.payload.get("maxResults").and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let Some(matches) = data["matches"].as_array().cloned() else { return data };
+    let mut out: Vec<Value> = Vec::new();
+    let mut last: Option<(Value, Value)> = None;
+    for m in matches {
+        let here = (m["path"].clone(), m["line"].clone());
+        let text = m["text"].as_str().unwrap_or_default();
+        if query.is_empty() || text.chars().count() >= 4096 {
+            out.push(m);
+            continue;
+        }
+        if last.as_ref() == Some(&here) {
+            continue; // this line was expanded already
+        }
+        for (i, _) in text.char_indices().filter(|(i, _)| text[*i..].starts_with(query)) {
+            let mut n = m.clone();
+            n["column"] = (text[..i].chars().count() + 1).into();
+            out.push(n);
+        }
+        last = Some(here);
+    }
+    if out.len() > max {
+        out.truncate(max);
+        data["truncated"] = true.into();
+    }
+    data["matches"] = Value::Array(out);
+    data
+}
+
+/// [`Fault::BudgetCutNotTruncated`]: a listing (`items` = `entries` or `matches`) with fewer
+/// items than the request's maximum (`max` = `maxEntries` / `maxResults`, default 1000) was cut
+/// by the response budget, not by the maximum: it says `truncated:false`.
+pub(crate) fn budget_cut_not_truncated(job: &Job, mut data: Value, items: &str, max: &str) -> Value {
+    let max = job.payload.get(max).and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let n = data[items].as_array().map_or(0, Vec::len);
+    if data["truncated"] == true && n < max {
+        data["truncated"] = false.into();
+    }
+    data
+}
+
+/// [`Fault::SearchByteColumns`]: columns count UTF-8 bytes (whole lines only).
+pub(crate) fn search_byte_columns(mut data: Value) -> Value {
+    if let Some(a) = data["matches"].as_array_mut() {
+        for m in a {
+            let text = m["text"].as_str().unwrap_or_default().to_string();
+            let col = m["column"].as_u64().unwrap_or(1) as usize;
+            if text.chars().count() < 4096 {
+                if let Some((b, _)) = text.char_indices().nth(col.saturating_sub(1)) {
+                    m["column"] = (b + 1).into();
+                }
+            }
+        }
+    }
+    data
+}
+
+/// The error body of a result: [`AdapterError::body`], except under
+/// [`Fault::NotFoundRetryable`].
+pub(crate) fn error_body(e: &AdapterError, faults: Faults) -> Value {
+    let mut body = e.body();
+    if faults.has(Fault::NotFoundRetryable) && e.code == AdapterCode::NotFound {
+        body["retryable"] = true.into();
+    }
+    body
+}
+
+/// [`Fault::ModifiedAtOffset`]: every `modifiedAt` of stat/list data ends in `+00:00`.
+pub(crate) fn modified_at_offset(mut data: Value) -> Value {
+    let fix = |m: &mut Value| {
+        if let Some(t) = m.get("modifiedAt").and_then(Value::as_str).and_then(|t| t.strip_suffix('Z')) {
+            m["modifiedAt"] = format!("{t}+00:00").into();
+        }
+    };
+    fix(&mut data);
+    if let Some(a) = data.get_mut("entries").and_then(Value::as_array_mut) {
+        a.iter_mut().for_each(fix);
+    }
+    data
+}
+
+/// The characters that make a query a pattern to a regex engine.
+const REGEX_META: &str = ".*+?()[]{}|\\^$";
+
+/// [`Fault::SearchRegex`]: the matches of a file named directly, found by running a query
+/// with regex metacharacters as a (JavaScript) regular expression over each line. Files that
+/// are not plain UTF-8 text, long lines and queries that are no valid pattern keep `data`.
+pub(crate) fn search_regex(dir: &Path, job: &Job, data: Value) -> Value {
+    let query = job.payload.get("query").and_then(Value::as_str).unwrap_or_default();
+    let Some(rel) = payload_path(job) else { return data };
+    if !query.contains(|c| REGEX_META.contains(c)) {
+        return data;
+    }
+    let Ok(re) = regress::Regex::new(query) else { return data };
+    let path = dir.join(rel);
+    if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+        return data;
+    }
+    let Ok(text) = std::fs::read(&path).map(String::from_utf8) else { return data };
+    let Ok(text) = text else { return data };
+    if text.contains('\0') {
+        return data;
+    }
+    let max = job.payload.get("maxResults").and_then(Value::as_u64).unwrap_or(1000) as usize;
+    let (mut out, mut truncated) = (Vec::new(), false);
+    for (i, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.chars().count() >= 4096 {
+            return data;
+        }
+        for m in re.find_iter(line).take(line.len() + 1) {
+            if out.len() == max {
+                truncated = true;
+                break;
+            }
+            let column = line[..m.start()].chars().count() + 1;
+            out.push(json!({"path": rel, "line": i + 1, "column": column, "text": line}));
+        }
+    }
+    json!({"matches": out, "truncated": truncated})
+}
+
+/// [`Fault::WriteInPlace`]: an fs.write that replaces an existing regular file (no
+/// `expectedDigest`, `overwrite` not false) truncates it and writes the new content in place,
+/// in [`IN_PLACE_CHUNKS`] chunks with a pause after each, so a concurrent reader sees a torn
+/// file. `None`: the normal write runs.
+pub(crate) fn write_in_place(root: &Root, dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    use std::io::Write;
+    let p = &job.payload;
+    if p.get("expectedDigest").is_some() || p.get("overwrite") == Some(&Value::Bool(false)) {
+        return None;
+    }
+    let rel = payload_path(job)?;
+    let path = crate::contract::validate_relative_path(rel, crate::contract::PathSide::Adapter, "payload.path").ok()?;
+    let st = root.stat(&path, 1 << 20, &job.cancel).ok()?;
+    if st["type"] != "file" {
+        return None;
+    }
+    let content = p.get("content").and_then(Value::as_str)?.as_bytes();
+    let mut f = std::fs::OpenOptions::new().write(true).truncate(true).open(dir.join(rel)).ok()?;
+    let chunk = content.len().div_ceil(IN_PLACE_CHUNKS).max(1);
+    for part in content.chunks(chunk) {
+        if let Err(e) = f.write_all(part) {
+            return Some(Err(io_err(e)));
+        }
+        std::thread::sleep(IN_PLACE_PAUSE);
+    }
+    Some(Ok(json!({"created": false, "bytesWritten": content.len(), "digest": digest(content)})))
+}
+
+/// [`Fault::EditPartial`]: the 1-based index of the failing edit in an
+/// `edit N: …` message.
+pub(crate) fn failing_edit(e: &AdapterError) -> Option<usize> {
+    e.message.strip_prefix("edit ")?.split(':').next()?.parse().ok()
+}
+
+/// [`Fault::WriteResetsMode`]: reset the replaced file's permission bits.
+pub(crate) fn reset_mode(dir: &Path, job: &Job) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(rel) = payload_path(job) {
+        let _ = std::fs::set_permissions(dir.join(rel), std::fs::Permissions::from_mode(0o644));
+    }
+}
+
+/// `data` under [`Fault::TruncatedAtLimit`]: `truncated:true` when `data[items]` holds exactly
+/// the payload's `limit` (default 1000) items.
+pub(crate) fn truncated_at_limit(job: &Job, mut data: Value, items: &str, limit: &str) -> Value {
+    let max = job.payload.get(limit).and_then(Value::as_u64).unwrap_or(1000);
+    if data[items].as_array().is_some_and(|a| a.len() as u64 == max) {
+        data["truncated"] = true.into();
+    }
+    data
+}
+
+/// Whether a line holds a `\u` escape (what [`Fault::EscapedStringsRefused`] refuses).
+pub(crate) fn has_escape(line: &[u8]) -> bool {
+    line.windows(2).any(|w| w == b"\\u")
+}
+
+/// Whether the job's path names a socket (what [`Fault::SocketAsEmptyFile`] looks for).
+pub(crate) fn is_socket(dir: &Path, job: &Job) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    payload_path(job)
+        .and_then(|p| std::fs::symlink_metadata(dir.join(p)).ok())
+        .is_some_and(|m| m.file_type().is_socket())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_and_byte_columns() {
+        let job = |q: &str| Job {
+            request_id: "r".into(),
+            operation: ToolOperation::FsSearch,
+            payload: json!({"path": "x", "query": q}),
+            budget: 1 << 20,
+            cancel: crate::adapter::fs::Cancel::new(),
+        };
+        let d = json!({"matches": [{"path": "x", "line": 1, "column": 1, "text": "aaaa"},
+                                   {"path": "x", "line": 1, "column": 3, "text": "aaaa"}], "truncated": false});
+        let cols: Vec<u64> = search_overlapping(&job("aa"), d)["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["column"].as_u64().unwrap())
+            .collect();
+        assert_eq!(cols, vec![1, 2, 3]);
+        let d = json!({"matches": [{"path": "u", "line": 1, "column": 4, "text": "é€😀needle"}], "truncated": false});
+        assert_eq!(search_byte_columns(d)["matches"][0]["column"], 10);
+    }
+}
