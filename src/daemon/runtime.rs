@@ -530,7 +530,12 @@ impl AdapterRuntime {
             key,
             line: Some(line),
             admitted: now,
-            deadline: now + Duration::from_millis(l.request_timeout_ms as u64),
+            // Under the fault the clock starts only at dispatch: a queued call never expires.
+            deadline: if self.faults.has(DaemonFault::TimeoutFromDispatch) {
+                now + Duration::from_secs(86_400)
+            } else {
+                now + Duration::from_millis(l.request_timeout_ms as u64)
+            },
             dispatched: None,
             path_lock: path.filter(|_| is_mutating(op)),
         };
