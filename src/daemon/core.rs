@@ -310,7 +310,11 @@ impl<L: LinkState + Clone> HostCore<L> {
     pub fn live(&self, sid: &str, generation: u64) -> Result<(String, u64), DErr> {
         match self.sessions.get(sid).filter(|x| !x.closing) {
             Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid.to_string(), generation)),
-            Some(x) if x.state == SState::Active && generation < x.generation => {
+            Some(x)
+                if x.state == SState::Active
+                    && generation < x.generation
+                    && !self.faults.has(DaemonFault::StaleGenerationAsNotFound) =>
+            {
                 Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open").with_details(
                     &v2::GenerationDetails { current_generation: x.generation, received_generation: generation },
                 ))

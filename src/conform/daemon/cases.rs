@@ -686,6 +686,36 @@ fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     refusal_of(one(c, v), DaemonCode::StaleGeneration.as_str(), None)
 }
 
+/// SPEC §2.5: a command naming a lower generation than the session's live one is
+/// `stale_generation` with `{currentGeneration, receivedGeneration}`; not `session_not_found`.
+fn generation_stale_attach(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(open_bound(c, 2));
+    let a = tryo!(c.attach(1));
+    let r = tryo!(one(c, a));
+    // The session was just opened at generation 2 (confirmed): session_not_found is not
+    // another reason, it is the wrong answer to the one provoked.
+    if r.frame().and_then(|f| f.error_code()) == Some(DaemonCode::SessionNotFound.as_str()) {
+        return Outcome::with(
+            "error:session_not_found",
+            vec!["generation 1 of a session live at generation 2 is stale, not missing: stale_generation".into()],
+        );
+    }
+    let out = refusal(&r, DaemonCode::StaleGeneration.as_str(), None);
+    let Outcome::Observed { token, mut problems } = out else { return out };
+    if token == "error:stale_generation" {
+        let details = r.frame().map(|f| f["error"]["details"].clone()).unwrap_or_default();
+        if details.get("currentGeneration").is_some_and(|g| g != &json!(2))
+            || details.get("receivedGeneration").is_some_and(|g| g != &json!(1))
+        {
+            problems.push(format!(
+                "stale_generation for generation 1 of a session at generation 2 carries details {details}: \
+                 currentGeneration must be 2 and receivedGeneration 1"
+            ));
+        }
+    }
+    Outcome::Observed { token, problems }
+}
+
 // ---------------------------------------------------------------- tool traffic
 
 pub(super) fn invokes(c: &DCtx<'_>) -> Vec<Value> {
@@ -1875,6 +1905,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
         ("daemon.policy.lower-generation", policy_lower_generation),
+        ("daemon.generation.stale-attach", generation_stale_attach),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
         ("daemon.tools.queue-capacity", tools_queue_capacity),
         ("daemon.tools.concurrency-limit", tools_concurrency_limit),
