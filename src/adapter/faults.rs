@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use super::job::Job;
 use crate::contract::frame::{check_adapter_frame, Binding, Direction};
-use crate::contract::text::is_frame_id;
+use crate::contract::text::{is_frame_id, utf16_len};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
 use crate::wire::decode_strict;
@@ -98,6 +98,12 @@ faults! {
     /// A second bind is answered with another `bound`.
     AcceptSecondBind = "accept-second-bind", "PC-4.5",
         "a second bind on a bound connection is answered with bound instead of closing";
+    /// A bind's frame protocolVersion is not checked.
+    IgnoreBindProtocolVersion = "ignore-bind-protocol-version", "PC-4.5",
+        "a bind whose frame protocolVersion is not \"1.0\" is accepted (read as 1.0)";
+    /// A bind whose limits cannot hold its own normalized frames is accepted.
+    BindFitUnchecked = "bind-fit-unchecked", "PC-3.3",
+        "a bind that fails the fit check is accepted, its too small maxRequestBytes/maxResponseBytes raised to fit (and so echoed)";
     // ---- invoke hygiene
     /// Unknown keys of an invoke frame are stripped and the invoke processed.
     AcceptUnknownFrameKeys = "accept-unknown-frame-keys", "PC-4.5",
@@ -113,9 +119,18 @@ faults! {
     /// Payload numbers and booleans given as strings are converted.
     CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
         "payload integers/booleans given as strings are converted instead of invalid_request";
+    /// fs.search maxResults above 10000 is clamped.
+    MaxResultsAboveLimit = "max-results-above-limit", "PC-5.2",
+        "fs.search maxResults above 10000 is clamped to 10000 and run instead of invalid_request";
+    /// fs.search query length counted in characters, not UTF-16 units.
+    QueryUnitsAsCharacters = "query-units-as-characters", "PC-5.2",
+        "the fs.search query bound counts characters, not UTF-16 units: 4097 units in 4096 characters are run (cut to the whole characters within 4096 units)";
     /// requestId / idempotencyKey patterns and lengths are not checked.
     AcceptBadIds = "accept-bad-ids", "PC-4.5",
         "invoke requestId/idempotencyKey that break the id pattern or length are processed";
+    /// An invoke reusing the requestId of one still in flight is processed.
+    DuplicateRequestIdRuns = "duplicate-request-id-runs", "PC-4.5",
+        "an invoke reusing the requestId of an invoke still in flight is processed instead of closing";
     /// The identity of an invoke is not checked against the binding.
     IgnoreInvokeIdentity = "ignore-invoke-identity", "PC-4.5",
         "an invoke whose identity (adapter version, generation, …) differs from the binding is processed";
@@ -234,6 +249,12 @@ faults! {
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";
+    /// The idempotency cache holds one key fewer than maxIdempotencyKeys.
+    IdempotencyKeysOneShort = "idempotency-keys-one-short", "PC-4.5",
+        "the idempotency cache holds maxIdempotencyKeys - 1 keys: at the limit the earliest key is already forgotten";
+    /// Idempotency keys never expire.
+    IdempotencyTtlIgnored = "idempotency-ttl-ignored", "PC-4.5",
+        "idempotency keys never expire: a replay after idempotencyTtlMs returns the stored outcome instead of running anew";
     // ---- revoke and EOF
     /// revoke closes without answering revoked.
     RevokeNoReply = "revoke-no-reply", "PC-4.5",
@@ -393,7 +414,11 @@ const IDENTITY_KEYS: [&str; 6] =
 /// The first line as a faulty adapter reads it under [`Fault::AcceptBindUnknownKeys`]: the
 /// bind with its unknown keys dropped.
 pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> {
-    if !faults.has(Fault::AcceptBindUnknownKeys) && !faults.has(Fault::AcceptAnyHandle) {
+    if !faults.has(Fault::AcceptBindUnknownKeys)
+        && !faults.has(Fault::AcceptAnyHandle)
+        && !faults.has(Fault::IgnoreBindProtocolVersion)
+        && !faults.has(Fault::BindFitUnchecked)
+    {
         return None;
     }
     let mut v = decode_strict(line).ok()?;
@@ -408,6 +433,25 @@ pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> 
     if faults.has(Fault::AcceptAnyHandle) && !obj.contains_key("capabilityHandle") {
         // No handle at all binds too: a well-formed stand-in that matches no grant.
         obj.insert("capabilityHandle".into(), "A".repeat(43).into());
+    }
+    if faults.has(Fault::IgnoreBindProtocolVersion) {
+        obj.insert("protocolVersion".into(), "1.0".into());
+    }
+    if faults.has(Fault::BindFitUnchecked) {
+        // The normalized frames (PC-3.3); a limit that cannot hold its frame is raised.
+        let bind_len = serde_json::to_vec(&*obj).ok()?.len() + 1;
+        let mut bound = obj.clone();
+        bound.remove("capabilityHandle");
+        bound.insert("kind".into(), "bound".into());
+        let bound_len = serde_json::to_vec(&bound).ok()?.len() + 1;
+        if let Some(l) = obj.get_mut("limits").and_then(Value::as_object_mut) {
+            for (k, len) in [("maxRequestBytes", bind_len), ("maxResponseBytes", bound_len)] {
+                if l.get(k).and_then(Value::as_u64).is_some_and(|n| n < len as u64) {
+                    // A few bytes to spare for the longer number itself.
+                    l.insert(k.into(), (len as u64 + 16).into());
+                }
+            }
+        }
     }
     serde_json::to_vec(&v).ok()
 }
@@ -468,6 +512,11 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
             p.retain(|k, _| payload_keys(op).contains(&k.as_str()));
         }
     }
+    if faults.has(Fault::MaxResultsAboveLimit) && op == ToolOperation::FsSearch {
+        if let Some(m) = payload.get_mut("maxResults").filter(|m| m.as_u64().is_some_and(|n| n > 10_000)) {
+            *m = 10_000.into();
+        }
+    }
     if faults.has(Fault::CoercePayloadTypes) {
         if let Value::Object(p) = &mut payload {
             for (k, v) in p.iter_mut() {
@@ -485,6 +534,22 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
                     }
                     _ => {}
                 }
+            }
+        }
+    }
+    if faults.has(Fault::QueryUnitsAsCharacters) {
+        // Judged by its characters; run as the whole characters that fit 4096 units.
+        if let Some(q) = payload.get_mut("query") {
+            if let Some(s) = q.as_str().filter(|s| s.chars().count() <= 4096 && utf16_len(s) > 4096) {
+                let mut units = 0;
+                let cut: String = s
+                    .chars()
+                    .take_while(|c| {
+                        units += c.len_utf16();
+                        units <= 4096
+                    })
+                    .collect();
+                *q = cut.into();
             }
         }
     }
