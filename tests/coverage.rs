@@ -15,10 +15,6 @@ use pi_conform::conform::coverage::{gaps, Enumerations, Gap};
 /// test pass without the lead's decision and a reason a reviewer can check.
 const KNOWN_GAPS: &[(&str, &str)] = &[
     (
-        "no-boundary:adapter-limits-held/maxResponseBytes:adapter",
-        "adapter.limits.response-budget binds maxResponseBytes 1024 and checks lines stay under it, but no case makes a result exactly maxResponseBytes long (accepted, not truncated)",
-    ),
-    (
         "no-boundary:daemon-limits-held/maxConcurrentRequests + maxQueuedRequests:daemon",
         "daemon.tools.queue-capacity runs one past (1 + 0 admitted, the next refused); no case fills the daemon's queue exactly and sees the last admitted call run",
     ),
@@ -31,40 +27,8 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
         "daemon.tools.timeout-sends-abort holds a call well past requestTimeoutMs; no case answers just inside the timeout and sees the result accepted",
     ),
     (
-        "no-boundary:payload-limits/fs.list maxEntries equal to the entry count (not truncated):adapter",
-        "adapter.list.max-entries cuts a directory of more entries than maxEntries; no case lists exactly maxEntries entries and checks truncated:false",
-    ),
-    (
-        "no-boundary:payload-limits/fs.search maxResults equal to the match count (not truncated):adapter",
-        "adapter.search.max-results asks 2 of 3 matches (one past); no case asks exactly 3 and checks truncated:false",
-    ),
-    (
         "no-negative:daemon:PC-2.4",
         "the handshake cases only check what a daemon advertises; a negative handshake case (a malformed handshake refused) is filed under PC-2.1 (daemon.handshake.payload-required), so PC-2.4 itself has none",
-    ),
-    (
-        "uncovered:adapter-bind-close-conditions/fails the fit check:adapter",
-        "no case sends a bind whose limits cannot hold its own normalized bound (PC-3.3) to an adapter",
-    ),
-    (
-        "uncovered:adapter-bind-close-conditions/wrong adapterVersion:adapter",
-        "no case binds with another adapterVersion (adapter.bind.wrong-adapter changes adapterId only)",
-    ),
-    (
-        "uncovered:adapter-bind-close-conditions/wrong protocolVersion:adapter",
-        "no case binds with a frame protocolVersion other than 1.0",
-    ),
-    (
-        "uncovered:adapter-invoke-close-conditions/a requestId still in flight:adapter",
-        "no case reuses the requestId of an invoke still running (adapter.idempotency.in-flight-duplicate reuses the key under new requestIds)",
-    ),
-    (
-        "uncovered:adapter-limits-held/idempotencyTtlMs:adapter",
-        "no case waits out idempotencyTtlMs and checks the key is forgotten (a replay executes anew) and remembered just before",
-    ),
-    (
-        "uncovered:adapter-limits-held/maxIdempotencyKeys:adapter",
-        "no case fills maxIdempotencyKeys keys and checks the oldest is still remembered at the limit",
     ),
     (
         "uncovered:daemon-fail-closed-conditions/a duplicate result:daemon",
@@ -113,14 +77,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     (
         "uncovered:path-refusal-forms/over 4096 bytes:daemon",
         "daemon.tools.non-canonical-path-refused sends only non-canonical paths; a tool path over 4096 bytes is not tried",
-    ),
-    (
-        "uncovered:payload-limits/fs.search maxResults 10000:adapter",
-        "no vector or case sends maxResults 10000 (accepted) and 10001 (invalid_request)",
-    ),
-    (
-        "uncovered:payload-limits/fs.search query 4096 units:adapter",
-        "no vector or case sends a query of exactly 4096 UTF-16 units (accepted) and 4097 (invalid_request)",
     ),
 ];
 

@@ -17,7 +17,7 @@ use super::faults::{Fault, Faults};
 use super::fs::Root;
 use super::job::Job;
 use crate::contract::frame::{check_adapter_frame, Binding, Direction};
-use crate::contract::text::is_frame_id;
+use crate::contract::text::{is_frame_id, utf16_len};
 use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{AdapterCode, AdapterError};
 use crate::wire::decode_strict;
@@ -34,7 +34,11 @@ const IDENTITY_KEYS: [&str; 6] =
 /// The first line as a faulty adapter reads it under [`Fault::AcceptBindUnknownKeys`]: the
 /// bind with its unknown keys dropped.
 pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> {
-    if !faults.has(Fault::AcceptBindUnknownKeys) && !faults.has(Fault::AcceptAnyHandle) {
+    if !faults.has(Fault::AcceptBindUnknownKeys)
+        && !faults.has(Fault::AcceptAnyHandle)
+        && !faults.has(Fault::IgnoreBindProtocolVersion)
+        && !faults.has(Fault::BindFitUnchecked)
+    {
         return None;
     }
     let mut v = decode_strict(line).ok()?;
@@ -49,6 +53,25 @@ pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> 
     if faults.has(Fault::AcceptAnyHandle) && !obj.contains_key("capabilityHandle") {
         // No handle at all binds too: a well-formed stand-in that matches no grant.
         obj.insert("capabilityHandle".into(), "A".repeat(43).into());
+    }
+    if faults.has(Fault::IgnoreBindProtocolVersion) {
+        obj.insert("protocolVersion".into(), "1.0".into());
+    }
+    if faults.has(Fault::BindFitUnchecked) {
+        // The normalized frames (PC-3.3); a limit that cannot hold its frame is raised.
+        let bind_len = serde_json::to_vec(&*obj).ok()?.len() + 1;
+        let mut bound = obj.clone();
+        bound.remove("capabilityHandle");
+        bound.insert("kind".into(), "bound".into());
+        let bound_len = serde_json::to_vec(&bound).ok()?.len() + 1;
+        if let Some(l) = obj.get_mut("limits").and_then(Value::as_object_mut) {
+            for (k, len) in [("maxRequestBytes", bind_len), ("maxResponseBytes", bound_len)] {
+                if l.get(k).and_then(Value::as_u64).is_some_and(|n| n < len as u64) {
+                    // A few bytes to spare for the longer number itself.
+                    l.insert(k.into(), (len as u64 + 16).into());
+                }
+            }
+        }
     }
     serde_json::to_vec(&v).ok()
 }
@@ -109,6 +132,11 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
             p.retain(|k, _| payload_keys(op).contains(&k.as_str()));
         }
     }
+    if faults.has(Fault::MaxResultsAboveLimit) && op == ToolOperation::FsSearch {
+        if let Some(m) = payload.get_mut("maxResults").filter(|m| m.as_u64().is_some_and(|n| n > 10_000)) {
+            *m = 10_000.into();
+        }
+    }
     if faults.has(Fault::CoercePayloadTypes) {
         if let Value::Object(p) = &mut payload {
             for (k, v) in p.iter_mut() {
@@ -126,6 +154,22 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
                     }
                     _ => {}
                 }
+            }
+        }
+    }
+    if faults.has(Fault::QueryUnitsAsCharacters) {
+        // Judged by its characters; run as the whole characters that fit 4096 units.
+        if let Some(q) = payload.get_mut("query") {
+            if let Some(s) = q.as_str().filter(|s| s.chars().count() <= 4096 && utf16_len(s) > 4096) {
+                let mut units = 0;
+                let cut: String = s
+                    .chars()
+                    .take_while(|c| {
+                        units += c.len_utf16();
+                        units <= 4096
+                    })
+                    .collect();
+                *q = cut.into();
             }
         }
     }

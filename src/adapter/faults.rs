@@ -88,6 +88,12 @@ faults! {
     /// A second bind is answered with another `bound`.
     AcceptSecondBind = "accept-second-bind", "PC-4.5",
         "a second bind on a bound connection is answered with bound instead of closing";
+    /// A bind's frame protocolVersion is not checked.
+    IgnoreBindProtocolVersion = "ignore-bind-protocol-version", "PC-4.5",
+        "a bind whose frame protocolVersion is not \"1.0\" is accepted (read as 1.0)";
+    /// A bind whose limits cannot hold its own normalized frames is accepted.
+    BindFitUnchecked = "bind-fit-unchecked", "PC-3.3",
+        "a bind that fails the fit check is accepted, its too small maxRequestBytes/maxResponseBytes raised to fit (and so echoed)";
     // ---- invoke hygiene
     /// Unknown keys of an invoke frame are stripped and the invoke processed.
     AcceptUnknownFrameKeys = "accept-unknown-frame-keys", "PC-4.5",
@@ -103,9 +109,18 @@ faults! {
     /// Payload numbers and booleans given as strings are converted.
     CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
         "payload integers/booleans given as strings are converted instead of invalid_request";
+    /// fs.search maxResults above 10000 is clamped.
+    MaxResultsAboveLimit = "max-results-above-limit", "PC-5.2",
+        "fs.search maxResults above 10000 is clamped to 10000 and run instead of invalid_request";
+    /// fs.search query length counted in characters, not UTF-16 units.
+    QueryUnitsAsCharacters = "query-units-as-characters", "PC-5.2",
+        "the fs.search query bound counts characters, not UTF-16 units: 4097 units in 4096 characters are run (cut to the whole characters within 4096 units)";
     /// requestId / idempotencyKey patterns and lengths are not checked.
     AcceptBadIds = "accept-bad-ids", "PC-4.5",
         "invoke requestId/idempotencyKey that break the id pattern or length are processed";
+    /// An invoke reusing the requestId of one still in flight is processed.
+    DuplicateRequestIdRuns = "duplicate-request-id-runs", "PC-4.5",
+        "an invoke reusing the requestId of an invoke still in flight is processed instead of closing";
     /// The identity of an invoke is not checked against the binding.
     IgnoreInvokeIdentity = "ignore-invoke-identity", "PC-4.5",
         "an invoke whose identity (adapter version, generation, …) differs from the binding is processed";
@@ -224,6 +239,12 @@ faults! {
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";
+    /// The idempotency cache holds one key fewer than maxIdempotencyKeys.
+    IdempotencyKeysOneShort = "idempotency-keys-one-short", "PC-4.5",
+        "the idempotency cache holds maxIdempotencyKeys - 1 keys: at the limit the earliest key is already forgotten";
+    /// Idempotency keys never expire.
+    IdempotencyTtlIgnored = "idempotency-ttl-ignored", "PC-4.5",
+        "idempotency keys never expire: a replay after idempotencyTtlMs returns the stored outcome instead of running anew";
     // ---- revoke and EOF
     /// revoke closes without answering revoked.
     RevokeNoReply = "revoke-no-reply", "PC-4.5",

@@ -275,8 +275,10 @@ impl Session {
     pub fn with_cache(binding: Binding, faults: Faults, cache: SharedCache) -> Self {
         static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let l = *binding.limits();
-        idempotency::lock(&cache)
-            .reconfigure(l.max_idempotency_keys.get() as usize, Duration::from_millis(l.idempotency_ttl_ms as u64));
+        let keys = l.max_idempotency_keys.get() as usize - usize::from(faults.has(Fault::IdempotencyKeysOneShort));
+        let ttl = Duration::from_millis(l.idempotency_ttl_ms as u64);
+        let ttl = if faults.has(Fault::IdempotencyTtlIgnored) { Duration::MAX } else { ttl };
+        idempotency::lock(&cache).reconfigure(keys, ttl);
         let mut result_prefix = encode_line(&binding.identity().frame("result", []));
         result_prefix.truncate(result_prefix.len().saturating_sub(2)); // the closing `}` and LF
         Self {
@@ -457,7 +459,7 @@ impl Session {
         op: ToolOperation,
         payload: Value,
     ) -> Vec<Action> {
-        if self.inflight.contains_key(&request_id) {
+        if self.inflight.contains_key(&request_id) && !self.faults.has(Fault::DuplicateRequestIdRuns) {
             return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
         }
         let fp = fingerprint(op, &payload);

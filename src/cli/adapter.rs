@@ -112,7 +112,7 @@ fn adapter_launch(
         &sentinel,
         run.time_scale,
     )
-    .and_then(|t| t.with_minted_grant(launched.narrow.clone()))
+    .and_then(|t| t.with_minted_grant(launched.narrow.clone(), launched.fit.clone()))
     .map_err(|e| anyhow::anyhow!(e))?;
     if run.format == Format::Human && !run.quiet {
         writeln!(

@@ -30,6 +30,8 @@ pub struct ReferenceAdapter {
     pub descriptor: serde_json::Value,
     /// The descriptor of the narrower second grant (`launch::narrow_grant`).
     pub narrow: serde_json::Value,
+    /// The descriptor of the third grant (`launch::fit_grant`).
+    pub fit: serde_json::Value,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -65,6 +67,7 @@ impl ReferenceAdapter {
         };
         let descriptor = grant(&grants, &req).map_err(|e| e.to_string())?;
         let narrow = grant(&grants, &super::adapter::launch::narrow_grant(&req)).map_err(|e| e.to_string())?;
+        let fit = grant(&grants, &super::adapter::launch::fit_grant(&req)).map_err(|e| e.to_string())?;
         let cfg = ServeConfig {
             socket: socket.clone(),
             grants,
@@ -90,13 +93,13 @@ impl ReferenceAdapter {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, narrow, stop, thread: Some(thread) })
+        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, narrow, fit, stop, thread: Some(thread) })
     }
 
     /// The runner's target for this adapter.
     pub fn target(&self, time_scale: f64) -> Result<Target, String> {
         Target::new(&self.socket, self.descriptor.clone(), &self.root, &self.sentinel, time_scale)?
-            .with_minted_grant(self.narrow.clone())
+            .with_minted_grant(self.narrow.clone(), self.fit.clone())
     }
 
     /// The private directory holding everything.

@@ -15,7 +15,7 @@ use super::{data, req, token, Ctx};
 use crate::conform::case::Outcome;
 use crate::contract::adapter_error::AdapterCode;
 use crate::contract::frame::MAX_CONTENT_BYTES as MAX_CONTENT;
-use crate::contract::types::tool_adapter::AdapterFrame;
+use crate::contract::types::tool_adapter::{AdapterFrame, ToolOperation};
 
 /// A case implementation.
 pub type CaseFn = fn(&mut Ctx<'_>) -> Outcome;
@@ -201,6 +201,164 @@ fn bind_each_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
     }
 }
 
+/// One connection per variant: a `bind` whose `field` is set to the variant's value (and
+/// otherwise the descriptor's) is closed without `bound`, within a step.
+fn each_bind_closed(c: &mut Ctx<'_>, field: &str, variants: Vec<(String, Value)>) -> Outcome {
+    let mut bound = Vec::new();
+    for (what, v) in variants {
+        let mut b = c.bind_frame();
+        b[field] = v;
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind with {field} {what}"));
+        conn.send(&b);
+        match conn.expect_close(c.step()) {
+            Recv::Closed => {}
+            r if r.frame().is_some_and(|v| v.kind() == Some("bound")) => bound.push(what),
+            r => {
+                return Outcome::with(
+                    token(&r),
+                    vec![format!("the bind with {field} {what} was answered `{}` instead of a close", token(&r))],
+                )
+            }
+        }
+    }
+    if bound.is_empty() {
+        Outcome::token("closed")
+    } else {
+        Outcome::with(
+            "bound",
+            vec![format!(
+                "a bind whose {field} is {} was bound: it is not the binding's, so the bind must be closed \
+                 without bound",
+                bound.join(", ")
+            )],
+        )
+    }
+}
+
+/// PC-4.1, PC-4.5: the frame protocol is exactly `"1.0"`. A `bind` naming the next minor, the
+/// daemon envelope's `2.0`, another spelling of 1.0 (`1.00`, `1`) or the number 1.0 is closed
+/// without `bound`, one connection each.
+fn bind_wrong_protocol_version(c: &mut Ctx<'_>) -> Outcome {
+    let variants = vec![
+        ("\"1.1\" (the next minor)".to_string(), json!("1.1")),
+        ("\"2.0\" (the daemon envelope's version)".to_string(), json!("2.0")),
+        ("\"1.00\"".to_string(), json!("1.00")),
+        ("\"1\"".to_string(), json!("1")),
+        ("the number 1.0".to_string(), json!(1.0)),
+    ];
+    each_bind_closed(c, "protocolVersion", variants)
+}
+
+/// Other adapterVersion strings than `v` (a SemVer `MAJOR.MINOR.PATCH[-pre][+build]`): the next
+/// patch, the next major, `v`'s core with a pre-release, and with build metadata (equal to `v`
+/// in SemVer precedence, yet another string). Each is valid SemVer, at most 64 characters and
+/// differs from `v`.
+fn other_versions(v: &str) -> Vec<(String, Value)> {
+    let core: &str = v.split(['-', '+']).next().unwrap_or(v);
+    let nums: Vec<u64> = core.split('.').filter_map(|n| n.parse().ok()).collect();
+    let (major, minor, patch) = match nums[..] {
+        [a, b, c] => (a, b, c),
+        _ => (0, 0, 0),
+    };
+    let candidates = [
+        (format!("{major}.{minor}.{}", patch.saturating_add(1)), "the next patch"),
+        (format!("{}.0.0", major.saturating_add(1)), "the next major"),
+        (format!("{core}-pi-conform.1"), "with a pre-release"),
+        (format!("{core}+pi-conform.1"), "with build metadata (equal in SemVer precedence, another string)"),
+    ];
+    candidates
+        .into_iter()
+        .filter(|(s, _)| s != v && s.len() <= 64 && crate::contract::text::is_semver(s))
+        .map(|(s, why)| (format!("\"{s}\" ({why})"), json!(s)))
+        .collect()
+}
+
+/// PC-4.5: a `bind` with the adapter's adapterId but another adapterVersion (the next patch or
+/// major, a pre-release or build metadata of the same core) is closed without `bound`.
+fn bind_wrong_adapter_version(c: &mut Ctx<'_>) -> Outcome {
+    let v = c.target.admitted.identity().adapter_version.to_string();
+    let variants = other_versions(&v);
+    if variants.is_empty() {
+        return Outcome::Error(format!("no other adapterVersion could be made from {v:?}"));
+    }
+    each_bind_closed(c, "adapterVersion", variants)
+}
+
+/// The encoded length (LF included) of the normalized `bound` of `grant` when its bind asks
+/// `maxResponseBytes` `m` (PC-3.3).
+fn bound_len(grant: &crate::contract::Descriptor, m: u64) -> u64 {
+    let mut b = grant.bound_frame();
+    b["limits"]["maxResponseBytes"] = json!(m);
+    crate::wire::encode_line(&b).len() as u64
+}
+
+/// PC-3.3, PC-4.5: the fit check of a received `bind`. With the third grant the runner mints
+/// (`€` identities, so its normalized `bound` is longer than the smallest `maxResponseBytes`),
+/// a bind asking `maxResponseBytes` exactly the length of its `bound` (LF included) fits and is
+/// bound; one byte less fails the fit check (not the range check) and is closed without
+/// `bound`.
+fn bind_fit_check(c: &mut Ctx<'_>) -> Outcome {
+    let grant = c.target.fit.clone().unwrap_or_else(|| c.target.admitted.clone());
+    // The bound's length depends on the digits of maxResponseBytes only: find the fixed point.
+    let mut len = bound_len(&grant, 1024);
+    for _ in 0..4 {
+        len = bound_len(&grant, len);
+    }
+    if bound_len(&grant, len) != len || bound_len(&grant, len - 1) != len {
+        return Outcome::Skip(format!(
+            "the normalized bound is {len} bytes, but its length changes with the digits of maxResponseBytes \
+             right there: no bind is exactly at the fit limit"
+        ));
+    }
+    if len <= 1024 {
+        return Outcome::Skip(format!(
+            "the grant's normalized bound is {len} bytes, within the smallest maxResponseBytes (1024): no bind with \
+             limits in range can fail the fit check (the runner mints a grant with non-ASCII identities for this \
+             case when it provisions the adapter itself: selftest, --command)"
+        ));
+    }
+    let ceiling = grant.limits().max_response_bytes as u64;
+    if len > ceiling {
+        return Outcome::Skip(format!(
+            "the grant's maxResponseBytes ceiling {ceiling} is below its own {len}-byte bound: the descriptor \
+             itself fails the fit check"
+        ));
+    }
+    let mut problems = Vec::new();
+    for (m, fits) in [(len, true), (len - 1, false)] {
+        let mut b = grant.bind_frame();
+        b["limits"]["maxResponseBytes"] = json!(m);
+        let mut conn = tryo!(c.connect_as(&grant));
+        conn.note(&format!(
+            "the bind asks maxResponseBytes {m}; its normalized bound is {len} bytes, LF included ({})",
+            if fits { "it fits exactly" } else { "one byte too long: the fit check fails" }
+        ));
+        conn.send(&b);
+        let r = conn.expect_close(c.step());
+        let was_bound = r.frame().is_some_and(|v| v.kind() == Some("bound"));
+        if fits {
+            if !was_bound {
+                problems.push(format!(
+                    "a bind asking maxResponseBytes {m}, exactly the length of its {len}-byte normalized bound, was \
+                     answered `{}`: equality passes the fit check (PC-3.3), so it must be bound",
+                    token(&r)
+                ));
+            }
+            continue;
+        }
+        if was_bound {
+            problems.push(format!(
+                "a bind asking maxResponseBytes {m}, one byte below the length of its {len}-byte normalized \
+                 bound, was bound: it fails the fit check (PC-3.3) and must be closed without bound"
+            ));
+            return Outcome::with("bound", problems);
+        }
+        return Outcome::with(token(&r), problems);
+    }
+    Outcome::Error("the one-past bind was never sent".into())
+}
+
 /// Lifecycle: a refused bind leaves the adapter whole — a connection bound before it keeps
 /// working, and a good bind on a new connection is bound and works.
 fn bind_after_refused_bind(c: &mut Ctx<'_>) -> Outcome {
@@ -317,6 +475,97 @@ fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
     let max = c.target.admitted.limits().max_request_bytes as usize;
     let f = c.invoke("r-1", "k-1", req::write("x.txt", &"y".repeat(max)));
     closes_after(c, f)
+}
+
+/// When the first `result` for `id` whose `operation` is `op` arrived.
+fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
+    g.frames
+        .iter()
+        .find(|(_, v)| v.kind() == Some("result") && v.request_id() == Some(id) && v["operation"] == op)
+        .map(|(t, _)| *t)
+}
+
+/// PC-4.5: an `invoke` reusing the `requestId` of an invoke still in flight cannot be
+/// attributed: close. A slow search holds the requestId in flight; an `fs.stat` under the same
+/// requestId (another key) follows it in the same write, then an abort probe. Confirmed when
+/// the connection closes before the search's result (or the probe, read after the duplicate,
+/// is answered before it); a stat result under the search's requestId before the search's own
+/// result, or a connection left open with the duplicate unanswered, fails.
+fn invoke_request_id_in_flight(c: &mut Ctx<'_>) -> Outcome {
+    provoke(c, "a requestId reused while its invoke is in flight", |c, i| {
+        let mut conn = match c.bound() {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        // Keys no other case uses: a connection of the grant the adapter has not seen end yet
+        // may hand its keys on to this one (PC-4.5), and a key reused with another payload is
+        // an idempotency_conflict, answered at once.
+        let (xid, _) = c.ids();
+        let (xkey, dkey) = (format!("reuse-{}-search", i + 1), format!("reuse-{}-stat", i + 1));
+        let probe = format!("probe-{}", i + 1);
+        let frames = [
+            c.invoke(&xid, &xkey, blocker()),
+            c.invoke(&xid, &dkey, req::stat("hello.txt")),
+            c.abort(&probe, "never-sent-probe"),
+        ];
+        conn.note(&format!(
+            "{xid} is a slow search; the fs.stat behind it reuses {xid} (key {dkey}); abort {probe} is the probe"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| {
+            result_at(g, &xid, "fs.search").is_some() || result_at(g, &xid, "fs.stat").is_some()
+        });
+        if !g.closed() && result_at(&g, &xid, "fs.stat").is_none() {
+            // The search finished first: read on for the duplicate's answer or the close.
+            keep_reading(&mut conn, t0, c.step(), &mut g, |g| result_at(g, &xid, "fs.stat").is_some());
+        }
+        let (search_at, stat_at, probe_at) =
+            (result_at(&g, &xid, "fs.search"), result_at(&g, &xid, "fs.stat"), g.at(&probe));
+        if let Some(s) = stat_at.filter(|s| search_at.is_none_or(|x| *s < x)) {
+            return Try::Done(Outcome::with(
+                "duplicate-answered",
+                vec![format!(
+                    "the fs.stat reusing requestId {xid} was answered (at {} ms) while {xid}, a slow search, was still \
+                     in flight ({}): a requestId still in flight cannot be attributed, so the connection must be \
+                     closed",
+                    ms(s),
+                    search_at.map(|x| format!("its result came at {} ms", ms(x))).unwrap_or("its result never came".into())
+                )],
+            ));
+        }
+        // The duplicate was read while the search was in flight: no result of it before the
+        // duplicate's effect (the close), or the probe behind the duplicate answered first.
+        let read_in_flight = search_at.is_none_or(|x| probe_at.is_some_and(|p| p < x));
+        if g.closed() {
+            if read_in_flight && stat_at.is_none() {
+                return Try::Done(Outcome::token("closed"));
+            }
+            return Try::NotReached(format!(
+                "the search finished (after {} ms) before the reuse of its requestId was read",
+                search_at.map(ms).unwrap_or(0)
+            ));
+        }
+        if stat_at.is_some() {
+            // Answered after the search's result: the requestId was free again.
+            return Try::NotReached(format!(
+                "the search finished (after {} ms) before the reuse of its requestId was read, so the fs.stat ran \
+                 as a new request",
+                search_at.map(ms).unwrap_or(0)
+            ));
+        }
+        Try::Done(Outcome::with(
+            "open",
+            vec![format!(
+                "the fs.stat reusing requestId {xid} was neither answered nor refused by a close ({}, {}): an invoke \
+                 reusing a requestId in flight must close the connection",
+                search_at
+                    .map(|x| format!("the search's result came at {} ms", ms(x)))
+                    .unwrap_or("the search never answered".into()),
+                g.end_token()
+            )],
+        ))
+    })
 }
 
 // ---------------------------------------------------------------- every JSON spelling
@@ -1474,6 +1723,239 @@ fn limits_response_budget_exact(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", problems)
 }
 
+/// Each call on one connection, in order: `true` must be answered `result ok`, `false`
+/// `invalid_request` (PC-5.2: a payload member out of its range is refused, no side effect).
+/// Each call has its own key, `<prefix>-<n>`, that no other case uses: keys of a connection the
+/// adapter has not seen end yet may be handed on to this one (PC-4.5), and a key reused with
+/// another payload is answered `idempotency_conflict`.
+fn payload_bounds(c: &mut Ctx<'_>, prefix: &str, calls: Vec<(String, Call, bool)>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let refused = format!("error:{}", AdapterCode::InvalidRequest.as_str());
+    for (n, (what, call, ok)) in calls.into_iter().enumerate() {
+        let (id, _) = c.ids();
+        conn.send(&c.invoke(&id, &format!("{prefix}-{}", n + 1), call));
+        let r = conn.recv_for(&id);
+        if r.frame().is_none() {
+            problems.push(format!("{what}: answered `{}`", token(&r)));
+            return Outcome::with(token(&r), problems);
+        }
+        let t = token(&r);
+        if ok && data(&r).is_none() {
+            problems.push(format!("{what} is within the bound, yet answered `{t}`: it must be accepted (result:ok)"));
+        }
+        if !ok && t != refused {
+            problems.push(format!("{what} is one past the bound, yet answered `{t}`: it must be refused {refused}"));
+        }
+    }
+    Outcome::with("bounds-held", problems)
+}
+
+/// PC-5.2: `maxResults` 10000 is accepted, 10001 is `invalid_request`.
+fn search_max_results_limit(c: &mut Ctx<'_>) -> Outcome {
+    payload_bounds(
+        c,
+        "max-results-limit",
+        vec![
+            ("maxResults 10000".into(), req::search("notes.md", "needle").max_results(10_000), true),
+            ("maxResults 10001".into(), req::search("notes.md", "needle").max_results(10_001), false),
+        ],
+    )
+}
+
+/// PC-5.2: `query` is 1–4096 UTF-16 units. 4096 ASCII units and 2048 astral characters (4096
+/// units, 8192 bytes) are accepted; 4097 ASCII units and 4095 ASCII + one astral character
+/// (4097 units in 4096 characters) are `invalid_request`.
+fn search_query_length_limit(c: &mut Ctx<'_>) -> Outcome {
+    let astral = "\u{1f600}";
+    let calls = vec![
+        ("a query of 4096 ASCII units".into(), req::search("notes.md", &"q".repeat(4096)), true),
+        ("a query of 4097 ASCII units".into(), req::search("notes.md", &"q".repeat(4097)), false),
+        (
+            "a query of 2048 astral characters (4096 units, 8192 bytes)".into(),
+            req::search("notes.md", &astral.repeat(2048)),
+            true,
+        ),
+        (
+            "a query of 4095 ASCII characters and one astral character (4097 units in 4096 characters)".into(),
+            req::search("notes.md", &format!("{}{astral}", "q".repeat(4095))),
+            false,
+        ),
+    ];
+    payload_bounds(c, "query-length-limit", calls)
+}
+
+/// PC-4.5: `maxIdempotencyKeys` N are remembered. Bound with N = min(4, the grant's), N writes
+/// under N keys fill the cache exactly: a replay of the first, whose file someone else changed
+/// meanwhile, returns the stored outcome and writes nothing. One past: with N + 1 newer keys,
+/// the key that finished earliest (the first of them) is forgotten (DECISION of PC-4.5), so its
+/// replay runs anew. The runner's narrower second grant is used when it minted one: no other
+/// case leaves keys in its cache.
+fn idem_key_capacity(c: &mut Ctx<'_>) -> Outcome {
+    let grant = c.target.narrow.clone().unwrap_or_else(|| c.target.admitted.clone());
+    if !grant.grants(ToolOperation::FsWrite) {
+        return Outcome::Skip("the grant lacks fs.write: no mutating request can be replayed".into());
+    }
+    let l = *grant.limits();
+    let n = l.max_idempotency_keys.get().min(4);
+    let ttl = Duration::from_millis(l.idempotency_ttl_ms as u64);
+    let mut b = grant.bind_frame();
+    b["limits"]["maxIdempotencyKeys"] = json!(n);
+    let mut conn = tryo!(c.connect_as(&grant));
+    conn.note(&format!("bound with maxIdempotencyKeys {n}; every request below is an fs.write under its own key"));
+    conn.send(&b);
+    let r = conn.recv();
+    if r.frame().is_none_or(|v| v.kind() != Some("bound")) {
+        return Outcome::with(format!("bind-{}", token(&r)), vec!["no bound for a valid bind".into()]);
+    }
+    let identity = grant.identity();
+    let mut seq = 0;
+    let mut write = |c: &mut Ctx<'_>, conn: &mut super::conn::Conn, key: &str, file: &str| {
+        seq += 1;
+        let id = format!("cap-req-{seq}");
+        let f = req::invoke_frame(&identity, &id, key, &req::write(file, &format!("written under {key}\n")));
+        c.allow(&[file]);
+        conn.send(&f);
+        conn.recv_for(&id)
+    };
+    let changed = b"changed by someone else";
+    let mut problems = Vec::new();
+    let started = Instant::now();
+    for (phase, count, remembered) in [("a", n, true), ("b", n + 1, false)] {
+        let key = |i: u64| format!("cap-{phase}-{i}");
+        let file = |i: u64| format!("cap-{phase}-{i}.txt");
+        let mut first = None;
+        for i in 1..=count {
+            let r = write(c, &mut conn, &key(i), &file(i));
+            let Some(d) = data(&r) else { return Outcome::with(format!("write-{}", token(&r)), problems) };
+            if i == 1 {
+                first = Some(d.clone());
+            }
+        }
+        if std::fs::write(c.target.root.join(file(1)), changed).is_err() {
+            return Outcome::Error(format!("cannot change {}", file(1)));
+        }
+        let r = write(c, &mut conn, &key(1), &file(1));
+        let Some(d) = data(&r) else { return Outcome::with(format!("replay-{}", token(&r)), problems) };
+        let ran = read_root(c, &file(1)) != changed || first.as_ref() != Some(d);
+        if remembered && ran {
+            if started.elapsed() >= ttl {
+                return Outcome::Error(format!(
+                    "inconclusive: the case ran longer than the grant's idempotencyTtlMs ({} ms), so the first key \
+                     may have expired",
+                    ttl.as_millis()
+                ));
+            }
+            problems.push(format!(
+                "with maxIdempotencyKeys {n} and exactly {n} keys used, the write under the first of them ({}) was \
+                 executed again when replayed: the cache must hold {n} keys, so it is still remembered and its \
+                 stored outcome is replayed",
+                key(1)
+            ));
+        }
+        if !remembered && !ran {
+            problems.push(format!(
+                "with maxIdempotencyKeys {n} and {} newer keys used, the write under the one that finished earliest \
+                 ({}) was still replayed: at most {n} keys are remembered, and the one that finished earliest is \
+                 the one forgotten to make room (PC-4.5), so its replay runs anew",
+                n + 1,
+                key(1)
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// PC-4.5: keys are remembered for `idempotencyTtlMs` T (bound small, 1000 ms; 4000 when the
+/// writes take longer than T/2). Two writes A and B under their own keys; someone else then
+/// changes both files. Replayed 0.7 T after A was sent and answered before T had passed, A is
+/// not executed again (its stored outcome comes back); replayed 2 T after B's result, B is
+/// executed anew. A replay of A that ran again but was answered only after T is inconclusive
+/// (the adapter may have read it after the TTL), and the attempt is repeated with the larger T.
+fn idem_ttl(c: &mut Ctx<'_>) -> Outcome {
+    let ceiling = c.target.admitted.limits().idempotency_ttl_ms as u64;
+    let changed = b"changed by someone else";
+    let mut why = Vec::new();
+    for ttl_ms in [1000u64, 4000] {
+        if ttl_ms > ceiling {
+            why.push(format!("a TTL of {ttl_ms} ms is above the grant's {ceiling}"));
+            continue;
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let mut b = c.bind_frame();
+        b["limits"]["idempotencyTtlMs"] = json!(ttl_ms);
+        let mut conn = tryo!(c.bind_with(&b));
+        conn.note(&format!("bound with idempotencyTtlMs {ttl_ms}"));
+        let (fa, fb) = (format!("ttl-a-{ttl_ms}.txt"), format!("ttl-b-{ttl_ms}.txt"));
+        let (ka, kb) = (format!("ttl-a-{ttl_ms}"), format!("ttl-b-{ttl_ms}"));
+        c.allow(&[&fa, &fb]);
+        let (pa, pb) = (req::write(&fa, "A, written once\n"), req::write(&fb, "B, written once\n"));
+        let (ida, _) = c.ids();
+        let (idb, _) = c.ids();
+        let t0 = Instant::now();
+        conn.send_all(&[c.invoke(&ida, &ka, pa.clone()), c.invoke(&idb, &kb, pb.clone())]);
+        let ra = conn.recv_for(&ida);
+        let rb = conn.recv_for(&idb);
+        let b_done = Instant::now();
+        let (Some(da), Some(_)) = (data(&ra).cloned(), data(&rb)) else {
+            let r = if data(&ra).is_none() { &ra } else { &rb };
+            return Outcome::with(format!("write-{}", token(r)), vec![]);
+        };
+        if t0.elapsed() > ttl / 2 {
+            why.push(format!("the two writes took {} ms, more than half the {ttl_ms} ms TTL", ms(t0.elapsed())));
+            continue;
+        }
+        for f in [&fa, &fb] {
+            if std::fs::write(c.target.root.join(f), changed).is_err() {
+                return Outcome::Error(format!("cannot change {f}"));
+            }
+        }
+        let mut problems = Vec::new();
+        // Just before expiry: 0.7 T after A was sent.
+        std::thread::sleep((t0 + ttl * 7 / 10).saturating_duration_since(Instant::now()));
+        let (id, _) = c.ids();
+        conn.send(&c.invoke(&id, &ka, pa));
+        let r = conn.recv_for(&id);
+        let answered = t0.elapsed();
+        let Some(d) = data(&r) else { return Outcome::with(format!("replay-{}", token(&r)), problems) };
+        if read_root(c, &fa) != changed || d != &da {
+            if answered >= ttl {
+                why.push(format!(
+                    "the replay of A ran again, but was answered only {} ms after A was sent (TTL {ttl_ms} ms)",
+                    ms(answered)
+                ));
+                continue;
+            }
+            problems.push(format!(
+                "the write under key {ka}, replayed and answered {} ms after it was first sent (idempotencyTtlMs \
+                 {ttl_ms}), was executed again: within its TTL a key is remembered and its stored outcome replayed",
+                ms(answered)
+            ));
+        }
+        // Well after expiry: 2 T after B's result.
+        std::thread::sleep((b_done + ttl * 2).saturating_duration_since(Instant::now()));
+        let (id, _) = c.ids();
+        conn.send(&c.invoke(&id, &kb, pb));
+        let r = conn.recv_for(&id);
+        if data(&r).is_none() {
+            return Outcome::with(format!("replay-{}", token(&r)), problems);
+        }
+        if read_root(c, &fb) == changed {
+            problems.push(format!(
+                "the write under key {kb}, replayed {} ms after its result (idempotencyTtlMs {ttl_ms}), was not \
+                 executed again: after its TTL a key is forgotten, and the request runs anew",
+                ms(b_done.elapsed())
+            ));
+        }
+        return Outcome::with("result:ok", problems);
+    }
+    Outcome::Error(format!(
+        "inconclusive: no TTL could be judged just before its expiry ({}). A correct adapter on an unloaded \
+         machine answers in time",
+        why.join("; ")
+    ))
+}
+
 // ---------------------------------------------------------------- abort
 
 fn abort_unknown(c: &mut Ctx<'_>) -> Outcome {
@@ -2251,6 +2733,9 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.each-identity-field-wrong", judged!(bind_each_identity_field_wrong)),
         ("adapter.bind.each-limit-above-grant", judged!(bind_each_limit_above_grant)),
         ("adapter.bind.after-refused-bind", judged!(bind_after_refused_bind)),
+        ("adapter.bind.wrong-protocol-version", judged!(bind_wrong_protocol_version)),
+        ("adapter.bind.wrong-adapter-version", judged!(bind_wrong_adapter_version)),
+        ("adapter.bind.fit-check", judged!(bind_fit_check)),
         ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
         ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
@@ -2260,6 +2745,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.payload-wrong-type", judged!(invoke_payload_wrong_type)),
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
+        ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
         ("adapter.path.empty", judged!(path_empty)),
@@ -2317,6 +2803,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
         ("adapter.search.max-results", judged!(search_max_results)),
         ("adapter.search.max-results-exact", judged!(search_max_results_exact)),
+        ("adapter.search.max-results-limit", judged!(search_max_results_limit)),
+        ("adapter.search.query-length-limit", judged!(search_query_length_limit)),
         ("adapter.search.case-sensitive", judged!(search_case_sensitive)),
         ("adapter.search.no-symlink-follow", judged!(search_no_symlink_follow)),
         ("adapter.search.literal-metacharacters", judged!(search_literal_metacharacters)),
@@ -2362,6 +2850,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.idempotency.read-only-key-conflict", judged!(idem_read_only_key_conflict)),
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
         ("adapter.idempotency.abort-primary-of-duplicate", judged!(idem_abort_primary_of_duplicate)),
+        ("adapter.idempotency.key-capacity", judged!(idem_key_capacity)),
+        ("adapter.idempotency.ttl", judged!(idem_ttl)),
         ("adapter.revoke.replies-and-closes", judged!(revoke_replies_and_closes)),
         ("adapter.revoke.nothing-after", judged!(revoke_nothing_after)),
         ("adapter.revoke.eof-closes", judged!(eof_closes)),

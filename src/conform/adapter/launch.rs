@@ -34,6 +34,18 @@ pub fn narrow_grant(full: &GrantRequest) -> GrantRequest {
     narrow
 }
 
+/// The third grant the runner mints (PC-3.3): the same socket, root, operations and limits for
+/// a binding whose `hostInstanceId` (128 × `€`) and `sessionId` (256 × `€`) take 3 bytes a
+/// unit, so its normalized `bound` is longer than the smallest `maxResponseBytes` (1024). A
+/// `bind` of it can then ask a `maxResponseBytes` exactly the length of its `bound` (it fits)
+/// or one byte less (it fails the fit check, not the range check).
+pub fn fit_grant(full: &GrantRequest) -> GrantRequest {
+    let mut fit = full.clone();
+    fit.host_instance_id = "\u{20ac}".repeat(128);
+    fit.session_id = "\u{20ac}".repeat(256);
+    fit
+}
+
 /// What to launch.
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
@@ -74,6 +86,8 @@ pub struct Launched {
     pub descriptor: Value,
     /// The descriptor of the narrower second grant ([`narrow_grant`]; holds its handle).
     pub narrow: Value,
+    /// The descriptor of the third grant ([`fit_grant`]; holds its handle).
+    pub fit: Value,
 }
 
 /// `s` as one single-quoted shell word.
@@ -142,6 +156,8 @@ impl Launched {
         let descriptor = grant(&grants, &req).map_err(|e| LaunchError::Usage(format!("cannot mint the grant: {e}")))?;
         let narrow = grant(&grants, &narrow_grant(&req))
             .map_err(|e| LaunchError::Usage(format!("cannot mint the second grant: {e}")))?;
+        let fit = grant(&grants, &fit_grant(&req))
+            .map_err(|e| LaunchError::Usage(format!("cannot mint the third grant: {e}")))?;
         let command = substitute(&spec.command, &socket, &grants, &root);
         let log = std::fs::File::create(dir.path().join("adapter.log")).map_err(usage)?;
         let log2 = log.try_clone().map_err(usage)?;
@@ -158,7 +174,7 @@ impl Launched {
                 .map_err(|e| LaunchError::Target(format!("cannot start `sh -c`: {e}")))?
         };
         guard_signals(rustix::process::Pid::from_child(&child), dir.path().to_path_buf());
-        let mut me = Launched { dir, child: Some(child), socket, grants, root, descriptor, narrow };
+        let mut me = Launched { dir, child: Some(child), socket, grants, root, descriptor, narrow, fit };
         me.wait_for_socket(spec.startup)?;
         Ok(me)
     }
@@ -198,7 +214,7 @@ impl Launched {
         let text = String::from_utf8_lossy(&text);
         let lines: Vec<&str> = text.lines().collect();
         let mut tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
-        for d in [&self.descriptor, &self.narrow] {
+        for d in [&self.descriptor, &self.narrow, &self.fit] {
             let handle = d["binding"]["capabilityHandle"].as_str().unwrap_or_default();
             tail = crate::conform::case::redact_handle(&tail, handle);
         }

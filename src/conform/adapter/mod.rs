@@ -79,6 +79,10 @@ pub struct Target {
     /// A second, narrower grant the runner minted (every operation but one) beside the
     /// descriptor's, when it minted them ([`launch::narrow_grant`]).
     pub narrow: Option<Descriptor>,
+    /// A third grant the runner minted, whose identity is non-ASCII enough that its `bound`
+    /// does not fit the smallest `maxResponseBytes` ([`launch::fit_grant`]): the fit check of
+    /// a `bind` (PC-3.3) can be met and missed by one byte only with it.
+    pub fit: Option<Descriptor>,
     /// Session vectors loaded from files (`--session`), run as cases beside the built-in ones.
     pub sessions: Vec<script::Session>,
 }
@@ -105,16 +109,20 @@ impl Target {
             vectors: crate::vectors::default_dir(),
             grant_known: false,
             narrow: None,
+            fit: None,
             sessions: Vec::new(),
         })
     }
 
-    /// This target with the grants the runner minted: the descriptor's, and `narrow` (the
-    /// second grant's descriptor). The grant is then known (MUST levels of `levelWithGrant`).
-    pub fn with_minted_grant(mut self, narrow: Value) -> Result<Target, String> {
+    /// This target with the grants the runner minted: the descriptor's, `narrow` (the second
+    /// grant's descriptor) and `fit` (the third's, [`launch::fit_grant`]). The grant is then
+    /// known (MUST levels of `levelWithGrant`).
+    pub fn with_minted_grant(mut self, narrow: Value, fit: Value) -> Result<Target, String> {
         let admitted =
             admit_descriptor(&narrow, None).map_err(|e| format!("the second grant is refused: {}", e.describe()))?;
+        let fit = admit_descriptor(&fit, None).map_err(|e| format!("the third grant is refused: {}", e.describe()))?;
         self.narrow = Some(admitted);
+        self.fit = Some(fit);
         self.grant_known = true;
         Ok(self)
     }
@@ -123,6 +131,7 @@ impl Target {
     pub fn handles(&self) -> Vec<&str> {
         let mut h = vec![self.handle()];
         h.extend(self.narrow.as_ref().map(|n| n.handle().expose()));
+        h.extend(self.fit.as_ref().map(|n| n.handle().expose()));
         h
     }
 
