@@ -181,6 +181,9 @@ faults! {
     /// Events go to every connection.
     EventsToAll = "events-to-all", "PC-2.3",
         "a session's events are sent to every open connection, attached or not";
+    /// Every call of an operation carries the same idempotencyKey.
+    OneIdempotencyKeyPerOperation = "one-idempotency-key-per-operation", "PC-4.4",
+        "the invoke's idempotencyKey is derived from the operation alone: two different tool calls of one operation share a key";
     /// A lower generation is answered session_not_found.
     StaleGenerationAsNotFound = "stale-generation-as-not-found", "PC-2.5",
         "a command naming a lower generation than the live one is answered session_not_found instead of stale_generation";

@@ -479,7 +479,12 @@ impl AdapterRuntime {
             }
         }
         let request_id = uuid_v4(self.rng.as_mut());
-        let key = idempotency_key(op, tool_call_id);
+        let key = if self.faults.has(DaemonFault::OneIdempotencyKeyPerOperation) {
+            // Under the fault: the key names the operation, not the tool call.
+            idempotency_key(op, "")
+        } else {
+            idempotency_key(op, tool_call_id)
+        };
         let frame = self.binding.identity().frame(
             "invoke",
             [

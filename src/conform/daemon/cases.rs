@@ -721,6 +721,47 @@ fn generation_stale_attach(c: &mut DCtx<'_>) -> Outcome {
 pub(super) fn invokes(c: &DCtx<'_>) -> Vec<Value> {
     c.probe.seen().frames.into_iter().filter(|(_, f)| f["kind"] == "invoke").map(|(_, f)| f).collect()
 }
+/// SPEC §4.4: an idempotency key names one semantic request (a retry keeps it). Two different
+/// tool calls of one operation in one turn are two requests: their invokes carry different
+/// keys, or a conforming adapter would answer the second idempotency_conflict, or replay the
+/// first's outcome for a write it never ran.
+fn tools_distinct_keys(c: &mut DCtx<'_>) -> Outcome {
+    let (_, idx) = tryo!(open_bound(c, 1));
+    // Two searches of the root with different queries: both paths exist wherever the case
+    // runs (Pi Daemon 0.3.3 refuses a path missing under its own cwd before any invoke).
+    let calls = [
+        ("fs_search", json!({"path": ".", "query": "pi-conform-a"})),
+        ("fs_search", json!({"path": ".", "query": "pi-conform-b"})),
+    ];
+    let w = tryo!(c.wake_calls(1, &calls));
+    let r = tryo!(one(c, w));
+    let seen = c.probe.seen();
+    let inv: Vec<&Value> =
+        seen.frames.iter().filter(|(n, f)| *n == idx && f["kind"] == "invoke").map(|(_, f)| f).collect();
+    if inv.len() < 2 {
+        return Outcome::Error(format!(
+            "inconclusive: the turn sent {} invoke(s) for its two fs_search calls (answered {}), so no two keys \
+             could be compared",
+            inv.len(),
+            rtoken(&r)
+        ));
+    }
+    let (a, b) = (&inv[0]["idempotencyKey"], &inv[1]["idempotencyKey"]);
+    if inv[0]["payload"] == inv[1]["payload"] {
+        return Outcome::Error("inconclusive: the two invokes carry the same payload".into());
+    }
+    if a == b {
+        return Outcome::with(
+            "shared-key",
+            vec![format!(
+                "two different fs_search calls of one turn (queries `pi-conform-a` and `pi-conform-b`) were sent with the same \
+                 idempotencyKey: a key names one request, and a conforming adapter answers the second \
+                 idempotency_conflict"
+            )],
+        );
+    }
+    Outcome::token("distinct-keys")
+}
 fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
@@ -1907,6 +1948,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.policy.lower-generation", policy_lower_generation),
         ("daemon.generation.stale-attach", generation_stale_attach),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
+        ("daemon.tools.distinct-idempotency-keys", tools_distinct_keys),
         ("daemon.tools.queue-capacity", tools_queue_capacity),
         ("daemon.tools.concurrency-limit", tools_concurrency_limit),
         ("daemon.tools.queue-wait-counts-toward-timeout", tools_queue_wait_counts),
