@@ -19,28 +19,12 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
         "adapter.limits.response-budget binds maxResponseBytes 1024 and checks lines stay under it, but no case makes a result exactly maxResponseBytes long (accepted, not truncated)",
     ),
     (
-        "no-boundary:daemon-limits-held/maxConcurrentRequests + maxQueuedRequests:daemon",
-        "daemon.tools.queue-capacity runs one past (1 + 0 admitted, the next refused); no case fills the daemon's queue exactly and sees the last admitted call run",
-    ),
-    (
-        "no-boundary:daemon-limits-held/maxLineBytes of a client line:daemon",
-        "daemon.envelope.oversize-line-closes sends 1 MiB + 16 bytes; no case sends a line of exactly maxLineBytes (accepted) and one of maxLineBytes + 1",
-    ),
-    (
-        "no-boundary:daemon-limits-held/requestTimeoutMs:daemon",
-        "daemon.tools.timeout-sends-abort holds a call well past requestTimeoutMs; no case answers just inside the timeout and sees the result accepted",
-    ),
-    (
         "no-boundary:payload-limits/fs.list maxEntries equal to the entry count (not truncated):adapter",
         "adapter.list.max-entries cuts a directory of more entries than maxEntries; no case lists exactly maxEntries entries and checks truncated:false",
     ),
     (
         "no-boundary:payload-limits/fs.search maxResults equal to the match count (not truncated):adapter",
         "adapter.search.max-results asks 2 of 3 matches (one past); no case asks exactly 3 and checks truncated:false",
-    ),
-    (
-        "no-negative:daemon:PC-2.4",
-        "the handshake cases only check what a daemon advertises; a negative handshake case (a malformed handshake refused) is filed under PC-2.1 (daemon.handshake.payload-required), so PC-2.4 itself has none",
     ),
     (
         "uncovered:adapter-bind-close-conditions/fails the fit check:adapter",
@@ -65,54 +49,6 @@ const KNOWN_GAPS: &[(&str, &str)] = &[
     (
         "uncovered:adapter-limits-held/maxIdempotencyKeys:adapter",
         "no case fills maxIdempotencyKeys keys and checks the oldest is still remembered at the limit",
-    ),
-    (
-        "uncovered:daemon-fail-closed-conditions/a duplicate result:daemon",
-        "the probe never answers one invoke twice",
-    ),
-    (
-        "uncovered:daemon-fail-closed-conditions/a frame before bound:daemon",
-        "the probe never sends a result or another frame before its bound",
-    ),
-    (
-        "uncovered:daemon-fail-closed-conditions/a result with another operation:daemon",
-        "the probe mismatches the idempotencyKey of a result, never its operation",
-    ),
-    (
-        "uncovered:daemon-fail-closed-conditions/a second bound:daemon",
-        "the probe never sends bound twice",
-    ),
-    (
-        "uncovered:daemon-fail-closed-conditions/aborted with no matching abort:daemon",
-        "the aborted vectors are replayed only as the answer to an abort the daemon sent; none is sent unsolicited",
-    ),
-    (
-        "uncovered:daemon-limits-held/maxIdempotencyKeys tombstones:daemon",
-        "no case overflows the daemon's tombstones (adapter_abort_capacity)",
-    ),
-    (
-        "uncovered:path-refusal-forms/C0 control character:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; a control character in a model's tool path is not tried",
-    ),
-    (
-        "uncovered:path-refusal-forms/DEL:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; DEL in a model's tool path is not tried",
-    ),
-    (
-        "uncovered:path-refusal-forms/absolute:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; an absolute tool path is not tried",
-    ),
-    (
-        "uncovered:path-refusal-forms/backslash:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; a backslash tool path is not tried",
-    ),
-    (
-        "uncovered:path-refusal-forms/empty:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; an empty tool path is not tried",
-    ),
-    (
-        "uncovered:path-refusal-forms/over 4096 bytes:daemon",
-        "daemon.tools.non-canonical-path-refused sends only non-canonical paths; a tool path over 4096 bytes is not tried",
     ),
     (
         "uncovered:payload-limits/fs.search maxResults 10000:adapter",
