@@ -179,6 +179,8 @@ pub struct HostCore<L> {
     retained_closed: HashSet<String>,
     /// The most sessions kept, `sessions` and `retained_closed` together.
     max_sessions: usize,
+    /// Under [`DaemonFault::SnapshotLeaksEndpoint`]: the endpoint of the last host-adapter open.
+    leaked_endpoint: Option<String>,
 }
 
 /// A restarted host: its core and the wake records to rewrite, in order. No session record
@@ -276,6 +278,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             faults,
             retained_closed,
             max_sessions: MAX_SESSIONS,
+            leaked_endpoint: None,
         };
         Recovered { core, wakes: wake_writes }
     }
@@ -429,7 +432,11 @@ impl<L: LinkState + Clone> HostCore<L> {
             multiplexer: "requestId".into(),
         };
         let both_names = !self.faults.has(DaemonFault::SupportedVersions033);
-        record::handshake(v2, limits, &self.snapshot_of(now, active_turns), both_names)
+        let mut hs = record::handshake(v2, limits, &self.snapshot_of(now, active_turns), both_names);
+        if let Some(e) = &self.leaked_endpoint {
+            hs["host"]["adapterEndpoint"] = Value::String(e.clone());
+        }
+        hs
     }
 
     /// `status`: the host snapshot, or one active session with its link's telemetry.
@@ -462,6 +469,11 @@ impl<L: LinkState + Clone> HostCore<L> {
         let sid = open.session_id.to_string();
         let generation = u64::try_from(open.generation.0).unwrap_or(0);
         let summary = descriptor.map(Descriptor::policy_summary);
+        if self.faults.has(DaemonFault::SnapshotLeaksEndpoint) {
+            if let Some(d) = descriptor {
+                self.leaked_endpoint = Some(d.endpoint_path().to_string());
+            }
+        }
         let mode = open.payload.session.mode.to_string();
         let cwd = open.payload.cwd.to_string();
         let mut old_link = None;

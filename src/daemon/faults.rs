@@ -70,6 +70,12 @@ faults! {
     /// The connection stays open after invalid JSON.
     KeepOpenOnInvalidJson = "keep-open-on-invalid-json", "PC-1.1",
         "after answering invalid_json the connection stays open instead of closing";
+    /// The client line limit counts the LF.
+    LineLimitCountsLf = "line-limit-counts-lf", "PC-1.1",
+        "a client line of exactly maxLineBytes (LF excluded) is refused line_too_large: the limit counts the LF";
+    /// A client line one byte over the limit is read.
+    LineLimitOnePast = "line-limit-one-past", "PC-1.1",
+        "a client line of maxLineBytes + 1 bytes (LF excluded) is read and answered instead of line_too_large";
     /// Every command refusal carries one generic code.
     GenericRefusalCode = "generic-refusal-code", "PC-2.1",
         "every command validation refusal is answered with one generic code (bad_request) instead of its own";
@@ -121,9 +127,36 @@ faults! {
     /// Calls beyond the admission limits are sent anyway.
     NoQueueCapacity = "no-queue-capacity", "PC-4.4",
         "a call beyond maxConcurrentRequests + maxQueuedRequests is written to the adapter at once instead of refused with adapter_queue_capacity";
+    /// The queue refuses one call early.
+    QueueCapacityOneShort = "queue-capacity-one-short", "PC-4.4",
+        "admission refuses with adapter_queue_capacity one call short of maxConcurrentRequests + maxQueuedRequests: the queue never fills exactly";
+    /// The queue admits one call too many.
+    QueueCapacityOnePast = "queue-capacity-one-past", "PC-4.4",
+        "admission queues one call more than maxConcurrentRequests + maxQueuedRequests instead of refusing it with adapter_queue_capacity";
+    /// A call times out early.
+    TimeoutEarly = "timeout-early", "PC-4.4",
+        "a call expires at half its requestTimeoutMs: a result answered inside the timeout is dropped and the call aborted";
     /// `./` and `dir/` tool paths are dispatched, as Pi Daemon 0.3.3 does.
     PassNonCanonicalPaths = "pass-non-canonical-paths-0.3.3", "PC-5.1",
         "tool paths `./` and `dir/` (one trailing slash) are sent to the adapter instead of refused before dispatch, as Pi Daemon 0.3.3";
+    /// An empty tool path is dispatched.
+    PassEmptyPath = "pass-empty-path", "PC-5.1",
+        "an empty tool path is sent to the adapter instead of refused before dispatch";
+    /// An absolute tool path is dispatched.
+    PassAbsolutePath = "pass-absolute-path", "PC-5.1",
+        "an absolute tool path (a leading /, otherwise valid) is sent to the adapter instead of refused before dispatch";
+    /// A tool path with a backslash is dispatched.
+    PassBackslashPath = "pass-backslash-path", "PC-5.1",
+        "a tool path with a backslash (otherwise valid) is sent to the adapter instead of refused before dispatch";
+    /// A tool path with a C0 control character is dispatched.
+    PassControlCharPath = "pass-control-char-path", "PC-5.1",
+        "a tool path with a C0 control character (otherwise valid) is sent to the adapter instead of refused before dispatch";
+    /// A tool path with DEL is dispatched.
+    PassDelPath = "pass-del-path", "PC-5.1",
+        "a tool path with DEL (U+007F, otherwise valid) is sent to the adapter instead of refused before dispatch";
+    /// The 4096-byte path limit counts UTF-16 units.
+    PathLimitInUnits = "path-limit-in-units", "PC-5.1",
+        "the 4096-byte tool path limit counts UTF-16 units: a non-ASCII path over 4096 bytes but within 4096 units is sent to the adapter";
     /// An adapter frame the contract refuses fails the pending calls, not the connection.
     KeepConnectionOnInvalidFrame = "keep-connection-on-invalid-frame", "PC-4.3",
         "an adapter frame the contract refuses fails the pending calls but not the connection: later calls are still sent on it";
@@ -187,6 +220,9 @@ faults! {
     /// A lower generation is answered session_not_found.
     StaleGenerationAsNotFound = "stale-generation-as-not-found", "PC-2.5",
         "a command naming a lower generation than the live one is answered session_not_found instead of stale_generation";
+    /// The host snapshot names an adapter endpoint.
+    SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
+        "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
     // ---- restart
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
@@ -418,5 +454,80 @@ pub(crate) fn echo_version(version: &str, faults: DaemonFaults) -> String {
         "2.0".into()
     } else {
         version.into()
+    }
+}
+
+// ------------------------------------------------------------------ tool paths, limits
+
+/// Whether one of `faults` lets the tool path `path` through the daemon-side path rule
+/// (SPEC §5.1): the form that fault skips is the only thing wrong with it.
+pub(crate) fn path_passed(path: &str, faults: DaemonFaults) -> bool {
+    use crate::contract::{is_0_3_3_passed_path, validate_relative_path, PathSide};
+    if faults.is_empty() {
+        return false;
+    }
+    let valid = |p: &str| validate_relative_path(p, PathSide::Daemon, "path").is_ok();
+    let control = |c: char| c < ' ';
+    // The path as a limit counted in UTF-16 units sees it: each character as that many bytes.
+    let in_units = || -> String {
+        path.chars().map(|c| if c.is_ascii() { c.to_string() } else { "a".repeat(c.len_utf16()) }).collect()
+    };
+    (faults.has(DaemonFault::PassNonCanonicalPaths) && is_0_3_3_passed_path(path))
+        || (faults.has(DaemonFault::PassEmptyPath) && path.is_empty())
+        || (faults.has(DaemonFault::PassAbsolutePath)
+            && path.starts_with('/')
+            && (path.trim_start_matches('/').is_empty() || valid(path.trim_start_matches('/'))))
+        || (faults.has(DaemonFault::PassBackslashPath) && path.contains('\\') && valid(&path.replace('\\', "_")))
+        || (faults.has(DaemonFault::PassControlCharPath)
+            && path.contains(control)
+            && valid(&path.replace(control, "_")))
+        || (faults.has(DaemonFault::PassDelPath) && path.contains('\u{7f}') && valid(&path.replace('\u{7f}', "_")))
+        || (faults.has(DaemonFault::PathLimitInUnits) && path.len() > 4096 && valid(&in_units()))
+}
+
+/// The client line limit a faulty daemon applies ([`DaemonFault::LineLimitCountsLf`],
+/// [`DaemonFault::LineLimitOnePast`]).
+pub(crate) fn line_limit(max: usize, faults: DaemonFaults) -> usize {
+    if faults.has(DaemonFault::LineLimitCountsLf) {
+        max - 1
+    } else if faults.has(DaemonFault::LineLimitOnePast) {
+        max + 1
+    } else {
+        max
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_path_fault_lets_only_its_own_form_through() {
+        let on = cfg!(feature = "faults");
+        let e_acute = "\u{e9}".repeat(2049);
+        // (fault, a path of its form that is otherwise valid, a path of its form that is also
+        // wrong otherwise, a path of another form)
+        let cases: [(DaemonFault, &str, &str, &str); 6] = [
+            (DaemonFault::PassEmptyPath, "", "/", "a\\b"),
+            (DaemonFault::PassAbsolutePath, "/a/b", "/a//b", ""),
+            (DaemonFault::PassBackslashPath, "a\\b", "a\\b/..", "/a"),
+            (DaemonFault::PassControlCharPath, "a\tb", "a\t/../b", "a\u{7f}"),
+            (DaemonFault::PassDelPath, "a\u{7f}", "\u{7f}/./x", "a\u{1}"),
+            (DaemonFault::PathLimitInUnits, &e_acute, &"a".repeat(4097), "a//b"),
+        ];
+        for (f, passed, refused, other) in cases {
+            assert_eq!(path_passed(passed, f.into()), on, "{f}: {passed:?}");
+            assert!(!path_passed(refused, f.into()), "{f}: {refused:?}");
+            assert!(!path_passed(other, f.into()), "{f}: {other:?}");
+            assert!(!path_passed(passed, DaemonFaults::NONE), "no fault: {passed:?}");
+        }
+    }
+
+    #[test]
+    fn the_line_limit_faults_move_the_limit_by_one() {
+        assert_eq!(line_limit(10, DaemonFaults::NONE), 10);
+        let (lf, past) = if cfg!(feature = "faults") { (9, 11) } else { (10, 10) };
+        assert_eq!(line_limit(10, DaemonFault::LineLimitCountsLf.into()), lf);
+        assert_eq!(line_limit(10, DaemonFault::LineLimitOnePast.into()), past);
     }
 }

@@ -470,9 +470,8 @@ impl AdapterRuntime {
         }
         // The daemon side sends canonical paths only (SPEC §5.1).
         let path = payload.get("path").and_then(Value::as_str).map(str::to_string);
+        let passed = path.as_deref().is_some_and(|p| super::faults::path_passed(p, self.faults));
         if let Some(p) = &path {
-            let passed =
-                self.faults.has(DaemonFault::PassNonCanonicalPaths) && crate::contract::is_0_3_3_passed_path(p);
             if !passed {
                 crate::contract::validate_relative_path(p, crate::contract::PathSide::Daemon, "payload.path")
                     .map_err(|e| CallError::local(e.code.as_str(), &e.message))?;
@@ -497,7 +496,11 @@ impl AdapterRuntime {
         let mut line = encode_line(&frame);
         // Never send what a conforming adapter must refuse: the contract judges the invoke
         // exactly as the adapter will (size, handle, ids, grant, payload).
-        if let Err(e) = judge_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter) {
+        let judged = judge_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter)
+            // Under a path fault, the path the fault let through is sent as it is.
+            .map(|_| ())
+            .or_else(|e| if passed && e.error.field() == "payload.path" { Ok(()) } else { Err(e) });
+        if let Err(e) = judged {
             return Err(match (e.error.code, e.disposition) {
                 (Code::AdapterSecretReflected, _) => CallError::local(
                     DaemonCode::AdapterSecretInRequest.as_str(),
@@ -516,7 +519,12 @@ impl AdapterRuntime {
             line = encode_line(&f);
         }
         let l = *self.binding.limits();
-        let capacity = (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
+        let mut capacity = (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
+        if self.faults.has(DaemonFault::QueueCapacityOneShort) {
+            capacity -= 1;
+        } else if self.faults.has(DaemonFault::QueueCapacityOnePast) {
+            capacity += 1;
+        }
         let full = self.active.len() + self.queue.len() >= capacity;
         if full && !self.faults.has(DaemonFault::NoQueueCapacity) {
             return Err(CallError {
@@ -535,11 +543,13 @@ impl AdapterRuntime {
             key,
             line: Some(line),
             admitted: now,
-            // Under the fault the clock starts only at dispatch: a queued call never expires.
+            // Under timeout-from-dispatch the clock starts only at dispatch: a queued call
+            // never expires; under timeout-early it runs at half speed.
             deadline: if self.faults.has(DaemonFault::TimeoutFromDispatch) {
                 now + Duration::from_secs(86_400)
             } else {
                 now + Duration::from_millis(l.request_timeout_ms as u64)
+                    / if self.faults.has(DaemonFault::TimeoutEarly) { 2 } else { 1 }
             },
             dispatched: None,
             path_lock: path.filter(|_| is_mutating(op)),

@@ -148,7 +148,7 @@ async fn connection(host: Arc<Host>, stream: UnixStream, handshake_deadline: Dur
     let mut core = Connection::new(host.id.clone(), host.faults, Box::new(OsRng));
     // Dispatched commands come back here with their outcome.
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(ReplyTo, Result<Value, DErr>)>();
-    let mut decoder = LineDecoder::new(MAX_LINE_BYTES);
+    let mut decoder = LineDecoder::new(super::faults::line_limit(MAX_LINE_BYTES, host.faults));
     let mut buf = vec![0u8; 64 * 1024];
     let send = |line: Vec<u8>, close: bool| Host::push(&tx, &activity, Out { line, close });
     // A response: written, or past the outbound cap the connection is closed (slow reader).

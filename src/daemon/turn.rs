@@ -16,7 +16,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::core::DErr;
-use super::faults::{DaemonFault, DaemonFaults};
+use super::faults::DaemonFaults;
 use super::record::{data, error_body};
 use super::runtime::CallError;
 use crate::contract::types::protocol_v2 as v2;
@@ -207,8 +207,7 @@ fn prepare_call(tool: &str, args: &str, has_link: bool, faults: DaemonFaults) ->
         return Err(DErr::of(DaemonCode::InvalidToolArguments, "tool arguments must be a JSON object"));
     }
     if let Some(p) = payload.get("path").and_then(Value::as_str) {
-        let passed = faults.has(DaemonFault::PassNonCanonicalPaths) && crate::contract::is_0_3_3_passed_path(p);
-        if !passed {
+        if !super::faults::path_passed(p, faults) {
             validate_relative_path(p, PathSide::Daemon, "path").map_err(|e| DErr::new(e.code.as_str(), &e.message))?;
         }
     }
@@ -317,8 +316,13 @@ mod tests {
         // Without an adapter a well-formed call is tool_unavailable; the fault lets `./` by.
         let mut t = Turn::new("TOOL fs_stat {\"path\":\"a\"}", 1, "k", false, DaemonFaults::NONE);
         assert_eq!(t.poll_batch(false).unwrap()[0].start.as_ref().unwrap_err().code, "tool_unavailable");
-        let mut t =
-            Turn::new("TOOL fs_stat {\"path\":\"./\"}", 1, "k", true, DaemonFault::PassNonCanonicalPaths.into());
+        let mut t = Turn::new(
+            "TOOL fs_stat {\"path\":\"./\"}",
+            1,
+            "k",
+            true,
+            crate::daemon::faults::DaemonFault::PassNonCanonicalPaths.into(),
+        );
         let ok = t.poll_batch(false).unwrap().remove(0).start;
         assert_eq!(ok.is_ok(), cfg!(feature = "faults"));
     }

@@ -1274,6 +1274,12 @@ fn abort_capacity(c: &mut DCtx<'_>) -> Outcome {
                 .into()],
         );
     }
+    if !ended_within(c, link, c.target.step) {
+        return Outcome::with(
+            "failed-at-capacity",
+            vec!["the daemon did not close the adapter connection the overflow failed (the socket is destroyed)".into()],
+        );
+    }
     Outcome::token("failed-at-capacity")
 }
 /// Protocol text: "Empty, absolute, backslash, control-character, non-canonical, and .. paths
@@ -1331,14 +1337,16 @@ fn tools_non_canonical_path(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::with(format!("dispatched:{}", dispatched.len()), vec![why])
 }
-fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode) -> Outcome {
-    let _ = tryo!(open_bound(c, 1));
+/// Open, arm the probe with `mode` for one tool call, and judge the bad answer it sends: the
+/// call fails with `code` and the connection is failed ([`CallSeen::fail_closed_with`]).
+fn fail_closed(c: &mut DCtx<'_>, mode: InvokeMode, code: &str) -> Outcome {
+    let (_, link) = tryo!(open_bound(c, 1));
     c.probe.set(BoundMode::Exact, mode);
     let seen = tryo!(call_then_call(c, 1, "fs_stat", &json!({"path": "."})));
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    seen.fail_closed()
+    seen.fail_closed_with(c, link, code)
 }
 
 /// What [`call_then_call`] observed.
@@ -1379,6 +1387,34 @@ impl CallSeen {
         }
         Outcome::with("failed-closed", p)
     }
+
+    /// [`Self::fail_closed`], and what SPEC §4.3 says of the failure itself: the call in
+    /// flight fails with `code` where the daemon reports calls one by one (the reference
+    /// daemon's `toolCalls`), is not counted completed where it reports counters only (Pi
+    /// Daemon 0.3.3's `hostToolAdapterQueue`), and the daemon destroys the socket (`link`, the
+    /// probe connection, sees its EOF within a step).
+    pub fn fail_closed_with(&self, c: &DCtx<'_>, link: usize, code: &str) -> Outcome {
+        let Outcome::Observed { token, mut problems } = self.fail_closed() else {
+            return self.fail_closed();
+        };
+        if let Some(calls) = per_call(&self.first) {
+            match calls.first() {
+                Some(call) if !call.ok && call.code.as_deref() != Some(code) => problems.push(format!(
+                    "the call in flight failed with {}, not {code}: every pending call fails with the code of the \
+                     connection failure",
+                    call.code.as_deref().unwrap_or("no code")
+                )),
+                None => problems.push("the wake reported no tool call".into()),
+                _ => {}
+            }
+        } else if queue_counter(&self.first, "completedRequests").is_some_and(|n| n > 0) {
+            problems.push("the call whose answer failed the connection was counted completed".into());
+        }
+        if !ended_within(c, link, c.target.step) {
+            problems.push("the daemon did not close the adapter connection it failed (the socket is destroyed)".into());
+        }
+        Outcome::with(token, problems)
+    }
 }
 
 /// With the session open at `generation` and the probe armed by the caller: make one tool
@@ -1396,14 +1432,19 @@ pub(super) fn call_then_call(c: &mut DCtx<'_>, generation: u64, tool: &str, args
     let _ = one(c, w2)?;
     Ok(CallSeen { first, invoked, reached: invokes(c).len() != before })
 }
+/// `adapter_response_mismatch`.
+fn mismatch() -> &'static str {
+    Code::AdapterResponseMismatch.as_str()
+}
+
 fn tools_mismatch(c: &mut DCtx<'_>) -> Outcome {
-    fail_closed(c, InvokeMode::MismatchKey)
+    fail_closed(c, InvokeMode::MismatchKey, mismatch())
 }
 fn tools_unsolicited(c: &mut DCtx<'_>) -> Outcome {
-    fail_closed(c, InvokeMode::Unsolicited)
+    fail_closed(c, InvokeMode::Unsolicited, mismatch())
 }
 fn tools_reflected(c: &mut DCtx<'_>) -> Outcome {
-    fail_closed(c, InvokeMode::ReflectHandle)
+    fail_closed(c, InvokeMode::ReflectHandle, Code::AdapterSecretReflected.as_str())
 }
 fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -1440,23 +1481,91 @@ fn tools_result_after_aborted(c: &mut DCtx<'_>) -> Outcome {
 /// SPEC §4.3: a `result` whose `operation` differs from its invoke's (another granted
 /// operation, with that operation's own well-formed data) fails the connection.
 fn tools_other_operation(c: &mut DCtx<'_>) -> Outcome {
-    fail_closed(c, InvokeMode::OtherOperation)
+    fail_closed(c, InvokeMode::OtherOperation, mismatch())
 }
-/// SPEC §4.3: a duplicate `result` (the same frame twice) fails the connection. The first copy
-/// is valid, so the call itself may complete; no later call may reach the adapter.
+/// SPEC §4.3: a duplicate `result` (the same frame twice) fails the connection. Two read-only
+/// calls of one wake reach the probe together; it answers the first one twice and holds the
+/// second. The first copy is valid, so the first call may complete; the second, pending when
+/// the duplicate arrives, fails at once with `adapter_response_mismatch` (long before its 8 s
+/// `requestTimeoutMs`), no later call reaches the adapter and the socket is closed.
 fn tools_duplicate_result(c: &mut DCtx<'_>) -> Outcome {
-    let _ = tryo!(open_bound(c, 1));
-    c.probe.set(BoundMode::Exact, InvokeMode::Duplicate);
-    let seen = tryo!(call_then_call(c, 1, "fs_stat", &json!({"path": "."})));
+    let out = duplicate_result(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn duplicate_result(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(EOF_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::DuplicateWhileHeld);
+    let calls = [("fs_stat", json!({"path": "."})), ("fs_list", json!({"path": "."}))];
+    let seen = tryo!(wake_attached(c, 1, &calls, Duration::from_millis(EOF_TIMEOUT_MS) * 2));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let sent = link_frames(c, link, "invoke");
+    if sent.len() < 2 {
+        return Outcome::Error(format!(
+            "inconclusive: {} call(s) of the wake reached the adapter together (answered {}), so no call was pending \
+             when the duplicate result could be sent",
+            sent.len(),
+            rtoken(&seen.resp)
+        ));
+    }
+    // The held call, by its tool name (`fs.list` → `fs_list`).
+    let held = sent[1]["operation"].as_str().unwrap_or_default().replacen('.', "_", 1);
+    let mut p = Vec::new();
+    if seen.resp.frame().is_none() {
+        p.push(format!("the wake was not answered ({}) after the duplicate result", rtoken(&seen.resp)));
+    } else if seen.took >= Duration::from_millis(EOF_TIMEOUT_MS / 2) {
+        p.push(format!(
+            "the wake was answered only {} ms after the duplicate result: the call pending then must fail at once, \
+             not at requestTimeoutMs ({EOF_TIMEOUT_MS} ms)",
+            seen.took.as_millis()
+        ));
+    }
+    match per_call(&seen.resp) {
+        Some(calls) => match calls.iter().find(|x| x.tool == held) {
+            Some(x) if x.ok => {
+                p.push(format!("the call pending when the duplicate arrived ({held}) was reported a success"))
+            }
+            Some(x) if x.code.as_deref() != Some(mismatch()) => p.push(format!(
+                "the call pending when the duplicate arrived ({held}) failed with {}, not {}",
+                x.code.as_deref().unwrap_or("no code"),
+                mismatch()
+            )),
+            Some(_) => {}
+            None => p.push(format!("the wake's toolCalls do not report the pending call ({held})")),
+        },
+        None => {
+            if queue_counter(&seen.resp, "completedRequests").is_some_and(|n| n > 1) {
+                p.push("both calls were counted completed: the pending one must fail with the connection".into());
+            }
+        }
+    }
+    let before = invokes(c).len();
+    let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let _ = tryo!(one(c, w2));
+    if invokes(c).len() != before {
+        p.push("a duplicate result did not fail the connection: a later tool call still reached the adapter".into());
+    }
+    if !ended_within(c, link, c.target.step) {
+        p.push("the daemon did not close the adapter connection it failed (the socket is destroyed)".into());
+    }
+    Outcome::with("failed-closed", p)
+}
+/// SPEC §4.3: a second `bound` on a bound connection, sent where the result of a call in
+/// flight belongs, fails the connection: the call fails with `adapter_protocol_invalid`.
+fn tools_second_bound(c: &mut DCtx<'_>) -> Outcome {
+    let (_, link) = tryo!(open_bound(c, 1));
+    c.probe.script(ScriptAt::Invoke, Box::new(|b, _| Ok(line_of(&b.bound_frame()))));
+    let seen = call_then_call(c, 1, "fs_stat", &json!({"path": "."}));
+    let sent = c.probe.take_script_outcome();
+    let seen = tryo!(seen);
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    let p = if seen.reached {
-        vec!["a duplicate result did not fail the connection: a later tool call still reached the adapter".into()]
-    } else {
-        vec![]
-    };
-    Outcome::with("failed-closed", p)
+    if !matches!(sent, Some(Ok(()))) {
+        return Outcome::Error("inconclusive: the second bound was never sent".into());
+    }
+    seen.fail_closed_with(c, link, Code::AdapterProtocolInvalid.as_str())
 }
 
 /// Answer the next bind with the lines `build` makes from the live binding, then open and make
@@ -1466,10 +1575,12 @@ fn tools_duplicate_result(c: &mut DCtx<'_>) -> Outcome {
 fn bind_script_fails_closed(
     c: &mut DCtx<'_>,
     what: &str,
+    before_bound: bool,
     build: impl FnOnce(&crate::contract::Binding) -> Result<Vec<u8>, String> + Send + 'static,
 ) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     let d = tryo!(c.descriptor(1, None));
+    let link = c.probe.seen().connections;
     c.probe.script(ScriptAt::Bound, Box::new(move |b, _| build(b)));
     let seen = open_then_call(c, &d, 1, "fs_stat", &json!({"path": "."}));
     let sent = c.probe.take_script_outcome();
@@ -1490,7 +1601,16 @@ fn bind_script_fails_closed(
             )],
         );
     }
-    Outcome::token("failed-closed")
+    let mut p = Vec::new();
+    if before_bound && seen.open == "ok" {
+        p.push(format!(
+            "the open succeeded although the connection failed at {what}: a bind that fails fails the open (SPEC §3.4)"
+        ));
+    }
+    if !ended_within(c, link, c.target.step) {
+        p.push("the daemon did not close the adapter connection it failed (the socket is destroyed)".into());
+    }
+    Outcome::with("failed-closed", p)
 }
 /// The compact line of a frame value.
 fn line_of(v: &Value) -> Vec<u8> {
@@ -1498,7 +1618,7 @@ fn line_of(v: &Value) -> Vec<u8> {
 }
 /// SPEC §4.3: a second `bound` fails the connection.
 fn bind_second_bound(c: &mut DCtx<'_>) -> Outcome {
-    bind_script_fails_closed(c, "a second bound", |b| {
+    bind_script_fails_closed(c, "a second bound", false, |b| {
         let bound = line_of(&b.bound_frame());
         Ok([bound.as_slice(), b"\n", bound.as_slice()].concat())
     })
@@ -1506,7 +1626,7 @@ fn bind_second_bound(c: &mut DCtx<'_>) -> Outcome {
 /// SPEC §4.3: any frame before `bound` fails the connection (a well-formed `revoked`, which
 /// after `bound` is ignored).
 fn bind_frame_before_bound(c: &mut DCtx<'_>) -> Outcome {
-    bind_script_fails_closed(c, "a revoked before bound", |b| {
+    bind_script_fails_closed(c, "a revoked before bound", true, |b| {
         let revoked = crate::contract::compose::revoked(&b.identity()).map_err(|e| e.to_string())?;
         let revoked = line_of(&crate::contract::compose::to_wire(&revoked));
         Ok([revoked.as_slice(), b"\n", line_of(&b.bound_frame()).as_slice()].concat())
@@ -1536,7 +1656,7 @@ fn tools_aborted_other_request_id(c: &mut DCtx<'_>) -> Outcome {
 /// SPEC §4.3: an `aborted` for a call the daemon never aborted (sent ahead of that call's
 /// result) fails the connection: the call is never a successful tool result.
 fn tools_aborted_unsolicited(c: &mut DCtx<'_>) -> Outcome {
-    let _ = tryo!(open_bound(c, 1));
+    let (_, link) = tryo!(open_bound(c, 1));
     c.probe.script(
         ScriptAt::BeforeResult,
         Box::new(|b, invoke| {
@@ -1555,7 +1675,7 @@ fn tools_aborted_unsolicited(c: &mut DCtx<'_>) -> Outcome {
     if !matches!(sent, Some(Ok(()))) {
         return Outcome::Error("inconclusive: the unsolicited aborted was never sent".into());
     }
-    seen.fail_closed()
+    seen.fail_closed_with(c, link, mismatch())
 }
 /// SPEC §4.3/§4.4: a result for a call the daemon aborted (timed out) that arrives before the
 /// matching `aborted` is dropped while its tombstone lives; the connection stays usable.
@@ -1854,6 +1974,560 @@ pub(super) fn abort_then_call(
     }
 }
 
+// ---------------------------------------------------------------- observing a wake
+
+/// One tool call as a daemon that reports calls one by one says it ended (the reference
+/// daemon's `data.result.toolCalls[]`).
+pub(super) struct CallReport {
+    /// The tool (`fs_stat`).
+    pub tool: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// Its error code, when it failed.
+    pub code: Option<String>,
+}
+
+/// The tool calls of a wake's answer in prompt order, where the daemon reports them one by one
+/// (`data.result.toolCalls`); `None` for a daemon that reports them otherwise (Pi Daemon 0.3.3:
+/// `toolEnd` events and the session's `hostToolAdapterQueue` counters).
+pub(super) fn per_call(r: &Recv) -> Option<Vec<CallReport>> {
+    let f = r.frame()?;
+    let calls = f.data()["result"]["toolCalls"].as_array()?.clone();
+    Some(
+        calls
+            .iter()
+            .map(|t| CallReport {
+                tool: t["tool"].as_str().unwrap_or_default().to_string(),
+                ok: t["ok"] == true,
+                code: t["error"]["code"].as_str().map(str::to_string),
+            })
+            .collect(),
+    )
+}
+
+/// A counter of the session's adapter queue telemetry a wake's answer carries (Pi Daemon
+/// 0.3.3's `hostToolAdapterQueue`: `completedRequests`, `rejectedRequests`, …).
+fn queue_counter(r: &Recv, key: &str) -> Option<u64> {
+    let f = r.frame()?;
+    find_key(&f.data(), "hostToolAdapterQueue")?.get(key)?.as_u64()
+}
+
+/// The session's adapter queue telemetry a wake's answer carries, raw (`Null` without one).
+fn queue_telemetry(r: &Recv) -> Value {
+    r.frame().and_then(|f| find_key(&f.data(), "hostToolAdapterQueue").cloned()).unwrap_or(Value::Null)
+}
+
+/// Whether the daemon ended probe connection `link` (EOF), waiting up to `wait`.
+fn ended_within(c: &DCtx<'_>, link: usize, wait: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        if c.probe.seen().ended.iter().any(|(n, _)| *n == link) {
+            return true;
+        }
+        if t.elapsed() >= wait {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The frames of `kind` the daemon sent on probe connection `link`, in order.
+fn link_frames(c: &DCtx<'_>, link: usize, kind: &str) -> Vec<Value> {
+    c.probe.seen().frames.into_iter().filter(|(n, f)| *n == link && f["kind"] == kind).map(|(_, f)| f).collect()
+}
+
+/// A wake sent on a connection attached to the case session.
+pub(super) struct WakeSeen {
+    /// The wake's answer (or why there is none).
+    pub resp: Recv,
+    /// Every event received before it.
+    pub events: Vec<Value>,
+    /// From sending the wake to its answer.
+    pub took: Duration,
+}
+
+impl WakeSeen {
+    /// How many tool calls had started before the first one ended (`toolCallStart` and
+    /// `toolCallEnd` of the reference daemon, `toolStart` and `toolEnd` of Pi Daemon 0.3.3).
+    fn started_before_first_end(&self) -> usize {
+        let mut n = 0;
+        for e in &self.events {
+            match e["event"].as_str() {
+                Some("toolCallStart" | "toolStart") => n += 1,
+                Some("toolCallEnd" | "toolEnd") => break,
+                _ => {}
+            }
+        }
+        n
+    }
+
+    /// How each tool call ended, from its end event: `true` for a success.
+    fn ends(&self) -> Vec<bool> {
+        self.events
+            .iter()
+            .filter_map(|e| match e["event"].as_str() {
+                Some("toolCallEnd") => Some(e["data"]["ok"] == true),
+                Some("toolEnd") => Some(e["data"]["isError"] != true),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Attach a new connection to the case session at `generation`, send a wake making `calls`
+/// on it, and collect the events until its answer (each read waits up to `wait`).
+fn wake_attached(
+    c: &mut DCtx<'_>,
+    generation: u64,
+    calls: &[(&str, Value)],
+    wait: Duration,
+) -> Result<WakeSeen, Outcome> {
+    let mut conn = c.connect()?;
+    let attach = c.attach(generation)?;
+    let a = c.call(&mut conn, attach);
+    if rtoken(&a) != "ok" {
+        return Err(Outcome::Error(format!(
+            "inconclusive: the attach to the case session was answered {}",
+            rtoken(&a)
+        )));
+    }
+    let w = c.wake_calls(generation, calls)?;
+    let rid = w["requestId"].as_str().unwrap_or_default().to_string();
+    let sent = Instant::now();
+    conn.send(&w);
+    let mut events = Vec::new();
+    let resp = loop {
+        let r = conn.recv_within(wait);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") => events.push(f.value().clone()),
+            Some(f) if f.request_id() == Some(rid.as_str()) => break r,
+            Some(_) => continue,
+            None => break r,
+        }
+    };
+    Ok(WakeSeen { resp, events, took: sent.elapsed() })
+}
+
+// ---------------------------------------------------------------- SPEC §5.1, form by form
+
+/// Protocol text: "Empty, absolute, backslash, control-character, non-canonical, and .. paths
+/// fail before adapter dispatch." One wake makes one `fs_stat` call per path of the `form`,
+/// then a control call with a canonical path of the session root that must reach the adapter
+/// (else the wake proves nothing). Each call must have been made (one end event or `toolCalls`
+/// entry per call, else inconclusive); exactly one invoke — the control's — reaches the
+/// adapter. Where the daemon reports calls one by one, each refused call names
+/// `invalid_tool_adapter_path`; another refusal is one this case did not provoke (inconclusive).
+fn path_refused(c: &mut DCtx<'_>, form: &str, bad: impl FnOnce(&str, &str) -> Vec<String>) -> Outcome {
+    let (_, link) = tryo!(open_bound(c, 1));
+    let dir = format!("pc-prf-{}", &c.session[c.session.len().saturating_sub(8)..]);
+    if let Err(e) = private_dir(&c.target.cwd.join(&dir)) {
+        return Outcome::Error(format!("cannot create the directory the paths name: {e}"));
+    }
+    let root = c.target.cwd.to_string_lossy().into_owned();
+    let bad = bad(&dir, &root);
+    let mut calls: Vec<(&str, Value)> = bad.iter().map(|p| ("fs_stat", json!({"path": p}))).collect();
+    calls.push(("fs_stat", json!({"path": dir})));
+    let before = link_frames(c, link, "invoke").len();
+    let seen = tryo!(wake_attached(c, 1, &calls, c.target.step * 3));
+    let sent = link_frames(c, link, "invoke");
+    let sent = &sent[before.min(sent.len())..];
+    if !sent.iter().any(|f| f["payload"]["path"] == dir.as_str()) {
+        return Outcome::Error(format!(
+            "inconclusive: the control call with the canonical path `{dir}` never reached the adapter (the wake was \
+             answered {}), so the daemon's tool calls cannot be observed with this wake template",
+            rtoken(&seen.resp)
+        ));
+    }
+    let reported = per_call(&seen.resp);
+    let made = reported.as_ref().map_or_else(|| seen.ends().len(), Vec::len);
+    if made < calls.len() {
+        return Outcome::Error(format!(
+            "inconclusive: the daemon reports {made} tool call(s) of the {} the wake asked for, so a {form} path that \
+             never became a tool call proves nothing",
+            calls.len()
+        ));
+    }
+    let shown = |p: &str| -> String {
+        let v = crate::conform::case::visible(p);
+        if v.len() > 48 {
+            format!("{}… ({} bytes)", &v[..v.char_indices().nth(40).map_or(v.len(), |(i, _)| i)], p.len())
+        } else {
+            v
+        }
+    };
+    let dispatched: Vec<String> = sent
+        .iter()
+        .filter(|f| f["payload"]["path"] != dir.as_str())
+        .map(|f| match f["payload"]["path"].as_str() {
+            Some(p) if bad.iter().any(|b| b == p) => format!("`{}`", shown(p)),
+            Some(p) => format!("`{}` (a rewritten form)", shown(p)),
+            None => "an invoke without a path".to_string(),
+        })
+        .collect();
+    if !dispatched.is_empty() {
+        return Outcome::with(
+            format!("dispatched:{}", dispatched.len()),
+            vec![format!(
+                "{form} tool paths reached the adapter: {}; they must fail before adapter dispatch",
+                dispatched.join(", ")
+            )],
+        );
+    }
+    if let Some(calls) = reported {
+        let path_code = Code::InvalidToolAdapterPath.as_str();
+        for (p, call) in bad.iter().zip(&calls) {
+            if call.ok {
+                return Outcome::with(
+                    "reported-ok",
+                    vec![format!("the {form} path `{}` was reported a successful call", shown(p))],
+                );
+            }
+            if call.code.as_deref() != Some(path_code) {
+                return Outcome::Error(format!(
+                    "inconclusive: the {form} path `{}` was refused with {}, not {path_code}: a refusal the case did \
+                     not provoke",
+                    shown(p),
+                    call.code.as_deref().unwrap_or("no code")
+                ));
+            }
+        }
+    }
+    Outcome::token("refused-before-dispatch")
+}
+fn path_empty(c: &mut DCtx<'_>) -> Outcome {
+    path_refused(c, "empty", |_, _| vec![String::new()])
+}
+fn path_absolute(c: &mut DCtx<'_>) -> Outcome {
+    // The absolute spelling of a directory inside the session root, and the root `/` itself.
+    path_refused(c, "absolute", |dir, root| vec![format!("{root}/{dir}"), "/".into(), format!("/{dir}")])
+}
+fn path_backslash(c: &mut DCtx<'_>) -> Outcome {
+    path_refused(c, "backslash", |dir, _| vec![format!("{dir}\\x"), format!("{dir}\\"), format!("C:\\{dir}")])
+}
+fn path_control(c: &mut DCtx<'_>) -> Outcome {
+    path_refused(c, "C0 control character", |dir, _| {
+        ["\u{0}", "\u{1}", "\t", "\n", "\r", "\u{1b}", "\u{1f}"].iter().map(|x| format!("{dir}/a{x}b")).collect()
+    })
+}
+fn path_del(c: &mut DCtx<'_>) -> Outcome {
+    path_refused(c, "DEL", |dir, _| vec![format!("{dir}/a\u{7f}b"), format!("{dir}\u{7f}")])
+}
+fn path_over_4096(c: &mut DCtx<'_>) -> Outcome {
+    // 4097 ASCII bytes; 2049 × `é` (4098 bytes in 2049 UTF-16 units: a limit counted in units
+    // lets it by); one segment under the directory, 4097 bytes in all.
+    path_refused(c, "over 4096 bytes", |dir, _| {
+        let under = format!("{dir}/");
+        vec!["a".repeat(4097), "\u{e9}".repeat(2049), format!("{under}{}", "b".repeat(4097 - under.len()))]
+    })
+}
+
+// ---------------------------------------------------------------- limits at the boundary
+
+/// SPEC §4.4 at the boundary: with maxConcurrentRequests 1 and maxQueuedRequests 2, four
+/// read-only calls admitted together fill the queue exactly and one past: three are admitted
+/// and every one of them runs — the probe answers each a quarter step after it arrives, so the
+/// third is sent only after the first two were answered, and completes — and the fourth is
+/// refused `adapter_queue_capacity` without reaching the adapter. The provoked state (all four
+/// started before the first ended) is confirmed from the turn's events, else inconclusive.
+fn tools_queue_filled_exactly(c: &mut DCtx<'_>) -> Outcome {
+    let out = queue_filled_exactly(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn queue_filled_exactly(c: &mut DCtx<'_>) -> Outcome {
+    const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
+    const ADMITTED: usize = 3; // maxConcurrentRequests + maxQueuedRequests
+    let hold_ms = (c.target.step.as_millis() as u64 / 4).max(50);
+    let timeout_ms = (hold_ms * 12).clamp(1000, 120_000);
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 2,
+        request_timeout_ms: timeout_ms as i64,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Delay(hold_ms));
+    let calls = [
+        ("fs_stat", json!({"path": "."})),
+        ("fs_list", json!({"path": "."})),
+        ("fs_search", json!({"path": ".", "query": "pi-conform"})),
+        ("fs_stat", json!({"path": "."})),
+    ];
+    let seen = tryo!(wake_attached(c, 1, &calls, Duration::from_millis(timeout_ms) * 2));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let invoked = link_frames(c, link, "invoke").len();
+    let started = seen.started_before_first_end();
+    if started < calls.len() {
+        return Outcome::Error(format!(
+            "inconclusive: the turn's events show {started} tool call(s) started before the first ended, so the {} \
+             calls were not admitted together (a daemon that runs tool calls one at a time cannot fill its queue)",
+            calls.len()
+        ));
+    }
+    // How the calls ended: one by one (the reference daemon), or the session's counters (Pi
+    // Daemon 0.3.3), or at least the end events.
+    let (ok, refused, other) = match per_call(&seen.resp) {
+        Some(r) => {
+            let ok = r.iter().filter(|x| x.ok).count();
+            let refused = r.iter().filter(|x| x.code.as_deref() == Some(CODE)).count();
+            (ok, refused, r.len() - ok - refused)
+        }
+        None => {
+            let t = queue_telemetry(&seen.resp);
+            match (t["completedRequests"].as_u64(), t["rejectedRequests"].as_u64()) {
+                (Some(ok), Some(rej)) if rej == 0 || t["lastRejectionReason"] == CODE => {
+                    let ends = seen.ends().len();
+                    (ok as usize, rej as usize, ends.saturating_sub((ok + rej) as usize))
+                }
+                _ => {
+                    let ends = seen.ends();
+                    let ok = ends.iter().filter(|x| **x).count();
+                    // A failure without a code is taken for the refusal only with the invokes
+                    // confirming it (no invoke for it).
+                    let failed = ends.len() - ok;
+                    let refused = if invoked + failed == calls.len() { failed } else { 0 };
+                    (ok, refused, failed - refused)
+                }
+            }
+        }
+    };
+    let summary = format!(
+        "{invoked} invoke(s) reached the adapter; {ok} call(s) succeeded, {refused} were refused {CODE}, {other} \
+         failed otherwise (the wake was answered {})",
+        rtoken(&seen.resp)
+    );
+    if invoked > ADMITTED {
+        return Outcome::with(
+            "over-capacity",
+            vec![format!(
+                "{summary}: with maxConcurrentRequests 1 + maxQueuedRequests 2 at most 3 calls are admitted; the \
+                 fourth must be refused {CODE} before any write"
+            )],
+        );
+    }
+    if invoked < ADMITTED && refused > calls.len() - ADMITTED {
+        return Outcome::with(
+            "refused-at-limit",
+            vec![format!(
+                "{summary}: a queue of maxConcurrentRequests 1 + maxQueuedRequests 2 admits exactly 3 calls; it was \
+                 refused before it was full"
+            )],
+        );
+    }
+    if invoked == ADMITTED && ok == ADMITTED && refused == calls.len() - ADMITTED {
+        return Outcome::token("filled-exactly");
+    }
+    if invoked == ADMITTED && refused == calls.len() - ADMITTED {
+        return Outcome::with(
+            "admitted-not-run",
+            vec![format!("{summary}: every admitted call must run to its result, the last admitted one included")],
+        );
+    }
+    Outcome::Error(format!("inconclusive: {summary}"))
+}
+
+/// SPEC §4.4 at the boundary: a result answered just inside `requestTimeoutMs` (at three
+/// quarters of it, measured by the probe from the invoke) is accepted: the call succeeds and no
+/// abort is sent for it.
+fn tools_result_inside_timeout(c: &mut DCtx<'_>) -> Outcome {
+    let out = result_inside_timeout(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn result_inside_timeout(c: &mut DCtx<'_>) -> Outcome {
+    let timeout_ms = (c.target.step.as_millis() as u64).clamp(1000, 120_000);
+    let hold_ms = timeout_ms * 3 / 4;
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(timeout_ms))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Delay(hold_ms));
+    let calls = [("fs_stat", json!({"path": "."}))];
+    let seen = tryo!(wake_attached(c, 1, &calls, Duration::from_millis(timeout_ms) * 2 + c.target.step));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let sent = link_frames(c, link, "invoke");
+    let [invoke] = sent.as_slice() else {
+        return Outcome::Error(format!(
+            "inconclusive: {} invoke(s) reached the adapter for one tool call (the wake was answered {})",
+            sent.len(),
+            rtoken(&seen.resp)
+        ));
+    };
+    // An abort is written as a timeout fails the call: give it a moment to arrive.
+    std::thread::sleep(c.target.step / 5);
+    let aborted = link_frames(c, link, "abort").iter().any(|a| a["targetRequestId"] == invoke["requestId"]);
+    let mut p = Vec::new();
+    if aborted {
+        p.push(format!(
+            "the daemon aborted a call whose result the adapter sent {hold_ms} ms after the invoke, inside its \
+             requestTimeoutMs ({timeout_ms} ms)"
+        ));
+    }
+    let ok = match per_call(&seen.resp) {
+        Some(r) => r.first().map(|x| (x.ok, x.code.clone())),
+        None => match queue_counter(&seen.resp, "completedRequests") {
+            Some(n) => Some((n == 1, None)),
+            None => seen.ends().first().map(|ok| (*ok, None)),
+        },
+    };
+    match ok {
+        Some((true, _)) => {}
+        Some((false, code)) => p.push(format!(
+            "the call failed ({}) although its result arrived {hold_ms} ms after the invoke, inside requestTimeoutMs \
+             ({timeout_ms} ms)",
+            code.as_deref().unwrap_or("no code")
+        )),
+        None => {
+            return Outcome::Error(format!(
+                "inconclusive: the daemon reports the call's outcome in no form the case reads (answered {})",
+                rtoken(&seen.resp)
+            ))
+        }
+    }
+    Outcome::with(if p.is_empty() { "accepted-inside-timeout" } else { "timed-out-early" }, p)
+}
+
+/// A v2 handshake of exactly `n` bytes (LF excluded), padded with an unknown envelope field
+/// (forward tolerance, SPEC §2.1).
+fn padded_handshake(c: &mut DCtx<'_>, rid: &str, n: usize) -> Result<Vec<u8>, Outcome> {
+    let mut v = c.handshake(Some(rid))?;
+    v["pad"] = json!("");
+    let base = line_of(&v).len();
+    if n < base {
+        return Err(Outcome::Error(format!("inconclusive: maxLineBytes {n} is shorter than a handshake")));
+    }
+    v["pad"] = json!("x".repeat(n - base));
+    let line = line_of(&v);
+    debug_assert_eq!(line.len(), n);
+    Ok(line)
+}
+/// SPEC §1.1 at the boundary: a client line of exactly `maxLineBytes` bytes (LF excluded, the
+/// value the handshake advertises) is read and answered; on the same connection a line of
+/// `maxLineBytes` + 1 bytes is `line_too_large`, then the connection closes — and the refusal
+/// comes without waiting for the LF (a partial line already over the limit fails at once).
+fn env_line_at_max_bytes(c: &mut DCtx<'_>) -> Outcome {
+    let hs = tryo!(c.handshake(None));
+    let r = tryo!(one(c, hs));
+    let Some(max) = data(&r)["limits"]["maxLineBytes"].as_u64() else {
+        return Outcome::Error(format!(
+            "inconclusive: the handshake advertises no limits.maxLineBytes (answered {})",
+            rtoken(&r)
+        ));
+    };
+    if max > 64 << 20 {
+        return Outcome::Error(format!("inconclusive: maxLineBytes {max} is more than the runner sends"));
+    }
+    let max = max as usize;
+    let mut conn = tryo!(c.connect());
+    let rid = c.rid();
+    let mut line = tryo!(padded_handshake(c, &rid, max));
+    line.push(b'\n');
+    conn.send_raw(&line);
+    let first = conn.recv_for(&rid);
+    let at = rtoken(&first);
+    if at != "ok" {
+        return Outcome::with(
+            format!("{at}+not-tried"),
+            vec![format!("a line of exactly maxLineBytes ({max}) bytes, LF excluded, was answered {at}")],
+        );
+    }
+    let rid = c.rid();
+    let over = tryo!(padded_handshake(c, &rid, max + 1));
+    conn.send_raw(&over);
+    let mut p = Vec::new();
+    let mut r = conn.recv_within(c.target.step);
+    if r == Recv::Timeout {
+        p.push(format!(
+            "a partial line of maxLineBytes + 1 ({}) bytes got no answer until its LF: a line already over the limit \
+             fails at once",
+            max + 1
+        ));
+        conn.send_raw(b"\n");
+        r = conn.recv_within(c.target.step * 2);
+    }
+    let refusal = rtoken(&r);
+    let close = if refusal == "ok" {
+        p.push(format!("a line of maxLineBytes + 1 ({}) bytes was read and answered", max + 1));
+        "open".to_string()
+    } else {
+        match conn.recv_within(c.target.step) {
+            Recv::Closed => "closed".into(),
+            other => format!("then-{}", other.describe()),
+        }
+    };
+    Outcome::with(format!("ok+{refusal}+{close}"), p)
+}
+
+/// SPEC §2.4: the host snapshot **MUST NOT** contain endpoints, handles, prompts or error text.
+/// With a host-adapter session open and resident, a wake with a unique prompt run on it, and a
+/// failed open's error text in hand, neither the handshake's `host` nor the host `status`
+/// holds the endpoint path, the probe's private directory, the prompt or that error text (the
+/// engine's secret scan covers the handles).
+fn hs_snapshot_content_free(c: &mut DCtx<'_>) -> Outcome {
+    let (d, _) = tryo!(open_bound(c, 1));
+    let endpoint = d["endpoint"]["path"].as_str().unwrap_or_default().to_string();
+    let probe_dir = std::path::Path::new(&endpoint)
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut r = [0u8; 8];
+    let _ = getrandom::fill(&mut r);
+    let marker = format!("pc-prompt-{}", hex::encode(r));
+    let mut w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let prompt = format!("{marker}\n{}", w["payload"]["prompt"].as_str().unwrap_or_default());
+    w["payload"]["prompt"] = json!(prompt);
+    let wr = tryo!(one(c, w));
+    if rtoken(&wr) != "ok" {
+        return Outcome::Error(format!("inconclusive: the wake with the prompt was answered {}", rtoken(&wr)));
+    }
+    // An error text: a failed open (the adapter closes before bound) of another session.
+    let main = c.session.clone();
+    c.session = format!("{main}-failed");
+    c.probe.set(BoundMode::Close, InvokeMode::Normal);
+    let failed = c.descriptor(1, None).and_then(|d| c.open(1, super::DCtx::host_adapter(&d))).and_then(|v| one(c, v));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    c.session = main;
+    let failed = tryo!(failed);
+    let mut texts: Vec<(String, String)> = vec![
+        ("the adapter endpoint path".into(), endpoint.clone()),
+        ("the adapter endpoint's private directory".into(), probe_dir),
+        ("the wake's prompt".into(), marker),
+    ];
+    if let Some(f) = failed.frame().filter(|f| f.ok() == Some(false)) {
+        let cause = f.error_details().and_then(|d| d.get("cause")).cloned().unwrap_or(Value::Null);
+        for m in [f.error_message(), cause["message"].as_str()].into_iter().flatten() {
+            if m.chars().count() >= 16 {
+                texts.push(("a failed open's error text".into(), m.to_string()));
+            }
+        }
+    }
+    let hs = tryo!(c.handshake(None));
+    let h = tryo!(one(c, hs));
+    let Some(host) = h.frame().map(|f| f.data()["host"].clone()).filter(Value::is_object) else {
+        return Outcome::Error(format!(
+            "inconclusive: the handshake carries no host snapshot (answered {})",
+            rtoken(&h)
+        ));
+    };
+    let rid = c.rid();
+    let st = one(c, json!({"protocolVersion": "2.0", "requestId": rid, "operation": "status", "payload": {}}));
+    let status = tryo!(st).frame().map(|f| f.data()).unwrap_or(Value::Null);
+    let mut p = Vec::new();
+    for (what, snapshot) in
+        [("the handshake's host snapshot", host.to_string()), ("the host status", status.to_string())]
+    {
+        for (name, text) in &texts {
+            // Compared as JSON text, as it is written on the wire.
+            let needle = json!(text).to_string();
+            if !text.is_empty() && snapshot.contains(needle.trim_matches('"')) {
+                p.push(format!("{what} contains {name}"));
+            }
+        }
+    }
+    Outcome::with("content-free", p)
+}
+
 // ---------------------------------------------------------------- restart
 
 fn restart_flow(c: &mut DCtx<'_>) -> Result<Value, Outcome> {
@@ -1916,7 +2590,9 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
         ("daemon.handshake.supported-versions", hs_supported_versions),
         ("daemon.handshake.host-snapshot", hs_host_snapshot),
+        ("daemon.handshake.snapshot-content-free", hs_snapshot_content_free),
         ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
+        ("daemon.envelope.line-at-max-bytes", env_line_at_max_bytes),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
         ("daemon.admission.check-1-closed-descriptor", adm_1),
@@ -1950,18 +2626,27 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.invoke-shape", tools_invoke_shape),
         ("daemon.tools.distinct-idempotency-keys", tools_distinct_keys),
         ("daemon.tools.queue-capacity", tools_queue_capacity),
+        ("daemon.tools.queue-filled-exactly", tools_queue_filled_exactly),
         ("daemon.tools.concurrency-limit", tools_concurrency_limit),
         ("daemon.tools.queue-wait-counts-toward-timeout", tools_queue_wait_counts),
         ("daemon.tools.eof-fails-queued-calls", tools_eof_fails_queued),
         ("daemon.tools.abort-capacity", tools_abort_capacity),
         ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
+        ("daemon.tools.path-empty-refused", path_empty),
+        ("daemon.tools.path-absolute-refused", path_absolute),
+        ("daemon.tools.path-backslash-refused", path_backslash),
+        ("daemon.tools.path-control-char-refused", path_control),
+        ("daemon.tools.path-del-refused", path_del),
+        ("daemon.tools.path-over-4096-bytes-refused", path_over_4096),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
+        ("daemon.tools.result-inside-timeout-accepted", tools_result_inside_timeout),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
         ("daemon.tools.unsolicited-result-fails-closed", tools_unsolicited),
         ("daemon.tools.reflected-handle-fails-closed", tools_reflected),
         ("daemon.tools.result-after-aborted-fails-closed", tools_result_after_aborted),
         ("daemon.tools.other-operation-result-fails-closed", tools_other_operation),
         ("daemon.tools.duplicate-result-fails-closed", tools_duplicate_result),
+        ("daemon.tools.second-bound-fails-closed", tools_second_bound),
         ("daemon.bind.second-bound-fails-closed", bind_second_bound),
         ("daemon.bind.frame-before-bound-fails-closed", bind_frame_before_bound),
         ("daemon.tools.aborted-other-request-id-fails-closed", tools_aborted_other_request_id),

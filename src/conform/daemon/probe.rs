@@ -53,8 +53,12 @@ pub enum InvokeMode {
     /// Answer with a well-formed result of another granted operation (its own data shape)
     /// under the invoke's `requestId` and `idempotencyKey`.
     OtherOperation,
-    /// Answer correctly, then send the same result a second time.
-    Duplicate,
+    /// Hold the first invoke; when a second one arrives, send the first one's correct result
+    /// twice and hold the second (so a call is pending when the duplicate arrives).
+    DuplicateWhileHeld,
+    /// Answer correctly, each invoke this many milliseconds after it arrived (the connection
+    /// is read no further meanwhile).
+    Delay(u64),
     /// Never answer the invoke; answer an abort with the late result first, then `aborted:true`
     /// (the race every abort has: the result was on its way).
     ResultBeforeAborted,
@@ -108,6 +112,9 @@ pub struct ProbeLog {
     /// connection is judged as a `bind` request, every later one as a daemon → adapter frame
     /// against that binding, by the same contract functions the reference adapter uses.
     pub violations: Vec<(usize, String)>,
+    /// The connections the daemon ended (EOF or a read error, not a close of the probe's own),
+    /// with when the probe saw it.
+    pub ended: Vec<(usize, std::time::Instant)>,
 }
 
 /// A running probe adapter.
@@ -265,6 +272,13 @@ fn serve(
     let mut held: Vec<Value> = Vec::new();
     let root = Root::open(&root).ok();
     let mut binding: Option<Binding> = None;
+    // The correct answer to the first invoke of [`InvokeMode::DuplicateWhileHeld`], held.
+    let mut dup_answer: Option<Value> = None;
+    let mut dup_invokes = 0usize;
+    // Whether the probe stopped reading on its own (not the daemon's EOF).
+    let mut probe_stopped = false;
+    // The daemon ended the connection: EOF, or a write the daemon no longer takes.
+    let ended = DaemonEnded { n, log: log.clone(), seen: std::cell::Cell::new(false) };
     for line in reader {
         let line = match line {
             Ok(line) => line,
@@ -273,6 +287,7 @@ fn serve(
                     let why = judge(&head, &mut binding).err().unwrap_or_else(|| "an over-long line".into());
                     l.violations.push((n, why));
                 }
+                probe_stopped = true;
                 break;
             }
         };
@@ -286,6 +301,7 @@ fn serve(
             if let Ok(mut l) = log.lock() {
                 l.violations.push((n, verdict.err().unwrap_or_else(|| "a line that is not JSON".into())));
             }
+            probe_stopped = true;
             break;
         };
         if let Ok(mut l) = log.lock() {
@@ -299,7 +315,11 @@ fn serve(
         let send = |w: &mut UnixStream, v: &Value| {
             let mut b = serde_json::to_vec(v).unwrap_or_default();
             b.push(b'\n');
-            w.write_all(&b).is_ok()
+            let ok = w.write_all(&b).is_ok();
+            if !ok {
+                ended.seen.set(true);
+            }
+            ok
         };
         match f["kind"].as_str() {
             Some("bind") => {
@@ -459,10 +479,22 @@ fn serve(
                         r["operation"] = json!(other);
                         let _ = send(&mut w, &r);
                     }
-                    InvokeMode::Duplicate => {
+                    InvokeMode::DuplicateWhileHeld => {
+                        dup_invokes += 1;
+                        if dup_invokes == 1 {
+                            let data = run();
+                            dup_answer = Some(typed_result(&data).unwrap_or_else(|| result(data)));
+                        } else if let Some(answer) = dup_answer.take() {
+                            if !send(&mut w, &answer) || !send(&mut w, &answer) {
+                                return;
+                            }
+                        }
+                    }
+                    InvokeMode::Delay(ms) => {
+                        std::thread::sleep(Duration::from_millis(ms));
                         let data = run();
                         let answer = typed_result(&data).unwrap_or_else(|| result(data));
-                        if !send(&mut w, &answer) || !send(&mut w, &answer) {
+                        if !send(&mut w, &answer) {
                             return;
                         }
                     }
@@ -534,6 +566,26 @@ fn serve(
                 return;
             }
             _ => return,
+        }
+    }
+    if !probe_stopped {
+        ended.seen.set(true);
+    }
+}
+
+/// Records, when the probe's connection `n` is done with, whether the daemon ended it.
+struct DaemonEnded {
+    n: usize,
+    log: Arc<Mutex<ProbeLog>>,
+    seen: std::cell::Cell<bool>,
+}
+
+impl Drop for DaemonEnded {
+    fn drop(&mut self) {
+        if self.seen.get() {
+            if let Ok(mut l) = self.log.lock() {
+                l.ended.push((self.n, std::time::Instant::now()));
+            }
         }
     }
 }
