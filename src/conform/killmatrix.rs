@@ -108,7 +108,18 @@ impl FaultSwitch for DaemonFault {
 #   pi-conform daemon-kill-matrix --expect conformance/daemon-kill-matrix.txt
 # Regenerate it, after checking that every difference is intended, with
 #   pi-conform daemon-kill-matrix --format lines > conformance/daemon-kill-matrix.txt
+# Two kills are not listed because they are not stable: in one full run (--time-scale 2)
+# events-to-all also killed the replayed v1 opens
+# vector:cmd.open-v1.resources.system-prompt.{empty,max}, presumably an event of another
+# session reaching their connection; the test keeps them unkilled (FaultSwitch::TIMING_DEPENDENT).
+# Likewise ignore-second-bound killed daemon.tools.late-result-before-aborted-dropped in one
+# full run and not in the next test run.
 ";
+    const TIMING_DEPENDENT: &'static [(&'static str, &'static str)] = &[
+        ("events-to-all", "vector:cmd.open-v1.resources.system-prompt.empty"),
+        ("events-to-all", "vector:cmd.open-v1.resources.system-prompt.max"),
+        ("ignore-second-bound", "daemon.tools.late-result-before-aborted-dropped"),
+    ];
     const TITLE: &'static str = "daemon kill matrix: the daemon suite";
     const TARGET: &'static str = "reference daemon";
     const CATALOGUE: &'static str = "daemon catalogue";
