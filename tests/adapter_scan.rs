@@ -150,8 +150,14 @@ fn a_log_appended_while_it_is_read_gets_answers() {
     std::thread::sleep(Duration::from_millis(50));
     let mut c = a.bound();
     c.stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    // Reads go on until four of them overlapped an append (the file grew while they ran),
+    // at most 400 pairs: a debug build overlaps almost every time, an optimized or lightly
+    // loaded one answers between two appends more often.
     let mut grew = 0;
-    for i in 0..6 {
+    for i in 0..400 {
+        if grew >= 4 {
+            break;
+        }
         let before = std::fs::metadata(&path).unwrap().len();
         let r =
             call(&mut c, &format!("r{i}"), "fs.read", json!({"path": "app.log", "offset": 0, "maxBytes": first.len()}));
@@ -173,13 +179,11 @@ fn a_log_appended_while_it_is_read_gets_answers() {
     assert_eq!(r["data"]["matches"].as_array().map(Vec::len), Some(1), "a tree search of a growing log: {r}");
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().unwrap();
-    // The log must be growing while it is read for this test to mean anything. An
-    // unoptimized build scans a few MB/s, so there most requests overlap an append (measured:
-    // 5-6 of 6); an optimized one answers in milliseconds, between two appends.
-    assert!(written > 0 && (grew >= 4 || !cfg!(debug_assertions)), "the log did not grow during the reads ({grew})");
+    // The log must be growing while it is read for this test to mean anything.
+    assert!(written > 0 && grew >= 4, "the log grew during only {grew} of 400 pairs of reads");
     // The bound handle appended: every window of the log is refused from now on.
     std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(a.handle().as_bytes()).unwrap();
-    let r = call(&mut c, "r9", "fs.read", json!({"path": "app.log", "offset": 0, "maxBytes": 8}));
+    let r = call(&mut c, "h1", "fs.read", json!({"path": "app.log", "offset": 0, "maxBytes": 8}));
     assert_eq!(code(&r), "capability_in_content", "{r}");
     std::fs::remove_file(&path).unwrap();
 }
