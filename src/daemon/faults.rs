@@ -111,6 +111,9 @@ faults! {
     /// A replaced generation's binding is not revoked.
     NoRevokeOnReplacement = "no-revoke-on-replacement", "PC-3.4",
         "opening a newer generation does not revoke the old generation's binding (it is leaked open)";
+    /// After `revoke`, the adapter connection stays open until the adapter closes it.
+    RevokeKeepsConnection = "revoke-keeps-connection", "PC-3.4",
+        "after revoke the daemon leaves the adapter connection open until the adapter ends it: no close backstop for an adapter that neither answers revoked nor closes";
     /// A re-open of the same generation and policy binds again.
     ReopenRebinds = "reopen-rebinds", "PC-3.4",
         "a re-open with the same generation and policy binds the adapter again instead of created:false alone";

@@ -113,7 +113,8 @@ impl AdapterLink {
         let (done_tx, done) = watch::channel(false);
         let (rd, wr) = stream.into_split();
         let grace = timeout.min(REVOKE_GRACE);
-        tokio::spawn(drive(shared.clone(), wake.clone(), rd, wr, done_tx, grace));
+        let keep_open = faults.has(DaemonFault::RevokeKeepsConnection);
+        tokio::spawn(drive(shared.clone(), wake.clone(), rd, wr, done_tx, Closing { grace, keep_open }));
         // From here on, dropping the link (an abandoned open included) revokes.
         let link = AdapterLink { inner: Arc::new(Inner { shared, wake, done, grace }) };
         match bound_rx.await {
@@ -269,8 +270,9 @@ async fn drive(
     mut rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
     done: watch::Sender<bool>,
-    grace: Duration,
+    closing_policy: Closing,
 ) {
+    let Closing { grace, keep_open } = closing_policy;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<OutLine>();
     let (werr_tx, mut werr_rx) = oneshot::channel();
     let writer_task = tokio::spawn(writer(wr, out_rx, werr_tx));
@@ -294,6 +296,11 @@ async fn drive(
             State::Failed(_) => {
                 writer_task.abort();
                 break;
+            }
+            State::Revoked if closing.is_none() && keep_open => {
+                // Fault `revoke-keeps-connection`: `revoke` is flushed, the connection is left
+                // open until the adapter ends it.
+                closing = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
             }
             State::Revoked if closing.is_none() => {
                 // Dropping the sender lets the writer flush `revoke` and shut down its half;
@@ -338,6 +345,13 @@ async fn drive(
     drop(out_tx);
     let _ = tokio::time::timeout(grace, writer_task).await;
     let _ = done.send(true);
+}
+
+/// How a revoked connection ends: after `grace` at the latest (the adapter's `revoked` and
+/// EOF are awaited that long); `keep_open` only under the fault `revoke-keeps-connection`.
+struct Closing {
+    grace: Duration,
+    keep_open: bool,
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

@@ -550,6 +550,34 @@ fn revoke_on_replacement(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::token(if revoke_seen_within(c, idx, c.target.step) { "revoked" } else { "no-revoke" })
 }
+/// `requestTimeoutMs` of the close-backstop case: the daemon's own budget for any answer.
+const BACKSTOP_TIMEOUT_MS: u64 = 1000;
+
+/// The protocol text (revoke is best effort; closing the private socket is the final
+/// revocation backstop) and SPEC §3.4: after `close`, the daemon ends the adapter connection
+/// itself, even when the adapter neither answers `revoked` nor closes. The daemon may wait for
+/// `revoked` within its own `requestTimeoutMs` (1 s here); the case allows twice that plus one
+/// step. The provoked state is confirmed: `close` answered ok, the probe still reading.
+fn revoke_closes_connection(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set_revoke_silent(true);
+    let out = revoke_backstop(c);
+    c.probe.set_revoke_silent(false);
+    out
+}
+fn revoke_backstop(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(BACKSTOP_TIMEOUT_MS))));
+    let idx = tryo!(open_with(c, &d, 1));
+    let v = tryo!(c.close(1));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return Outcome::Error(format!(
+            "inconclusive: close was not answered ok ({}), so no revocation was due",
+            rtoken(&r)
+        ));
+    }
+    let wait = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
+    Outcome::token(if ended_within(c, idx, wait) { "closed" } else { "left-open" })
+}
 /// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
 /// the old generation is in flight (its invoke reached the probe, which never answers it): the
 /// old connection gets `revoke`, the old generation's call fails at once (its wake is answered
@@ -2622,6 +2650,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.endpoint-insecure", endpoint_insecure),
         ("daemon.bind.revoke-on-close", revoke_on_close),
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
+        ("daemon.bind.revoke-closes-connection", revoke_closes_connection),
         ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),

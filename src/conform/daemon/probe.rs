@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -131,6 +132,9 @@ pub struct Probe {
     pub log: Arc<Mutex<ProbeLog>>,
     /// A scripted answer for the next bind or invoke.
     pub script: Arc<Mutex<ScriptSlot>>,
+    /// When set, `revoke` is neither answered nor followed by a close: the probe keeps
+    /// reading until the daemon ends the connection (the daemon's close backstop).
+    pub revoke_silent: Arc<AtomicBool>,
     root: PathBuf,
 }
 
@@ -149,19 +153,26 @@ impl Probe {
             invoke: Arc::new(Mutex::new(InvokeMode::Normal)),
             log: Arc::default(),
             script: Arc::default(),
+            revoke_silent: Arc::default(),
             root: root.to_path_buf(),
         };
         let (bound, invoke, log, root) = (p.bound.clone(), p.invoke.clone(), p.log.clone(), p.root.clone());
         let script = p.script.clone();
+        let revoke_silent = p.revoke_silent.clone();
         std::thread::spawn(move || {
             for (n, s) in listener.incoming().enumerate() {
                 let Ok(s) = s else { break };
                 if let Ok(mut l) = log.lock() {
                     l.connections += 1;
                 }
-                let (bound, invoke, log, root) = (bound.clone(), invoke.clone(), log.clone(), root.clone());
-                let script = script.clone();
-                std::thread::spawn(move || serve(n, s, bound, invoke, log, script, root));
+                let knobs = Knobs {
+                    bound: bound.clone(),
+                    invoke: invoke.clone(),
+                    script: script.clone(),
+                    revoke_silent: revoke_silent.clone(),
+                };
+                let (log, root) = (log.clone(), root.clone());
+                std::thread::spawn(move || serve(n, s, knobs, log, root));
             }
         });
         Ok(p)
@@ -180,6 +191,11 @@ impl Probe {
         if let Ok(mut x) = self.invoke.lock() {
             *x = i;
         }
+    }
+
+    /// Whether the next `revoke`s go unanswered with the connection left open.
+    pub fn set_revoke_silent(&self, silent: bool) {
+        self.revoke_silent.store(silent, Ordering::SeqCst);
     }
 
     /// Script the answer to the next bind or invoke (replacing any script not yet used).
@@ -256,15 +272,16 @@ fn why(e: &crate::contract::ContractError) -> String {
 /// The largest legal `bind` line (`maxRequestBytes` at its maximum, 4 MiB).
 const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
 
-fn serve(
-    n: usize,
-    s: UnixStream,
+/// How a case wants the probe to answer (shared with [`Probe`], read per frame).
+struct Knobs {
     bound: Arc<Mutex<BoundMode>>,
     invoke: Arc<Mutex<InvokeMode>>,
-    log: Arc<Mutex<ProbeLog>>,
     script: Arc<Mutex<ScriptSlot>>,
-    root: PathBuf,
-) {
+    revoke_silent: Arc<AtomicBool>,
+}
+
+fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root: PathBuf) {
+    let Knobs { bound, invoke, script, revoke_silent } = knobs;
     let Ok(mut w) = s.try_clone() else { return };
     let reader = BoundedLines::new(s);
     let mut identity: Option<Value> = None;
@@ -551,6 +568,10 @@ fn serve(
                 }
             }
             Some("revoke") => {
+                if revoke_silent.load(Ordering::SeqCst) {
+                    // Neither `revoked` nor a close: only the daemon can end this connection.
+                    continue;
+                }
                 if let Some(id) = &identity {
                     let typed_revoked = binding.as_ref().and_then(|b| compose::revoked(&b.identity()).ok());
                     let r = match typed_revoked {
