@@ -666,9 +666,12 @@ fn a_wake_record_written_with_the_legacy_fingerprint_keeps_its_idempotency_after
     let first = c.call(wake("w1", "legacy hello"));
     assert_eq!(first["data"]["result"]["text"], "legacy hello", "{first}");
     d.kill9();
-    // The one wake record on disk carries the current form: the contract's canonical JSON.
-    let records: Vec<PathBuf> =
-        walk(&d.state.join("wakes")).into_iter().filter(|p| !p.ends_with("manifest.json")).collect();
+    // The one wake record on disk carries the current form: the contract's canonical JSON. (A
+    // kill -9 may leave the store's pre-allocated `.spare.*.tmp` file beside it.)
+    let records: Vec<PathBuf> = walk(&d.state.join("wakes"))
+        .into_iter()
+        .filter(|p| !p.ends_with("manifest.json") && p.extension().is_some_and(|e| e == "json"))
+        .collect();
     assert_eq!(records.len(), 1, "{records:?}");
     let mut rec: Value = serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap();
     assert_eq!(rec["state"], "completed");
