@@ -242,6 +242,9 @@ faults! {
     /// The idempotency cache holds one key fewer than maxIdempotencyKeys.
     IdempotencyKeysOneShort = "idempotency-keys-one-short", "PC-4.5",
         "the idempotency cache holds maxIdempotencyKeys - 1 keys: at the limit the earliest key is already forgotten";
+    /// The idempotency cache holds one key more than maxIdempotencyKeys.
+    IdempotencyKeysOneOver = "idempotency-keys-one-over", "PC-4.5",
+        "the idempotency cache holds maxIdempotencyKeys + 1 keys: one past the limit the earliest key is still remembered";
     /// Idempotency keys never expire.
     IdempotencyTtlIgnored = "idempotency-ttl-ignored", "PC-4.5",
         "idempotency keys never expire: a replay after idempotencyTtlMs returns the stored outcome instead of running anew";

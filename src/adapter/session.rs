@@ -275,7 +275,8 @@ impl Session {
     pub fn with_cache(binding: Binding, faults: Faults, cache: SharedCache) -> Self {
         static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let l = *binding.limits();
-        let keys = l.max_idempotency_keys.get() as usize - usize::from(faults.has(Fault::IdempotencyKeysOneShort));
+        let keys = l.max_idempotency_keys.get() as usize - usize::from(faults.has(Fault::IdempotencyKeysOneShort))
+            + usize::from(faults.has(Fault::IdempotencyKeysOneOver));
         let ttl = Duration::from_millis(l.idempotency_ttl_ms as u64);
         let ttl = if faults.has(Fault::IdempotencyTtlIgnored) { Duration::MAX } else { ttl };
         idempotency::lock(&cache).reconfigure(keys, ttl);

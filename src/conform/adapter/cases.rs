@@ -1787,11 +1787,23 @@ fn search_query_length_limit(c: &mut Ctx<'_>) -> Outcome {
 
 /// PC-4.5: `maxIdempotencyKeys` N are remembered. Bound with N = min(4, the grant's), N writes
 /// under N keys fill the cache exactly: a replay of the first, whose file someone else changed
-/// meanwhile, returns the stored outcome and writes nothing. One past: with N + 1 newer keys,
-/// the key that finished earliest (the first of them) is forgotten (DECISION of PC-4.5), so its
-/// replay runs anew. The runner's narrower second grant is used when it minted one: no other
-/// case leaves keys in its cache.
+/// meanwhile, returns the stored outcome and writes nothing. The runner's narrower second grant
+/// is used when it minted one: no other case leaves keys in its cache.
 fn idem_key_capacity(c: &mut Ctx<'_>) -> Outcome {
+    idem_capacity(c, true)
+}
+
+/// PC-4.5, one past (SHOULD): with N + 1 keys used, the key that finished earliest (the first
+/// of them) is forgotten to make room, so its replay runs anew. Which key a full cache forgets
+/// is this project's DECISION (the protocol only names the limit), and remembering more keys
+/// than the limit loses no update, so this is graded SHOULD.
+fn idem_key_capacity_evicts(c: &mut Ctx<'_>) -> Outcome {
+    idem_capacity(c, false)
+}
+
+/// `remembered`: N keys, the first must still be remembered; otherwise N + 1 keys, the first
+/// must be forgotten.
+fn idem_capacity(c: &mut Ctx<'_>, remembered: bool) -> Outcome {
     let grant = c.target.narrow.clone().unwrap_or_else(|| c.target.admitted.clone());
     if !grant.grants(ToolOperation::FsWrite) {
         return Outcome::Skip("the grant lacks fs.write: no mutating request can be replayed".into());
@@ -1821,7 +1833,8 @@ fn idem_key_capacity(c: &mut Ctx<'_>) -> Outcome {
     let changed = b"changed by someone else";
     let mut problems = Vec::new();
     let started = Instant::now();
-    for (phase, count, remembered) in [("a", n, true), ("b", n + 1, false)] {
+    let (phase, count) = if remembered { ("a", n) } else { ("b", n + 1) };
+    {
         let key = |i: u64| format!("cap-{phase}-{i}");
         let file = |i: u64| format!("cap-{phase}-{i}.txt");
         let mut first = None;
@@ -1855,9 +1868,9 @@ fn idem_key_capacity(c: &mut Ctx<'_>) -> Outcome {
         }
         if !remembered && !ran {
             problems.push(format!(
-                "with maxIdempotencyKeys {n} and {} newer keys used, the write under the one that finished earliest \
-                 ({}) was still replayed: at most {n} keys are remembered, and the one that finished earliest is \
-                 the one forgotten to make room (PC-4.5), so its replay runs anew",
+                "with maxIdempotencyKeys {n} and {} keys used, the write under the one that finished earliest ({}) \
+                 was still replayed: at most {n} keys should be remembered, and the one that finished earliest is \
+                 the one forgotten to make room (DECISION of PC-4.5), so its replay runs anew",
                 n + 1,
                 key(1)
             ));
@@ -2851,6 +2864,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
         ("adapter.idempotency.abort-primary-of-duplicate", judged!(idem_abort_primary_of_duplicate)),
         ("adapter.idempotency.key-capacity", judged!(idem_key_capacity)),
+        ("adapter.idempotency.key-capacity-evicts", judged!(idem_key_capacity_evicts)),
         ("adapter.idempotency.ttl", judged!(idem_ttl)),
         ("adapter.revoke.replies-and-closes", judged!(revoke_replies_and_closes)),
         ("adapter.revoke.nothing-after", judged!(revoke_nothing_after)),
