@@ -1491,7 +1491,50 @@ fn burst(c: &mut Ctx<'_>, concurrent: u64, queued: u64, n: usize) -> Result<Vec<
 /// state is confirmed by an abort probe sent behind the extra invoke and answered before the
 /// first search's result: the adapter read the extra invoke while every slot and queue place
 /// was taken.
+/// What the extra write of [`limits_busy`] writes.
+const BUSY_RETRY_CONTENT: &str = "written by the retry of a write refused busy\n";
+
+/// After the extra write was refused `busy` (retryable): it left no side effect, and once the
+/// searches before it are all answered, the same write under the same idempotency key runs
+/// (SPEC §4.4: a retry of the same semantic request keeps its key). A refusal that left the
+/// key recorded as in flight makes the retry wait for a request that never runs.
+fn busy_retry(c: &mut Ctx<'_>, conn: &mut super::conn::Conn, xid: &str, xkey: &str, file: &str) -> Outcome {
+    let mut p = Vec::new();
+    if c.target.root.join(file).exists() {
+        p.push(format!("{xid} was refused busy, yet its write happened: a refused request leaves no side effect"));
+    }
+    let (rid, _) = c.ids();
+    conn.note(&format!("every search answered: {rid} retries the refused write under its key {xkey}"));
+    conn.send(&c.invoke(&rid, xkey, req::write(file, BUSY_RETRY_CONTENT)));
+    let r = conn.recv_for(&rid);
+    match r.frame() {
+        Some(v) if v.ok() == Some(true) => {
+            if read_root(c, file) != BUSY_RETRY_CONTENT.as_bytes() {
+                p.push(format!("the retry {rid} answered ok but {file} does not hold what it wrote"));
+            }
+        }
+        Some(v) if v.error_code() == Some(AdapterCode::Busy.as_str()) => {
+            return Outcome::Error(format!(
+                "inconclusive: the retry {rid} of the busy-refused write was refused busy again with nothing else in \
+                 flight"
+            ));
+        }
+        Some(v) => p.push(format!(
+            "the retry {rid} of the busy-refused write under its key {xkey} was answered {}: a refusal must leave \
+             no trace of the key, so the retry runs",
+            v.error_code().unwrap_or("?")
+        )),
+        None => p.push(format!(
+            "the retry {rid} of the busy-refused write under its key {xkey} got no answer ({}): a refusal must leave \
+             no trace of the key (the retry waited for a request that never ran)",
+            token(&r)
+        )),
+    }
+    Outcome::with("busy-seen", p)
+}
+
 fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
+    let can_write = c.target.admitted.grants(ToolOperation::FsWrite);
     let l = *c.target.admitted.limits();
     let (concurrent, queued) = (l.max_concurrent_requests.get().min(2), (l.max_queued_requests as u64).min(2));
     let n = (concurrent + queued) as usize;
@@ -1507,7 +1550,14 @@ fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
         let (xid, xkey) = c.ids();
         let probe = format!("probe-{}", i + 1);
         let mut frames: Vec<Value> = blockers.iter().map(|(id, k)| c.invoke(id, k, blocker())).collect();
-        frames.push(c.invoke(&xid, &xkey, req::stat("hello.txt")));
+        // The extra invoke is a write when the grant allows it, so that a refusal can be
+        // retried under its key (below); a stat otherwise.
+        let extra_file = format!("busy-retry-{}.txt", i + 1);
+        let extra = can_write.then(|| req::write(&extra_file, BUSY_RETRY_CONTENT));
+        if can_write {
+            c.allow(&[&extra_file]);
+        }
+        frames.push(c.invoke(&xid, &xkey, extra.unwrap_or_else(|| req::stat("hello.txt"))));
         frames.push(c.abort(&probe, "never-sent-probe"));
         conn.note(&format!(
             "bound with maxConcurrentRequests {concurrent}, maxQueuedRequests {queued}: {n} slow searches fill \
@@ -1553,7 +1603,10 @@ fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
         };
         if x.error_code() == Some(AdapterCode::Busy.as_str()) {
             conn.note(&format!("{xid} refused busy; the first search finished after {} ms", ms(first)));
-            return Try::Done(Outcome::token("busy-seen"));
+            if !can_write {
+                return Try::Done(Outcome::token("busy-seen"));
+            }
+            return Try::Done(busy_retry(c, &mut conn, &xid, &xkey, &extra_file));
         }
         if x.ok() != Some(true) {
             return Try::Done(Outcome::token(format!("error:{}", x.error_code().unwrap_or("?"))));
