@@ -213,6 +213,9 @@ faults! {
     /// The queue is treated as 0: busy as soon as every slot runs.
     BusyEarly = "busy-early", "PC-4.5",
         "maxQueuedRequests is treated as 0: busy as soon as maxConcurrentRequests run";
+    /// A busy refusal is stored as the key's outcome and replayed to its retry.
+    BusyRemembered = "busy-remembered", "PC-4.5",
+        "a write refused busy is remembered under its idempotency key: its retry is refused busy again";
     // ---- abort
     /// aborted:true is sent, then the result anyway (writes take 300 ms under this fault).
     AbortSendsResult = "abort-sends-result", "PC-4.5",

@@ -201,12 +201,20 @@ impl IdempotencyCache {
         }
         if outcome.as_ref().err().is_some_and(|e| e.code.retryable()) {
             self.entries.remove(key);
-        } else if let Some(e) = self.entries.get_mut(key) {
+        } else {
+            self.settle(now, key, outcome, keep);
+        }
+        true
+    }
+
+    /// Record `outcome` as `key`'s, whatever it is (kept when `keep`). [`Self::finish`] calls
+    /// it for every outcome but a retryable error; `Fault::BusyRemembered` for a busy refusal.
+    pub(crate) fn settle(&mut self, now: Instant, key: &str, outcome: &Result<Value, AdapterError>, keep: bool) {
+        if let Some(e) = self.entries.get_mut(key) {
             e.state = KeyState::Done { outcome: keep.then(|| outcome.clone()), at: now };
             let queue = if e.mutating { &mut self.finished_mut } else { &mut self.finished_ro };
             queue.push_back((now, key.to_string()));
         }
-        true
     }
 
     /// Forget `key` if `request_id` is its primary, still in flight (it was aborted or refused

@@ -515,11 +515,13 @@ impl Session {
             && self.queue.len() >= queue_cap
         {
             self.counters.busy += 1;
-            if is_new {
+            let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
+            if is_new && self.faults.has(Fault::BusyRemembered) {
+                idempotency::lock(&self.cache).settle(now, &key, &Err(e.clone()), is_mutating(op));
+            } else if is_new {
                 // The key was recorded for this request just now: a refusal leaves no trace.
                 idempotency::lock(&self.cache).forget(&key, &request_id);
             }
-            let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
             return self.send_result(&request_id, &key, op, Err(e));
         }
         self.counters.admitted += 1;

@@ -1513,12 +1513,11 @@ fn busy_retry(c: &mut Ctx<'_>, conn: &mut super::conn::Conn, xid: &str, xkey: &s
                 p.push(format!("the retry {rid} answered ok but {file} does not hold what it wrote"));
             }
         }
-        Some(v) if v.error_code() == Some(AdapterCode::Busy.as_str()) => {
-            return Outcome::Error(format!(
-                "inconclusive: the retry {rid} of the busy-refused write was refused busy again with nothing else in \
-                 flight"
-            ));
-        }
+        Some(v) if v.error_code() == Some(AdapterCode::Busy.as_str()) => p.push(format!(
+            "PC-4.5: the retry {rid} of the busy-refused write was refused busy again with nothing else in flight \
+             (every earlier request answered): within maxConcurrentRequests a request runs, and a busy refusal is \
+             not an outcome to replay under its key"
+        )),
         Some(v) => p.push(format!(
             "the retry {rid} of the busy-refused write under its key {xkey} was answered {}: a refusal must leave \
              no trace of the key, so the retry runs",
