@@ -50,8 +50,9 @@ pub const MINTED_HANDLE_LEN: usize = 43;
 const CHUNK: usize = 256 * 1024;
 /// A file whose ctime is younger than this when its scan starts is never cached clean.
 pub(super) const RACY_SECS: i64 = 2;
-/// Most cached verdicts (the cache is emptied when full).
-const MAX_CACHED: usize = 16_384;
+/// Most cached verdicts (the cache is emptied when full): a tree of this many files is
+/// searched again without rescanning (about 80 bytes each, so at most about 5 MiB).
+const MAX_CACHED: usize = 65_536;
 
 /// The multiplier of the fingerprint's polynomial hash (odd).
 const FP_BASE: u64 = 0x9E37_79B9_7F4A_7C15;

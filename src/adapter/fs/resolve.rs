@@ -228,8 +228,10 @@ pub(super) fn proc_self_fd() -> Option<BorrowedFd<'static>> {
 /// `unsupported_file_type`, a regular file where a directory was seen `not_a_directory` —
 /// and only then is the *same inode* opened for reading: a directory as `.` beneath its
 /// `O_PATH` descriptor, a regular file through its `/proc/self/fd` entry (an inode's type
-/// never changes, so this opens a regular file). Device and inode are compared once more
-/// on the reading descriptor, which is returned with its metadata.
+/// never changes, so this opens a regular file). The reading descriptor is returned with
+/// the metadata judged on the pinned one: both name the same inode (`.` of a directory is
+/// that directory; a `/proc/self/fd` entry of the procfs checked at start is a magic link to
+/// the pinned file itself), so a second `fstat` could only see a later version of it.
 pub(super) fn open_entry(dir: impl AsFd, name: &str, kind: Kind) -> Result<(OwnedFd, Stat), AdapterError> {
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let pinned = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(map_errno)?;
@@ -242,12 +244,7 @@ pub(super) fn open_entry(dir: impl AsFd, name: &str, kind: Kind) -> Result<(Owne
         _ => return Err(unsupported()),
     }
     .map_err(map_errno)?;
-    let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
-    if identity(&st) != identity(&seen) {
-        // Not reachable with a genuine procfs; never read another file than the one judged.
-        return Err(io_error());
-    }
-    Ok((fd, st))
+    Ok((fd, seen))
 }
 
 /// Open the regular file behind the `O_PATH` descriptor `pinned` for reading, through its

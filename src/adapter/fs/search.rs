@@ -829,19 +829,24 @@ fn scan(
                 return Err(handle_in_content());
             }
         }
-        if memchr::memchr(0, &buf[old..]).is_some() {
-            return Ok(None);
+        // A file read whole in one chunk without an occurrence has nothing to report whether
+        // or not it is text: its NUL and UTF-8 checks are skipped (most files of a tree).
+        let whole_without_match = eof && base == 0 && old == 0 && query.finder.find(buf).is_none();
+        if !whole_without_match {
+            if memchr::memchr(0, &buf[old..]).is_some() {
+                return Ok(None);
+            }
+            // The fast check proves a prefix valid; the standard one judges the rest
+            // (nothing, a character cut by the chunk end, or the first invalid sequence).
+            let proven = valid + utf8_valid_prefix(&buf[valid..]);
+            match std::str::from_utf8(&buf[proven..]) {
+                Ok(_) => valid = buf.len(),
+                // A character cut by the chunk end completes with the next chunk.
+                Err(e) if e.error_len().is_none() && !eof => valid = proven + e.valid_up_to(),
+                Err(_) => return Ok(None),
+            }
         }
-        // The fast check proves a prefix valid; the standard one judges the rest (nothing,
-        // a character cut by the chunk end, or the first invalid sequence) exactly.
-        let proven = valid + utf8_valid_prefix(&buf[valid..]);
-        match std::str::from_utf8(&buf[proven..]) {
-            Ok(_) => valid = buf.len(),
-            // A character cut by the chunk end completes with the next chunk.
-            Err(e) if e.error_len().is_none() && !eof => valid = proven + e.valid_up_to(),
-            Err(_) => return Ok(None),
-        }
-        let matching = tracking && matches.len() < want;
+        let matching = tracking && matches.len() < want && !whole_without_match;
         if matching {
             let s = (search_from - base) as usize;
             let mut next = search_from;
