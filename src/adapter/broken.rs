@@ -466,6 +466,39 @@ pub(crate) fn search_byte_columns(mut data: Value) -> Value {
     data
 }
 
+/// [`Fault::ReadAtEndRefused`]: whether a read's `offset` is exactly its (non-empty) file's
+/// size.
+pub(crate) fn offset_at_size(dir: &Path, job: &Job) -> bool {
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let size = payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len());
+    offset > 0 && size == Some(offset)
+}
+
+/// [`Fault::SearchWindowClamped`]: the text of a match in a line over 4096 characters is the
+/// span from 1024 characters before the match to 3072 after it, clamped to the line and never
+/// shifted, so a match near either end of the line gets a shorter window.
+pub(crate) fn search_window_clamped(dir: &Path, mut data: Value) -> Value {
+    let Some(a) = data["matches"].as_array_mut() else { return data };
+    for m in a {
+        if m["text"].as_str().is_none_or(|t| t.chars().count() < 4096) {
+            continue;
+        }
+        let (Some(path), Some(line), Some(col)) = (m["path"].as_str(), m["line"].as_u64(), m["column"].as_u64()) else {
+            continue;
+        };
+        let Ok(bytes) = std::fs::read(dir.join(path)) else { continue };
+        let text = String::from_utf8_lossy(&bytes);
+        let Some(l) = text.split('\n').nth(line.saturating_sub(1) as usize) else { continue };
+        let chars: Vec<char> = l.strip_suffix('\r').unwrap_or(l).chars().collect();
+        let at = col.saturating_sub(1) as usize;
+        let (from, to) = (at.saturating_sub(1024), (at + 3072).min(chars.len()));
+        if from < to {
+            m["text"] = chars[from..to].iter().collect::<String>().into();
+        }
+    }
+    data
+}
+
 /// The error body of a result: [`AdapterError::body`], except under
 /// [`Fault::NotFoundRetryable`].
 pub(crate) fn error_body(e: &AdapterError, faults: Faults) -> Value {

@@ -161,6 +161,9 @@ faults! {
     /// A socket is answered as an empty regular file.
     SocketAsEmptyFile = "socket-as-empty-file", "PC-5.3",
         "fs.stat and fs.read of a socket answer as if it were an empty regular file instead of unsupported_file_type";
+    /// A read from exactly the end of a file is refused.
+    ReadAtEndRefused = "read-at-end-refused", "PC-5.3.read",
+        "fs.read with offset equal to the file's size is refused invalid_offset instead of empty content with eof:true";
     /// A read of an empty file says eof:false.
     EmptyReadNotEof = "empty-read-not-eof", "PC-5.3.read",
         "fs.read of an empty file from offset 0 says eof:false";
@@ -170,12 +173,18 @@ faults! {
     /// fs.search columns count bytes.
     SearchByteColumns = "search-byte-columns", "PC-5.3.search",
         "fs.search columns count UTF-8 bytes instead of Unicode scalar values";
+    /// A long line's window is clamped to the line, never shifted.
+    SearchWindowClamped = "search-window-clamped", "PC-5.3.search",
+        "the window of a line over 4096 characters spans 1024 before to 3072 after the match, clamped to the line instead of shifted (shorter near either end)";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";
     /// fs.write resets the permission bits of a replaced file.
     WriteResetsMode = "write-resets-mode", "PC-5.3.write",
         "fs.write does not keep an existing file's permission bits (resets them to 0644)";
+    /// fs.edit resets the permission bits of the edited file.
+    EditResetsMode = "edit-resets-mode", "PC-5.3.edit",
+        "fs.edit does not keep the edited file's permission bits (resets them to 0644)";
     /// Ambiguous edits replace the first occurrence.
     EditFirstOccurrence = "edit-first-occurrence", "PC-5.3.edit",
         "an ambiguous fs.edit replaces the first occurrence instead of edit_ambiguous";

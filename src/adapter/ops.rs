@@ -117,6 +117,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         o => o,
     };
     let Ok(mut data) = out else { return out };
+    if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
+        return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
+    }
     match op {
         ToolOperation::FsList => {
             if faults.has(Fault::ListIncludesSymlinks) {
@@ -148,6 +151,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::SearchByteColumns) {
                 data = broken::search_byte_columns(data);
             }
+            if faults.has(Fault::SearchWindowClamped) {
+                data = broken::search_window_clamped(dir, data);
+            }
             if faults.has(Fault::SearchRegex) {
                 data = broken::search_regex(dir, job, data);
             }
@@ -174,6 +180,7 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         ToolOperation::FsWrite if faults.has(Fault::WriteResetsMode) && data["created"] == false => {
             broken::reset_mode(dir, job);
         }
+        ToolOperation::FsEdit if faults.has(Fault::EditResetsMode) => broken::reset_mode(dir, job),
         _ => {}
     }
     Ok(data)

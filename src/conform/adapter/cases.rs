@@ -837,6 +837,13 @@ fn read_past_end(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("hello.txt").offset(100)));
     ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(true))])
 }
+/// PC-5.3.read at the boundary: `offset` exactly the file's size is the end, not past it:
+/// empty content, `bytesRead` 0, `eof:true` (`hello.txt` is 12 bytes).
+fn read_offset_at_end(c: &mut Ctx<'_>) -> Outcome {
+    let size = read_root(c, "hello.txt").len() as u64;
+    let r = tryo!(c.one(req::read("hello.txt").offset(size)));
+    ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(true))])
+}
 fn read_mid_char_offset(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::read("utf8.txt").offset(2)))
 }
@@ -953,6 +960,38 @@ fn search_long_line_window(c: &mut Ctx<'_>) -> Outcome {
         problems.push(format!("column {} want 6001", m["column"]));
     }
     Outcome::with(token(&r), problems)
+}
+/// PC-5.3.search: the window of a line over 4096 characters is always 4096 characters,
+/// shifted to stay inside the line: a match `at` characters into a line of `len` gets the
+/// window that starts at `at - 1024` moved into `0..=len - 4096`.
+fn search_window_edge(c: &mut Ctx<'_>, path: &str, len: usize, at: usize) -> Outcome {
+    let r = tryo!(c.one(req::search(path, "needle")));
+    let Some(m) = matches(&r).first().cloned() else { return Outcome::with(token(&r), vec!["no match".into()]) };
+    let line = super::fixture::window_line(len, at);
+    let from = at.saturating_sub(1024).min(len - 4096);
+    let want = &line[from..from + 4096];
+    let mut problems = Vec::new();
+    if m["column"] != at + 1 {
+        problems.push(format!("column {} want {}", m["column"], at + 1));
+    }
+    let text = m["text"].as_str().unwrap_or("");
+    if text != want {
+        problems.push(format!(
+            "text is {} characters with the match at {:?}; want the 4096 characters {from}..{} of the {len}-character \
+             line (the window starts 1024 before the match, shifted to stay inside the line), the match at {}",
+            text.chars().count(),
+            text.find("needle"),
+            from + 4096,
+            at - from
+        ));
+    }
+    Outcome::with(token(&r), problems)
+}
+fn search_window_start(c: &mut Ctx<'_>) -> Outcome {
+    search_window_edge(c, "window/start.txt", 6000, super::fixture::WINDOW_START_AT)
+}
+fn search_window_end(c: &mut Ctx<'_>) -> Outcome {
+    search_window_edge(c, "window/end.txt", 5000, super::fixture::WINDOW_END_AT)
 }
 fn search_skips_binary(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::search(".", "needle").max_results(1000)));
@@ -1330,6 +1369,26 @@ fn edit_sequential(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::edit("edit.txt", &edits)));
     let want = "foo bar foo\ndone\naaa\n";
     on_disk(ok_with(&r, &[("/replacements", json!(2)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", want)
+}
+/// PC-5.3.edit is "atomic like fs.write", and PC-5.3.write keeps an existing file's permission
+/// bits: an edit (always of an existing file) keeps them too, even when it replaces the file
+/// through a temporary one.
+fn edit_keeps_mode(c: &mut Ctx<'_>) -> Outcome {
+    use std::os::unix::fs::PermissionsExt;
+    c.allow(&["edit.txt"]);
+    let p = c.target.root.join("edit.txt");
+    let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640));
+    let r = tryo!(c.one(req::edit("edit.txt", &[("unique line", "kept mode")])));
+    let mode = std::fs::metadata(&p).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+    match ok_with(&r, &[("/replacements", json!(1))]) {
+        Outcome::Observed { token, mut problems } => {
+            if token == "result:ok" && mode != 0o640 {
+                problems.push(format!("the edit changed the file's mode from 640 to {mode:o}"));
+            }
+            Outcome::Observed { token, problems }
+        }
+        o => o,
+    }
 }
 fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("absent", "x")])))
@@ -2849,6 +2908,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.read.window", judged!(read_window)),
         ("adapter.read.max-bytes-exact", judged!(read_max_bytes_exact)),
         ("adapter.read.past-end", judged!(read_past_end)),
+        ("adapter.read.offset-at-end", judged!(read_offset_at_end)),
         ("adapter.read.offset-inside-character", judged!(read_mid_char_offset)),
         ("adapter.read.window-ends-inside-character", judged!(read_window_ends_mid_char)),
         ("adapter.read.window-smaller-than-character", judged!(read_tiny_window)),
@@ -2865,6 +2925,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.long-line-window", judged!(search_long_line_window)),
         ("adapter.search.skips-binary-files", judged!(search_skips_binary)),
         ("adapter.search.named-binary-file", judged!(search_direct_binary)),
+        ("adapter.search.long-line-window-start", judged!(search_window_start)),
+        ("adapter.search.long-line-window-end", judged!(search_window_end)),
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
         ("adapter.search.max-results", judged!(search_max_results)),
         ("adapter.search.max-results-exact", judged!(search_max_results_exact)),
@@ -2890,6 +2952,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.write.through-symlink-dir", judged!(write_through_symlink_dir)),
         ("adapter.write.atomic-overwrite", judged!(write_atomic_overwrite)),
         ("adapter.edit.sequential", judged!(edit_sequential)),
+        ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
         ("adapter.edit.overlapping-occurrences", judged!(edit_overlapping)),

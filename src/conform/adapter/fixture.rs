@@ -15,6 +15,16 @@ pub const SENTINEL_TEXT: &str = "SENTINEL-7f3a needle outside the root";
 /// Size of `big.txt` (larger than any read window a 1 MiB budget allows).
 pub const BIG_SIZE: usize = 3 * 1024 * 1024 / 2;
 
+/// Where `needle` starts (0-based character) in the one line of `window/start.txt` (6000
+/// characters) and of `window/end.txt` (5000 characters).
+pub const WINDOW_START_AT: usize = 100;
+pub const WINDOW_END_AT: usize = 4900;
+
+/// One line of `len` ASCII characters, `x` before `needle` at `at`, `y` after it, then LF.
+pub fn window_line(len: usize, at: usize) -> String {
+    format!("{}needle{}\n", "x".repeat(at), "y".repeat(len - at - "needle".len()))
+}
+
 /// Lay the fixture: the root must be empty or hold our marker (then it is wiped first).
 pub fn lay(root: &Path, sentinel: &Path) -> std::io::Result<Fixture> {
     prepare(root)?;
@@ -60,6 +70,10 @@ pub fn lay(root: &Path, sentinel: &Path) -> std::io::Result<Fixture> {
     long.push_str(&"y".repeat(3994));
     long.push('\n');
     w("long.txt", long.as_bytes())?;
+    // Lines over 4096 characters with the match near their start and near their end: the
+    // window is shifted to stay inside the line (always 4096 characters).
+    w("window/start.txt", window_line(6000, WINDOW_START_AT).as_bytes())?;
+    w("window/end.txt", window_line(5000, WINDOW_END_AT).as_bytes())?;
     let mut big = Vec::with_capacity(BIG_SIZE);
     let mut i = 0u64;
     while big.len() < BIG_SIZE {
