@@ -179,6 +179,15 @@ faults! {
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";
+    /// create:false refuses every write.
+    CreateFalseRefusesAll = "create-false-refuses-all", "PC-5.3.write",
+        "fs.write with create:false is refused not_found even when the file exists";
+    /// overwrite:false refuses every write.
+    OverwriteFalseRefusesAll = "overwrite-false-refuses-all", "PC-5.3.write",
+        "fs.write with overwrite:false is refused already_exists even when the file is missing";
+    /// fs.edit refuses every expectedDigest.
+    EditRefusesDigest = "edit-refuses-digest", "PC-5.3.edit",
+        "fs.edit with an expectedDigest is refused digest_mismatch even when the digest is the file's";
     /// fs.write resets the permission bits of a replaced file.
     WriteResetsMode = "write-resets-mode", "PC-5.3.write",
         "fs.write does not keep an existing file's permission bits (resets them to 0644)";

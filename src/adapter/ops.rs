@@ -48,6 +48,19 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             return out;
         }
     }
+    let flag = |k: &str| job.payload.get(k).and_then(Value::as_bool);
+    if op == ToolOperation::FsWrite && faults.has(Fault::CreateFalseRefusesAll) && flag("create") == Some(false) {
+        return Err(AdapterError::new(AdapterCode::NotFound, "the file does not exist"));
+    }
+    if op == ToolOperation::FsWrite && faults.has(Fault::OverwriteFalseRefusesAll) && flag("overwrite") == Some(false) {
+        return Err(AdapterError::new(AdapterCode::AlreadyExists, "the file exists"));
+    }
+    if op == ToolOperation::FsEdit
+        && faults.has(Fault::EditRefusesDigest)
+        && job.payload.get("expectedDigest").is_some()
+    {
+        return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
+    }
     let mut out = match run(root, job, faults) {
         Err(e)
             if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && broken::has_dotdot(path) =>

@@ -1238,6 +1238,20 @@ fn write_create_false(c: &mut Ctx<'_>) -> Outcome {
 fn write_overwrite_false(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::write("hello.txt", "x").overwrite(false)))
 }
+/// PC-5.3.write, the other side of `create:false`: it refuses only a *missing* file; an
+/// existing one is replaced (`created:false`).
+fn write_create_false_existing(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["hello.txt"]);
+    let r = tryo!(c.one(req::write("hello.txt", "replaced under create:false").create(false)));
+    on_disk(ok_with(&r, &[("/created", json!(false))]), c, "hello.txt", "replaced under create:false")
+}
+/// PC-5.3.write, the other side of `overwrite:false`: it refuses only an *existing* file; a
+/// missing one is created (`created:true`).
+fn write_overwrite_false_new(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["fresh-no-overwrite.txt"]);
+    let r = tryo!(c.one(req::write("fresh-no-overwrite.txt", "new under overwrite:false").overwrite(false)));
+    on_disk(ok_with(&r, &[("/created", json!(true))]), c, "fresh-no-overwrite.txt", "new under overwrite:false")
+}
 fn write_missing_parent(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::write("nodir/x.txt", "x")))
 }
@@ -1405,6 +1419,15 @@ fn edit_all_or_nothing(c: &mut Ctx<'_>) -> Outcome {
 }
 fn edit_not_utf8(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("latin1.txt", &[("needle", "x")])))
+}
+/// PC-5.3 (digest), the accepting side for fs.edit: `expectedDigest` equal to the current
+/// file's SHA-256 lets the edit run.
+fn edit_digest_match(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["edit.txt"]);
+    let before = read_root(c, "edit.txt");
+    let want = String::from_utf8_lossy(&before).replace("unique line", "digest matched");
+    let r = tryo!(c.one(req::edit("edit.txt", &[("unique line", "digest matched")]).expected_digest(&sha(&before))));
+    on_disk(ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", &want)
 }
 fn edit_digest_mismatch(c: &mut Ctx<'_>) -> Outcome {
     let edits = [("unique line", "x")];
@@ -2941,7 +2964,9 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.write.overwrite", judged!(write_overwrite)),
         ("adapter.write.empty-content", judged!(write_empty_content)),
         ("adapter.write.create-false", judged!(write_create_false)),
+        ("adapter.write.create-false-existing", judged!(write_create_false_existing)),
         ("adapter.write.overwrite-false", judged!(write_overwrite_false)),
+        ("adapter.write.overwrite-false-new", judged!(write_overwrite_false_new)),
         ("adapter.write.missing-parent", judged!(write_missing_parent)),
         ("adapter.write.onto-directory", judged!(write_onto_directory)),
         ("adapter.write.expected-digest-match", judged!(write_digest_match)),
@@ -2959,6 +2984,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.all-or-nothing", judged!(edit_all_or_nothing)),
         ("adapter.edit.not-utf8", judged!(edit_not_utf8)),
         ("adapter.edit.expected-digest-mismatch", judged!(edit_digest_mismatch)),
+        ("adapter.edit.expected-digest-match", judged!(edit_digest_match)),
         ("adapter.confine.symlink-first-component", judged!(confine_symlink_first)),
         ("adapter.confine.symlink-middle-component", judged!(confine_symlink_middle)),
         ("adapter.confine.list-through-symlink", judged!(confine_list_through_symlink)),
