@@ -212,7 +212,8 @@ impl<L: LinkState + Clone> HostCore<L> {
                 retained_closed.insert(r.session_id);
                 continue;
             }
-            if r.policy.is_some() && !faults.has(DaemonFault::NoQuarantine) {
+            let tools = r.policy.is_some() || faults.has(DaemonFault::QuarantinesPlainSessions);
+            if tools && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
                 quarantined.insert((r.session_id.clone(), r.generation));
             }
@@ -313,6 +314,9 @@ impl<L: LinkState + Clone> HostCore<L> {
     pub fn live(&self, sid: &str, generation: u64) -> Result<(String, u64), DErr> {
         match self.sessions.get(sid).filter(|x| !x.closing) {
             Some(x) if x.state == SState::Active && x.generation == generation => Ok((sid.to_string(), generation)),
+            Some(x) if x.recovery.is_some() && self.faults.has(DaemonFault::QuarantinedAsReprovision) => {
+                Err(DErr::of(DaemonCode::ToolAdapterReprovisionRequired, "this generation needs its tool adapter"))
+            }
             Some(x)
                 if x.state == SState::Active
                     && generation < x.generation
@@ -338,7 +342,9 @@ impl<L: LinkState + Clone> HostCore<L> {
         data: Value,
     ) -> Option<(Vec<u8>, Vec<u64>)> {
         let sess = self.sessions.get_mut(sid).filter(|x| x.generation == generation)?;
-        sess.seq += 1;
+        if !self.faults.has(DaemonFault::EventSequenceFrozen) {
+            sess.seq += 1;
+        }
         let of = EventOf {
             version: &sess.open_version,
             host_id: &self.id,
@@ -442,13 +448,19 @@ impl<L: LinkState + Clone> HostCore<L> {
     /// `status`: the host snapshot, or one active session with its link's telemetry.
     pub fn status(&self, session: Option<&str>, now: Instant, active_turns: usize) -> Result<Value, DErr> {
         let Some(sid) = session else { return Ok(self.snapshot(now, active_turns)) };
-        match self.sessions.get(sid).filter(|x| x.state == SState::Active) {
+        let live = |x: &&Session<L>| x.state == SState::Active && !self.faults.has(DaemonFault::SessionStatusNotFound);
+        match self.sessions.get(sid).filter(live) {
             Some(x) => {
                 let mut session = x.resource();
                 if let Some(l) = &x.link {
                     session.tool_queue = object(&l.telemetry());
                 }
                 Ok(data(&v2::SessionStatusData { session }))
+            }
+            None if self.faults.has(DaemonFault::QuarantinedAsReprovision)
+                && self.sessions.get(sid).is_some_and(|x| x.recovery.is_some()) =>
+            {
+                Err(DErr::of(DaemonCode::ToolAdapterReprovisionRequired, "this generation needs its tool adapter"))
             }
             None => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session")),
         }
@@ -505,7 +517,13 @@ impl<L: LinkState + Clone> HostCore<L> {
                             "this generation needs its tool adapter: open it again with a descriptor",
                         ));
                     }
-                    (Some(a), Some(b)) if a != b => {
+                    (Some(a), Some(b))
+                        if if self.faults.has(DaemonFault::SummaryLimitsOnly) {
+                            a["limits"] != b["limits"]
+                        } else {
+                            a != b
+                        } =>
+                    {
                         return Err(DErr::of(
                             DaemonCode::SessionPolicyConflict,
                             "the tool policy differs from the retained one",
@@ -531,6 +549,9 @@ impl<L: LinkState + Clone> HostCore<L> {
                         record: durable_record(x),
                         answer: data(&v2::OpenData { created: false, session: Some(x.resource()) }),
                     });
+                }
+                if self.faults.has(DaemonFault::FailedReprovisionClears) {
+                    x.recovery = None;
                 }
                 return Ok(OpenPlan::Bind { old_link: None, rebind_existing: true, record: None });
             }

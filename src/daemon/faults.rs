@@ -226,15 +226,39 @@ faults! {
     /// The host snapshot names an adapter endpoint.
     SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
         "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
+    /// A session's event sequence never moves on.
+    EventSequenceFrozen = "event-sequence-frozen", "PC-2.3",
+        "every event of a session carries sequence 1: the sequence is not raised per event";
+    /// status with a sessionId answers session_not_found for a resident session.
+    SessionStatusNotFound = "session-status-not-found", "PC-2.5",
+        "status with the sessionId of a resident session is answered session_not_found";
+    /// A settled wake key runs again.
+    WakeKeyReruns = "wake-key-reruns", "PC-2.5",
+        "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";
+    /// A wake key reused with another payload runs as a new wake.
+    WakeConflictIgnored = "wake-conflict-ignored", "PC-2.5",
+        "a wake under a settled key with another payload runs as a new wake instead of idempotency_conflict";
     // ---- restart
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";
+    /// Sessions without tools are quarantined too.
+    QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
+        "a restart quarantines every retained session, tools:\"none\" ones included";
+    /// A live command on a quarantined generation is answered reprovision_required.
+    QuarantinedAsReprovision = "quarantined-as-reprovision", "PC-6",
+        "a live wake, status or attach of a quarantined generation is answered tool_adapter_reprovision_required instead of session_not_found";
+    /// Only the limits of the retained summary are compared.
+    SummaryLimitsOnly = "summary-limits-only", "PC-3.4",
+        "a same-generation open whose summary differs in adapterId, adapterVersion or operation order is not a policy conflict (only the limits are compared)";
+    /// The quarantine is cleared when the reprovision starts binding, not when it is bound.
+    FailedReprovisionClears = "failed-reprovision-clears", "PC-6",
+        "a reprovision clears the quarantine before its bind: one whose adapter closes before bound leaves the generation unlisted";
 }
 
 pub use crate::adapter::faults::NOT_BUILT;
 
-const _: () = assert!(DaemonFault::ALL.len() <= 64, "DaemonFaults is a u64 bitset");
+const _: () = assert!(DaemonFault::ALL.len() <= 128, "DaemonFaults is a u128 bitset");
 
 impl fmt::Display for DaemonFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -259,7 +283,7 @@ impl FromStr for DaemonFault {
 
 /// A set of daemon faults (production: [`DaemonFaults::NONE`]).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DaemonFaults(u64);
+pub struct DaemonFaults(u128);
 
 impl DaemonFaults {
     /// No fault: the conforming reference daemon.
@@ -269,12 +293,12 @@ impl DaemonFaults {
     /// fault branch is compiled out of a production build.
     #[inline(always)]
     pub fn has(self, f: DaemonFault) -> bool {
-        cfg!(feature = "faults") && self.0 & (1 << f as u32) != 0
+        cfg!(feature = "faults") && self.0 & (1u128 << f as u32) != 0
     }
 
     /// This set plus `f`.
     pub fn with(self, f: DaemonFault) -> DaemonFaults {
-        DaemonFaults(self.0 | (1 << f as u32))
+        DaemonFaults(self.0 | (1u128 << f as u32))
     }
 
     /// Whether no fault is on.

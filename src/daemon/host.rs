@@ -525,7 +525,19 @@ impl Host {
             Err(_) if running.is_some() => None,
             Err(_) => return Err(DErr::of(DaemonCode::InternalError, "journal unreadable")),
         };
-        match (journal::admit_wake(&fp, record.as_ref(), running.is_some()), running) {
+        let mut step = journal::admit_wake(&fp, record.as_ref(), running.is_some());
+        let mut key = key;
+        let rerun = match &step {
+            WakeStep::Replay(_) => self.faults.has(DaemonFault::WakeKeyReruns),
+            WakeStep::Conflict(_) => self.faults.has(DaemonFault::WakeConflictIgnored),
+            _ => false,
+        };
+        if rerun {
+            // The faulty daemon runs the wake again, journaled under a key of its own.
+            key = format!("{key}~rerun-{}", uuid::Uuid::new_v4().simple());
+            step = WakeStep::Start;
+        }
+        match (step, running) {
             (WakeStep::Conflict(e), _) => return Err(e),
             (WakeStep::Replay(outcome), _) => return self.wake_reply(&sid, outcome),
             (WakeStep::Join, Some(mut rx)) => {

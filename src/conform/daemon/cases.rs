@@ -10,7 +10,7 @@ use super::probe::{BoundMode, InvokeMode, ScriptAt};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::Recv;
 use crate::conform::case::Outcome;
-use crate::contract::{AdapterLimits, Code, DaemonCode, LimitValues};
+use crate::contract::{AdapterCode, AdapterLimits, Code, DaemonCode, LimitValues};
 
 /// A case implementation.
 pub type DCaseFn = fn(&mut DCtx<'_>) -> Outcome;
@@ -701,11 +701,75 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
+    policy_summary_item(c, SummaryItem::Limit)
+}
+/// What differs in a summary-mismatch case: one item of the retained summary (SPEC §3.4 and
+/// §6: IDs, version, operation order, any limit).
+#[derive(Clone, Copy)]
+enum SummaryItem {
+    AdapterId,
+    AdapterVersion,
+    OperationOrder,
+    Limit,
+}
+
+impl SummaryItem {
+    const ALL: [SummaryItem; 4] =
+        [SummaryItem::AdapterId, SummaryItem::AdapterVersion, SummaryItem::OperationOrder, SummaryItem::Limit];
+
+    fn name(self) -> &'static str {
+        match self {
+            SummaryItem::AdapterId => "adapterId",
+            SummaryItem::AdapterVersion => "adapterVersion",
+            SummaryItem::OperationOrder => "the operation order",
+            SummaryItem::Limit => "maxQueuedRequests",
+        }
+    }
+
+    /// `d` with this item changed and everything else kept (the descriptor stays valid).
+    fn apply(self, d: &mut Value) {
+        match self {
+            SummaryItem::AdapterId => {
+                let id = d["adapterId"].as_str().unwrap_or("pi-conform-probe");
+                d["adapterId"] = json!(format!("{}-other", &id[..id.len().min(100)]));
+            }
+            SummaryItem::AdapterVersion => {
+                let v = d["adapterVersion"].as_str().unwrap_or("0.1.0");
+                d["adapterVersion"] = json!(if v == "9.9.9" { "9.9.8" } else { "9.9.9" });
+            }
+            SummaryItem::OperationOrder => {
+                if let Some(ops) = d["operations"].as_array_mut() {
+                    ops.reverse();
+                }
+            }
+            SummaryItem::Limit => {
+                let q = d["limits"]["maxQueuedRequests"].as_u64().unwrap_or(16);
+                d["limits"]["maxQueuedRequests"] = json!(if q == 0 { 1 } else { q - 1 });
+            }
+        }
+    }
+}
+
+/// SPEC §3.4: a reopen of the live generation whose summary differs in `item` alone is
+/// `session_policy_conflict`.
+fn policy_summary_item(c: &mut DCtx<'_>, item: SummaryItem) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
     let mut d = tryo!(c.descriptor(1, None));
-    d["limits"]["maxQueuedRequests"] = json!(15);
+    item.apply(&mut d);
+    if matches!(item, SummaryItem::OperationOrder) && d["operations"].as_array().is_none_or(|a| a.len() < 2) {
+        return Outcome::Error("inconclusive: the descriptor grants one operation, so its order cannot differ".into());
+    }
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None)
+}
+fn policy_summary_adapter_id(c: &mut DCtx<'_>) -> Outcome {
+    policy_summary_item(c, SummaryItem::AdapterId)
+}
+fn policy_summary_adapter_version(c: &mut DCtx<'_>) -> Outcome {
+    policy_summary_item(c, SummaryItem::AdapterVersion)
+}
+fn policy_summary_operation_order(c: &mut DCtx<'_>) -> Outcome {
+    policy_summary_item(c, SummaryItem::OperationOrder)
 }
 fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
@@ -1859,16 +1923,30 @@ fn adm_fit_one_past(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 
+/// Open the case session at generation 1 with `tools:"none"`; a refusal is a failed
+/// precondition (inconclusive).
+fn open_plain(c: &mut DCtx<'_>) -> Result<(), Outcome> {
+    let v = c.open(1, json!("none"))?;
+    let r = one(c, v)?;
+    if rtoken(&r) != "ok" {
+        return Err(precondition_open(&r));
+    }
+    Ok(())
+}
+
+/// A `status` of the case session (`sessionId` given).
+fn session_status(c: &mut DCtx<'_>) -> Result<Recv, Outcome> {
+    let rid = c.rid();
+    let v = json!({"protocolVersion": "2.0", "requestId": rid, "operation": "status", "sessionId": c.session, "payload": {}});
+    one(c, v)
+}
+
 /// Events go only to the connections attached to that session generation: a connection
 /// that never attached, and one that attached and detached, receive none of a wake's events
 /// (the attached one must receive some, else nothing was emitted and the case is
 /// inconclusive).
 fn events_attached_only(c: &mut DCtx<'_>) -> Outcome {
-    let v = tryo!(c.open(1, json!("none")));
-    let r = tryo!(one(c, v));
-    if rtoken(&r) != "ok" {
-        return precondition_open(&r);
-    }
+    tryo!(open_plain(c));
     let mut bystander = tryo!(c.connect());
     let hs = tryo!(c.handshake(None));
     let _ = c.call(&mut bystander, hs);
@@ -1934,6 +2012,161 @@ fn events_attached_only(c: &mut DCtx<'_>) -> Outcome {
         }
     }
     Outcome::with("attached-only", p)
+}
+
+/// Invokes the probe saw on connection `idx`.
+fn invokes_on(c: &DCtx<'_>, idx: usize) -> usize {
+    c.probe.seen().frames.iter().filter(|(n, f)| *n == idx && f["kind"] == "invoke").count()
+}
+
+/// A settled wake of one `fs_stat` call on a fresh host-adapter session: the wake command, its
+/// answer, the probe connection and the invokes it made. Inconclusive unless it completed ok
+/// with at least one invoke (the provoked state every wake-key case relies on).
+fn settled_wake(c: &mut DCtx<'_>) -> Result<(Value, Recv, usize, usize), Outcome> {
+    let (_, idx) = open_bound(c, 1)?;
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
+    let r = one(c, w.clone())?;
+    let n = invokes_on(c, idx);
+    if rtoken(&r) != "ok" || n == 0 {
+        return Err(Outcome::Error(format!(
+            "inconclusive: the first wake (one fs_stat call) was answered {} after {n} invoke(s); a settled wake \
+             with a tool call is what this case resends",
+            rtoken(&r)
+        )));
+    }
+    Ok((w, r, idx, n))
+}
+
+/// SPEC §2.5 (**MUST** [daemon]): the same key and payload return the cached terminal record:
+/// the wake sent again under a new requestId is answered ok with the same result, and its turn
+/// does not run again (no new invoke reaches the adapter).
+fn wake_same_key_replays(c: &mut DCtx<'_>) -> Outcome {
+    let (mut w, first, idx, n) = tryo!(settled_wake(c));
+    w["requestId"] = json!(c.rid());
+    let again = tryo!(one(c, w));
+    let m = invokes_on(c, idx);
+    let mut p = Vec::new();
+    if m > n {
+        p.push(format!(
+            "the same wake (same key, same payload) sent again ran its turn again: {} more invoke(s) reached the \
+             adapter; a settled key returns its journaled outcome",
+            m - n
+        ));
+    }
+    match again.frame() {
+        Some(f) if f.ok() == Some(true) => {
+            if f.data()["result"] != data(&first)["result"] {
+                p.push("the same wake sent again was answered with another result than the first".into());
+            }
+        }
+        Some(f) if f.error_code() == Some(DaemonCode::HostDraining.as_str()) => {
+            return Outcome::Error("inconclusive: the resent wake was answered host_draining".into());
+        }
+        _ => p.push(format!(
+            "the same wake (same key, same payload) sent again was answered {}: a settled key returns its \
+             journaled outcome, here ok",
+            rtoken(&again)
+        )),
+    }
+    Outcome::with("replayed", p)
+}
+
+/// SPEC §2.5 (**MUST** [daemon]): the same key with another payload is
+/// `idempotency_conflict`, and nothing runs (no new invoke).
+fn wake_same_key_other_payload(c: &mut DCtx<'_>) -> Outcome {
+    let (mut w, _, idx, n) = tryo!(settled_wake(c));
+    w["requestId"] = json!(c.rid());
+    let prompt = w["payload"]["prompt"].as_str().unwrap_or_default().to_string();
+    w["payload"]["prompt"] = json!(format!("{prompt}\npi-conform: another payload under the same key"));
+    let r = tryo!(one(c, w));
+    let out = refusal(&r, AdapterCode::IdempotencyConflict.as_str(), None);
+    let m = invokes_on(c, idx);
+    match out {
+        Outcome::Observed { token, mut problems } => {
+            if m > n {
+                problems
+                    .push(format!("the wake with another payload under a settled key ran: {} more invoke(s)", m - n));
+            }
+            Outcome::Observed { token, problems }
+        }
+        other => other,
+    }
+}
+
+/// SPEC §2.5: `status` with a `sessionId` answers that resident session: its id and the
+/// generation just opened, as `data.session` or as `data` itself.
+fn status_resident_session(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_plain(c));
+    let r = tryo!(session_status(c));
+    if rtoken(&r) != "ok" {
+        return Outcome::token(rtoken(&r));
+    }
+    // The session as `data.session` (this project's reference) or as `data` itself (Pi Daemon
+    // 0.3.3's session snapshot): SPEC §2.5 says "one resident session", not its wrapping.
+    let d = data(&r);
+    let session = if d["session"].is_object() { d["session"].clone() } else { d };
+    let mut p = Vec::new();
+    if session["sessionId"] != c.session.as_str() || session["generation"] != 1 {
+        p.push(format!(
+            "the status of session {} generation 1 answered the session resource {}",
+            c.session,
+            session.to_string().chars().take(300).collect::<String>()
+        ));
+    }
+    Outcome::with("ok", p)
+}
+
+/// SPEC §2.3: an event's sequence is per session and monotonic from 1: the events a wake
+/// sends to an attached connection carry strictly increasing sequences, each above the
+/// `sequence` the attach answered with (the last one the session had sent).
+fn events_sequence_increasing(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_plain(c));
+    let mut attached = tryo!(c.connect());
+    let a = tryo!(c.attach(1));
+    let ar = c.call(&mut attached, a);
+    let Some(at) = ar.frame().filter(|f| f.ok() == Some(true)).map(|f| f.data()["sequence"].as_u64()) else {
+        return Outcome::Error(format!("inconclusive: the attach was answered {}", rtoken(&ar)));
+    };
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello") {
+        Ok(w) => crate::contract::compose::to_wire(&w),
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
+    };
+    attached.send(&w);
+    let mut seqs: Vec<Option<u64>> = Vec::new();
+    loop {
+        let r = attached.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() => seqs.push(f["sequence"].as_u64()),
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    if seqs.len() < 2 {
+        return Outcome::Error(format!(
+            "inconclusive: the attached connection received {} event(s) of the wake; two are needed",
+            seqs.len()
+        ));
+    }
+    let mut p = Vec::new();
+    let mut last = at;
+    for (i, q) in seqs.iter().enumerate() {
+        let Some(q) = *q else { continue }; // the contract's judge refuses an event without one
+        if let Some(l) = last.filter(|l| q <= *l) {
+            p.push(format!(
+                "event {} of the wake has sequence {q}, not above {} ({l}): a session's sequence increases with every \
+                 event",
+                i + 1,
+                if i == 0 { "the sequence the attach answered" } else { "the event before it" }
+            ));
+        }
+        last = Some(q);
+    }
+    Outcome::with("increasing", p)
 }
 
 /// With the session open and `build` ready to answer the next abort: make one tool call the
@@ -2618,6 +2851,165 @@ fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with(rtoken(&r), p)
 }
 
+/// Whether the handshake's host snapshot lists generation 1 of `session` as quarantined.
+fn quarantine_listed(c: &mut DCtx<'_>, session: &str) -> Result<bool, Outcome> {
+    let v = c.handshake(None)?;
+    let r = one(c, v)?;
+    let q = data(&r)["host"]["recovery"]["quarantinedSessions"].clone();
+    Ok(q.as_array().is_some_and(|a| a.iter().any(|x| x["sessionId"] == session && x["generation"] == 1)))
+}
+
+/// After a restart, confirm the case session is quarantined (else the case cannot judge
+/// what it tests: inconclusive; `daemon.restart.quarantine-listed` fails that daemon).
+fn restart_quarantined(c: &mut DCtx<'_>) -> Result<Value, Outcome> {
+    if c.target.restart_cmd.is_none() {
+        return Err(Outcome::Skip("no --restart-cmd given".into()));
+    }
+    let d = restart_flow(c)?;
+    let session = c.session.clone();
+    if !quarantine_listed(c, &session)? {
+        return Err(Outcome::Error(
+            "inconclusive: after the restart the session is not listed in quarantinedSessions, so the quarantine \
+             this case relies on was never confirmed"
+                .into(),
+        ));
+    }
+    Ok(d)
+}
+
+/// The answer to a live command on a quarantined generation (SPEC §6: `session_not_found`).
+/// The quarantine was confirmed just before, so another code is the wrong answer, not
+/// another reason; only a draining host is inconclusive.
+fn quarantined_refusal(r: &Recv, what: &str) -> Outcome {
+    let Some(f) = r.frame() else { return Outcome::token(rtoken(r)) };
+    if f.ok() == Some(true) {
+        return Outcome::with(
+            "accepted",
+            vec![format!(
+                "{what} of a quarantined generation was answered ok: while quarantined it is session_not_found"
+            )],
+        );
+    }
+    let got = f.error_code().unwrap_or("?");
+    if got == DaemonCode::SessionNotFound.as_str() {
+        return Outcome::token(format!("error:{got}"));
+    }
+    if got == DaemonCode::HostDraining.as_str() {
+        return Outcome::Error(format!("inconclusive: {what} was answered {got}"));
+    }
+    Outcome::with(
+        format!("error:{got}"),
+        vec![format!(
+            "{what} of a quarantined generation was answered {got}: while quarantined, a live wake, status or \
+             attach is session_not_found (SPEC §6)"
+        )],
+    )
+}
+
+/// SPEC §6: while quarantined, a live `wake` of the generation is `session_not_found`.
+fn restart_quarantined_wake(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(restart_quarantined(c));
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let r = tryo!(one(c, w));
+    quarantined_refusal(&r, "a wake")
+}
+/// SPEC §6: while quarantined, a session `status` of it is `session_not_found`.
+fn restart_quarantined_status(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(restart_quarantined(c));
+    let r = tryo!(session_status(c));
+    quarantined_refusal(&r, "a session status")
+}
+/// SPEC §6: while quarantined, an `attach` of the generation is `session_not_found`.
+fn restart_quarantined_attach(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(restart_quarantined(c));
+    let a = tryo!(c.attach(1));
+    let r = tryo!(one(c, a));
+    quarantined_refusal(&r, "an attach")
+}
+
+/// SPEC §6: a current-host descriptor whose summary differs from the retained one in any item
+/// (IDs, version, operation order, any limit) is `session_policy_conflict`, and the quarantine
+/// stays. Each item is tried in turn after one restart.
+fn restart_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(restart_quarantined(c));
+    let mut p = Vec::new();
+    for item in SummaryItem::ALL {
+        let mut d = tryo!(c.descriptor(1, None));
+        item.apply(&mut d);
+        if d["operations"].as_array().is_none_or(|a| a.len() < 2) && matches!(item, SummaryItem::OperationOrder) {
+            continue;
+        }
+        let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+        let r = tryo!(one(c, v));
+        match refusal(&r, DaemonCode::SessionPolicyConflict.as_str(), None) {
+            Outcome::Observed { token, .. } if token == "error:session_policy_conflict" => {}
+            Outcome::Observed { token, .. } => p.push(format!(
+                "a reprovision whose {} differs from the retained summary was answered {token}: \
+                 session_policy_conflict",
+                item.name()
+            )),
+            other => return other,
+        }
+    }
+    let session = c.session.clone();
+    if p.is_empty() && !tryo!(quarantine_listed(c, &session)) {
+        p.push("a refused reprovision cleared the quarantine".into());
+    }
+    Outcome::with("policy-conflict", p)
+}
+
+/// SPEC §6: only a successful runtime open (bind + bound) clears the quarantine: a
+/// reprovision whose adapter closes before `bound` fails, and the generation stays listed.
+fn restart_failed_reprovision(c: &mut DCtx<'_>) -> Outcome {
+    let _ = tryo!(restart_quarantined(c));
+    let d = tryo!(c.descriptor(1, None));
+    c.probe.set(BoundMode::Close, InvokeMode::Normal);
+    let r = c.open(1, super::DCtx::host_adapter(&d)).and_then(|v| one(c, v));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let r = tryo!(r);
+    if rtoken(&r) == "ok" {
+        return Outcome::Error(
+            "inconclusive: the reprovision whose adapter closes before bound was answered ok".into(),
+        );
+    }
+    let session = c.session.clone();
+    if tryo!(quarantine_listed(c, &session)) {
+        Outcome::token("still-quarantined")
+    } else {
+        Outcome::with(
+            "cleared",
+            vec![format!(
+                "a reprovision that failed ({}) cleared the quarantine: only a successful bind + bound clears it",
+                rtoken(&r)
+            )],
+        )
+    }
+}
+
+/// SPEC §6: quarantine is for host-adapter generations, whose binding a restart lost. A
+/// session opened with `tools:"none"` has nothing to reprovision: after the same restart that
+/// quarantines the case session (confirmed), it is not listed.
+fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let main = c.session.clone();
+    let plain = format!("{main}-plain");
+    c.session = plain.clone();
+    let opened = open_plain(c);
+    c.session = main.clone();
+    tryo!(opened);
+    let _ = tryo!(restart_quarantined(c));
+    if tryo!(quarantine_listed(c, &plain)) {
+        Outcome::with(
+            "plain-quarantined",
+            vec!["a session opened with tools:\"none\" was quarantined by the restart: it has no adapter binding to reprovision".into()],
+        )
+    } else {
+        Outcome::token("not-quarantined")
+    }
+}
+
 /// Every daemon case implementation by id.
 pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
@@ -2655,6 +3047,9 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
+        ("daemon.policy.summary-mismatch-adapter-id", policy_summary_adapter_id),
+        ("daemon.policy.summary-mismatch-adapter-version", policy_summary_adapter_version),
+        ("daemon.policy.summary-mismatch-operation-order", policy_summary_operation_order),
         ("daemon.policy.lower-generation", policy_lower_generation),
         ("daemon.generation.stale-attach", generation_stale_attach),
         ("daemon.tools.invoke-shape", tools_invoke_shape),
@@ -2689,10 +3084,20 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.admission.fit-at-equality", adm_fit_equality),
         ("daemon.admission.fit-one-past", adm_fit_one_past),
         ("daemon.events.attached-only", events_attached_only),
+        ("daemon.events.sequence-increasing", events_sequence_increasing),
+        ("daemon.status.resident-session", status_resident_session),
+        ("daemon.wake.same-key-replays", wake_same_key_replays),
+        ("daemon.wake.same-key-other-payload-conflict", wake_same_key_other_payload),
         ("daemon.restart.quarantine-listed", restart_quarantine_listed),
         ("daemon.restart.no-tools-reopen-refused", restart_no_tools_refused),
         ("daemon.restart.old-host-descriptor-refused", restart_old_host_refused),
         ("daemon.restart.reprovision-clears", restart_reprovision),
+        ("daemon.restart.quarantined-wake-not-found", restart_quarantined_wake),
+        ("daemon.restart.quarantined-status-not-found", restart_quarantined_status),
+        ("daemon.restart.quarantined-attach-not-found", restart_quarantined_attach),
+        ("daemon.restart.summary-mismatch-refused", restart_summary_mismatch),
+        ("daemon.restart.failed-reprovision-keeps-quarantine", restart_failed_reprovision),
+        ("daemon.restart.no-tools-session-not-quarantined", restart_no_tools_not_quarantined),
     ]
 }
 
