@@ -142,6 +142,12 @@ faults! {
     /// `./` and `dir/` tool paths are dispatched, as Pi Daemon 0.3.3 does.
     PassNonCanonicalPaths = "pass-non-canonical-paths-0.3.3", "PC-5.1",
         "tool paths `./` and `dir/` (one trailing slash) are sent to the adapter instead of refused before dispatch, as Pi Daemon 0.3.3";
+    /// The invoke size check counts the LF twice.
+    InvokeLimitOneShort = "invoke-limit-one-short", "PC-1.1",
+        "an invoke line of exactly maxRequestBytes (LF included) is refused adapter_request_too_large instead of sent: the size check counts the LF twice";
+    /// Invokes over maxRequestBytes are sent.
+    InvokeOverLimitSent = "invoke-over-limit-sent", "PC-1.1",
+        "an invoke line over maxRequestBytes is written to the adapter instead of the call failing adapter_request_too_large before any write";
     /// An empty tool path is dispatched.
     PassEmptyPath = "pass-empty-path", "PC-5.1",
         "an empty tool path is sent to the adapter instead of refused before dispatch";

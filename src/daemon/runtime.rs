@@ -496,10 +496,19 @@ impl AdapterRuntime {
         let mut line = encode_line(&frame);
         // Never send what a conforming adapter must refuse: the contract judges the invoke
         // exactly as the adapter will (size, handle, ids, grant, payload).
-        let judged = judge_adapter_frame(&line[..line.len() - 1], &self.binding, Direction::ToAdapter)
+        let judged_len = if self.faults.has(DaemonFault::InvokeLimitOneShort) { line.len() } else { line.len() - 1 };
+        let judged = judge_adapter_frame(&line[..judged_len], &self.binding, Direction::ToAdapter)
             // Under a path fault, the path the fault let through is sent as it is.
             .map(|_| ())
-            .or_else(|e| if passed && e.error.field() == "payload.path" { Ok(()) } else { Err(e) });
+            .or_else(|e| if passed && e.error.field() == "payload.path" { Ok(()) } else { Err(e) })
+            .or_else(|e| {
+                let sent_anyway = self.faults.has(DaemonFault::InvokeOverLimitSent) && e.error.field() == "line";
+                if sent_anyway {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            });
         if let Err(e) = judged {
             return Err(match (e.error.code, e.disposition) {
                 (Code::AdapterSecretReflected, _) => CallError::local(

@@ -2489,6 +2489,125 @@ fn path_over_4096(c: &mut DCtx<'_>) -> Outcome {
 
 // ---------------------------------------------------------------- limits at the boundary
 
+/// The `maxRequestBytes` of the invoke-size cases: the smallest the protocol allows.
+const INVOKE_LIMIT: usize = 2048;
+
+/// The size of the invoke line (LF included) that carried the search `query` on probe
+/// connection `link` since frame `from` of that connection, if one did.
+fn invoke_size_of(c: &DCtx<'_>, link: usize, query: &str) -> Option<usize> {
+    let seen = c.probe.seen();
+    seen.frames
+        .iter()
+        .zip(&seen.sizes)
+        .find(|((n, f), _)| *n == link && f["kind"] == "invoke" && f["payload"]["query"] == query)
+        .map(|(_, s)| *s)
+}
+
+/// SPEC §1.1 at the boundary: every daemon → adapter line, LF included, is at most
+/// `maxRequestBytes`, and "an invoke line of exactly 2048 bytes (LF included) is valid and one
+/// of 2049 bytes is not". With `maxRequestBytes` 2048 the case measures the invoke of an
+/// `fs_search` twice (queries of two lengths, in two wakes: the framing around the query must
+/// grow by exactly the query's growth, else the daemon's ids vary in length and the exact size
+/// cannot be aimed at — inconclusive), then makes the call whose invoke is exactly
+/// `INVOKE_LIMIT + past` bytes, followed by a control call that must reach the adapter.
+/// `past` 0: the invoke must be sent, exactly that long. `past` 1: it must not be sent, and the
+/// call must have been made and failed (its end event or `toolCalls` entry).
+fn invoke_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
+    let limits = AdapterLimits { max_request_bytes: INVOKE_LIMIT as i64, ..super::DEFAULT_LIMITS }.to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    let tag = format!("pc-size-{}-", &c.session[c.session.len().saturating_sub(6)..]);
+    let query = |n: usize| format!("{tag}{}", "q".repeat(n));
+    let mut measured = Vec::new();
+    for n in [1, 101] {
+        let q = query(n);
+        let seen = tryo!(wake_attached(c, 1, &[("fs_search", json!({"path": ".", "query": q}))], c.target.step * 3));
+        let Some(size) = invoke_size_of(c, link, &q) else {
+            return Outcome::Error(format!(
+                "inconclusive: the measuring call (a {}-byte query) never reached the adapter (the wake was answered \
+                 {})",
+                q.len(),
+                rtoken(&seen.resp)
+            ));
+        };
+        measured.push((q.len(), size));
+    }
+    let ((q1, s1), (q2, s2)) = (measured[0], measured[1]);
+    if s2 - s1 != q2 - q1 || s1 > INVOKE_LIMIT {
+        return Outcome::Error(format!(
+            "inconclusive: invokes of {q1}- and {q2}-byte queries were {s1} and {s2} bytes: the framing around the \
+             query changes between calls, so an invoke of exactly {} bytes cannot be aimed at",
+            INVOKE_LIMIT + past
+        ));
+    }
+    let want = INVOKE_LIMIT + past;
+    let target = query(1 + want - s1);
+    let control = query(2);
+    let calls =
+        [("fs_search", json!({"path": ".", "query": target})), ("fs_search", json!({"path": ".", "query": control}))];
+    let seen = tryo!(wake_attached(c, 1, &calls, c.target.step * 3));
+    if invoke_size_of(c, link, &control).is_none() {
+        return Outcome::Error(format!(
+            "inconclusive: the control call after the {want}-byte one never reached the adapter (the wake was \
+             answered {}), so the daemon's tool calls cannot be observed with this wake template",
+            rtoken(&seen.resp)
+        ));
+    }
+    let reported = per_call(&seen.resp);
+    match (invoke_size_of(c, link, &target), past) {
+        (Some(n), _) if n > INVOKE_LIMIT => Outcome::with(
+            "sent-over-limit",
+            vec![format!(
+                "the daemon sent an invoke line of {n} bytes (LF included) on a binding with maxRequestBytes \
+                 {INVOKE_LIMIT}: every daemon → adapter line must fit (SPEC §1.1); the call must fail before any write"
+            )],
+        ),
+        (Some(n), 0) if n == INVOKE_LIMIT => Outcome::token("sent-at-limit"),
+        (Some(n), _) => Outcome::Error(format!(
+            "inconclusive: the call aimed at a {want}-byte invoke was sent as {n} bytes: the framing changed between \
+             the wakes"
+        )),
+        (None, 0) => Outcome::with(
+            "not-sent-at-limit",
+            vec![format!(
+                "an invoke of exactly maxRequestBytes ({INVOKE_LIMIT} bytes, LF included) is valid (SPEC §1.1), but \
+                 the daemon did not send the call whose invoke is that long (measured: the framing grows with the \
+                 query byte for byte); the limit counts the LF once"
+            )],
+        ),
+        (None, _) => {
+            // Per call in prompt order (the reference), or end events (Pi Daemon 0.3.3, whose
+            // read-only calls may end in any order: one of the two ends failed).
+            let failed = match &reported {
+                Some(calls) if calls.len() >= 2 => Some(!calls[0].ok),
+                Some(_) => None,
+                None => {
+                    let ends = seen.ends();
+                    (ends.len() >= 2).then(|| ends.iter().any(|ok| !ok))
+                }
+            };
+            match failed {
+                Some(true) => Outcome::token("refused-before-write"),
+                Some(false) => Outcome::with(
+                    "reported-ok",
+                    vec![format!("the {want}-byte call never reached the adapter, yet it was reported a success")],
+                ),
+                None => Outcome::Error(
+                    "inconclusive: the daemon reports no end for the call over the limit, so a call never made \
+                     cannot be told from one refused"
+                        .into(),
+                ),
+            }
+        }
+    }
+}
+fn invoke_at_max_request_bytes(c: &mut DCtx<'_>) -> Outcome {
+    invoke_size(c, 0)
+}
+fn invoke_one_past_max_request_bytes(c: &mut DCtx<'_>) -> Outcome {
+    invoke_size(c, 1)
+}
+
 /// SPEC §4.4 at the boundary: with maxConcurrentRequests 1 and maxQueuedRequests 2, four
 /// read-only calls admitted together fill the queue exactly and one past: three are admitted
 /// and every one of them runs — the probe answers each a quarter step after it arrives, so the
@@ -3067,6 +3186,8 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.path-control-char-refused", path_control),
         ("daemon.tools.path-del-refused", path_del),
         ("daemon.tools.path-over-4096-bytes-refused", path_over_4096),
+        ("daemon.tools.invoke-at-max-request-bytes", invoke_at_max_request_bytes),
+        ("daemon.tools.invoke-one-past-max-request-bytes", invoke_one_past_max_request_bytes),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.result-inside-timeout-accepted", tools_result_inside_timeout),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
