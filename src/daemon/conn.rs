@@ -168,7 +168,7 @@ impl Connection {
         let sid = command.session_id().map(str::to_string);
         let refusal = if self.in_flight.contains(&rid) {
             Some(DErr::of(DaemonCode::DuplicateRequestId, "this requestId is already in flight on this connection"))
-        } else if self.in_flight.len() >= MAX_IN_FLIGHT {
+        } else if self.in_flight.len() >= self.in_flight_limit() {
             Some(DErr::of(DaemonCode::ConnectionBusy, "too many requests in flight on this connection"))
         } else {
             None
@@ -182,11 +182,23 @@ impl Connection {
             } else {
                 version
             };
+            let close = self.faults.has(DaemonFault::BusyCloses) && e.code == DaemonCode::ConnectionBusy.as_str();
             let line = response_line(&version, &rid, &self.host_id, sid.as_deref(), Err(e));
-            return self.send(line, false);
+            return self.send(line, close);
         }
         self.in_flight.insert(rid.clone());
         self.dispatches.push_back(Dispatch { command, reply: ReplyTo { version, request_id: rid, session_id: sid } });
+    }
+
+    /// How many requests may be in flight on this connection (SPEC §1.1: 64).
+    fn in_flight_limit(&self) -> usize {
+        if self.faults.has(DaemonFault::InFlightOneShort) {
+            MAX_IN_FLIGHT - 1
+        } else if self.faults.has(DaemonFault::NoInFlightLimit) {
+            usize::MAX
+        } else {
+            MAX_IN_FLIGHT
+        }
     }
 
     /// The outcome of a dispatched command: its response, replaced by

@@ -452,7 +452,7 @@ impl<L: LinkState + Clone> HostCore<L> {
         match self.sessions.get(sid).filter(live) {
             Some(x) => {
                 let mut session = x.resource();
-                if let Some(l) = &x.link {
+                if let Some(l) = x.link.as_ref().filter(|_| !self.faults.has(DaemonFault::StatusWithoutTelemetry)) {
                     session.tool_queue = object(&l.telemetry());
                 }
                 Ok(data(&v2::SessionStatusData { session }))

@@ -142,6 +142,15 @@ faults! {
     /// `./` and `dir/` tool paths are dispatched, as Pi Daemon 0.3.3 does.
     PassNonCanonicalPaths = "pass-non-canonical-paths-0.3.3", "PC-5.1",
         "tool paths `./` and `dir/` (one trailing slash) are sent to the adapter instead of refused before dispatch, as Pi Daemon 0.3.3";
+    /// connection_busy one request early.
+    InFlightOneShort = "in-flight-one-short", "PC-1.1",
+        "a connection with maxInFlightRequestsPerConnection − 1 requests in flight refuses the next with connection_busy: the limit is never reached";
+    /// No in-flight limit per connection.
+    NoInFlightLimit = "no-in-flight-limit", "PC-1.1",
+        "requests beyond maxInFlightRequestsPerConnection in flight on one connection are dispatched instead of refused connection_busy";
+    /// connection_busy closes the connection.
+    BusyCloses = "busy-closes", "PC-1.1",
+        "a connection_busy refusal closes the connection instead of leaving it open";
     /// The invoke size check counts the LF twice.
     InvokeLimitOneShort = "invoke-limit-one-short", "PC-1.1",
         "an invoke line of exactly maxRequestBytes (LF included) is refused adapter_request_too_large instead of sent: the size check counts the LF twice";
@@ -238,6 +247,9 @@ faults! {
     /// status with a sessionId answers session_not_found for a resident session.
     SessionStatusNotFound = "session-status-not-found", "PC-2.5",
         "status with the sessionId of a resident session is answered session_not_found";
+    /// A session status without its queue telemetry.
+    StatusWithoutTelemetry = "status-without-telemetry", "PC-4.4",
+        "status of a session with a bound tool adapter answers the session without its queue telemetry (toolQueue empty)";
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";

@@ -185,6 +185,214 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
     out
 }
 
+/// `requestTimeoutMs` of the held opens of [`env_in_flight_limit`]: how long each stays in
+/// flight (the probe never answers their binds).
+const HELD_OPEN_TIMEOUT_MS: u64 = 3000;
+
+/// SPEC §1.1 at the boundary (MUST [daemon]): at most `maxInFlightRequestsPerConnection`
+/// (advertised in the handshake, 64 by the working spec) requests in flight on one connection;
+/// one more is `connection_busy`, retryable, and the connection stays open. The provoked state:
+/// N − 1 opens of distinct sessions, pipelined, whose binds the probe holds (each stays in
+/// flight until its `requestTimeoutMs`); a handshake then is the N-th in flight and must be
+/// answered; one more held open, and a second handshake is the (N+1)-th and must be
+/// `connection_busy`. Both handshakes must be answered before any open (else the opens were
+/// not all in flight: inconclusive); once the opens are answered a third handshake must be
+/// answered on the same connection.
+fn env_in_flight_limit(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Silence, InvokeMode::Normal);
+    let first = c.probe.seen().connections;
+    let mut held = 0;
+    let out = in_flight_limit(c, &mut held);
+    // Whatever the verdict, the held opens' binds must all have reached the probe before the
+    // next case starts (a late one would look like that case's connection).
+    let until = Instant::now() + Duration::from_millis(HELD_OPEN_TIMEOUT_MS) + c.target.step * 6;
+    while c.probe.seen().connections < first + held && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn in_flight_limit(c: &mut DCtx<'_>, held: &mut usize) -> Outcome {
+    const BUSY: &str = DaemonCode::ConnectionBusy.as_str();
+    let mut conn = tryo!(c.connect());
+    let h = tryo!(c.handshake(None));
+    let hs = c.call(&mut conn, h);
+    let advertised = data(&hs)["limits"]["maxInFlightRequestsPerConnection"].as_u64();
+    let n = match advertised {
+        Some(n) if (2..=256).contains(&n) => n as usize,
+        Some(n) => {
+            return Outcome::Skip(format!(
+                "the daemon advertises maxInFlightRequestsPerConnection {n}: the case holds at most 256 opens"
+            ))
+        }
+        None => 64,
+    };
+    let own = c.session.clone();
+    let mut opens = Vec::new();
+    for i in 0..n {
+        c.session = format!("{own}-f{i}");
+        let d = c.descriptor(1, Some(limits_with_timeout(HELD_OPEN_TIMEOUT_MS)));
+        let v = d.and_then(|d| c.open(1, super::DCtx::host_adapter(&d)));
+        match v {
+            Ok(v) => opens.push(v),
+            Err(o) => {
+                c.session = own;
+                return o;
+            }
+        }
+    }
+    c.session = own;
+    let open_ids: std::collections::HashSet<String> =
+        opens.iter().filter_map(|o| o["requestId"].as_str().map(str::to_string)).collect();
+    let at_limit = tryo!(c.handshake(None));
+    let past = tryo!(c.handshake(None));
+    let (at_rid, past_rid) = (at_limit["requestId"].clone(), past["requestId"].clone());
+    // The first N − 1 opens and the handshake that makes N, pipelined; then the N-th open and
+    // the handshake that makes N + 1.
+    let mut first: Vec<Value> = opens[..n - 1].to_vec();
+    first.push(at_limit);
+    conn.send_all(&first);
+    *held = n - 1;
+    // Wait until the first handshake is answered (every open before it is in flight) before the
+    // second batch, so that its answer cannot be counted against the second.
+    let wait = c.target.step * 3;
+    let mut answered_opens = 0usize;
+    let mut at_answer = None;
+    let mut past_answer = None;
+    let mut opens_before_past = 0usize;
+    let deadline = Instant::now() + wait;
+    while at_answer.is_none() && Instant::now() < deadline {
+        match conn.recv_within(wait) {
+            Recv::Frame(f, _) if f.request_id().is_some_and(|r| open_ids.contains(r)) => answered_opens += 1,
+            Recv::Frame(f, _) if json!(f.request_id()) == at_rid => at_answer = Some(f.value().clone()),
+            Recv::Frame(..) => {}
+            other => {
+                return Outcome::Error(format!("inconclusive: the connection ended the wait with {}", other.describe()))
+            }
+        }
+    }
+    let Some(at_answer) = at_answer else {
+        return Outcome::with(
+            "at-limit-unanswered",
+            vec![format!(
+                "the handshake sent with {} opens in flight (the {n}th request in flight) was not answered within {} ms",
+                n - 1,
+                wait.as_millis()
+            )],
+        );
+    };
+    let opens_before_at = answered_opens;
+    conn.send_all(&[opens[n - 1].clone(), past]);
+    *held = n;
+    while past_answer.is_none() && Instant::now() < deadline + wait {
+        match conn.recv_within(wait) {
+            Recv::Frame(f, _) if f.request_id().is_some_and(|r| open_ids.contains(r)) => answered_opens += 1,
+            Recv::Frame(f, _) if json!(f.request_id()) == past_rid => {
+                opens_before_past = answered_opens;
+                past_answer = Some(f.value().clone());
+            }
+            Recv::Frame(..) => {}
+            other => {
+                return Outcome::Error(format!("inconclusive: the connection ended the wait with {}", other.describe()))
+            }
+        }
+    }
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or("").to_string();
+    if code(&at_answer) == BUSY {
+        if opens_before_at > 0 {
+            return Outcome::Error(format!(
+                "inconclusive: {opens_before_at} open(s) were answered before the handshake that made {n} in flight, \
+                 which the daemon answered {BUSY}"
+            ));
+        }
+        return Outcome::with(
+            "busy-at-limit",
+            vec![format!(
+                "the handshake sent with {} requests in flight (making {n}, the advertised \
+                 maxInFlightRequestsPerConnection) was refused {BUSY}: the limit is reached only by the {}th",
+                n - 1,
+                n + 1
+            )],
+        );
+    }
+    if at_answer["ok"] != true || opens_before_at > 0 {
+        return Outcome::Error(format!(
+            "inconclusive: the handshake making {n} in flight was answered {} after {opens_before_at} open(s) were \
+             answered (every open must still be in flight: the probe holds their binds)",
+            if at_answer["ok"] == true { "ok".to_string() } else { code(&at_answer) }
+        ));
+    }
+    let Some(past_answer) = past_answer else {
+        return Outcome::with(
+            "past-limit-unanswered",
+            vec![format!("the handshake sent as the {}th request in flight got no answer", n + 1)],
+        );
+    };
+    if opens_before_past > 0 {
+        return Outcome::Error(format!(
+            "inconclusive: {opens_before_past} open(s) were answered before the handshake meant as the {}th request in \
+             flight (answered {}): the opens did not stay in flight",
+            n + 1,
+            if past_answer["ok"] == true { "ok".to_string() } else { code(&past_answer) }
+        ));
+    }
+    let mut p = Vec::new();
+    if past_answer["ok"] == true {
+        return Outcome::with(
+            "accepted-past-limit",
+            vec![format!(
+                "the daemon answered a handshake sent as the {}th request in flight on one connection \
+                 (maxInFlightRequestsPerConnection {n}); it must be refused {BUSY} (retryable)",
+                n + 1
+            )],
+        );
+    }
+    if code(&past_answer) != BUSY {
+        return Outcome::Error(format!(
+            "inconclusive: the {}th request in flight was refused {}, not {BUSY}: a refusal the case did not provoke",
+            n + 1,
+            code(&past_answer)
+        ));
+    }
+    if past_answer["error"]["retryable"] != true {
+        p.push(format!("the {BUSY} refusal is not retryable: {}", past_answer["error"]));
+    }
+    // The connection stays open: every open is answered on it (their binds time out), then a
+    // handshake is answered.
+    let settle = Duration::from_millis(HELD_OPEN_TIMEOUT_MS) + c.target.step * 6;
+    let until = Instant::now() + settle;
+    while answered_opens < n && Instant::now() < until {
+        match conn.recv_within(settle) {
+            Recv::Frame(f, _) if f.request_id().is_some_and(|r| open_ids.contains(r)) => answered_opens += 1,
+            Recv::Frame(..) => {}
+            Recv::Timeout => break,
+            other => {
+                p.push(format!(
+                    "the connection ended ({}) after the {BUSY} refusal: it must stay open",
+                    other.describe()
+                ));
+                return Outcome::with("busy-then-closed", p);
+            }
+        }
+    }
+    if answered_opens < n {
+        return Outcome::Error(format!(
+            "inconclusive: {answered_opens} of the {n} held opens were answered within {} ms of the {BUSY} refusal",
+            settle.as_millis()
+        ));
+    }
+    let h = tryo!(c.handshake(None));
+    let after = c.call(&mut conn, h);
+    if rtoken(&after) != "ok" {
+        p.push(format!(
+            "after the held opens were answered, a handshake on the same connection was answered {}: the connection \
+             must stay usable after {BUSY}",
+            rtoken(&after)
+        ));
+    }
+    Outcome::with("busy-past-limit", p)
+}
+
 // ---------------------------------------------------------------- v1 / v2 resources
 
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
@@ -2116,6 +2324,109 @@ fn status_resident_session(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("ok", p)
 }
 
+/// The numbers under `v`, recursively, with the key that holds each.
+fn numbers_under<'v>(v: &'v Value, out: &mut Vec<(&'v str, u64)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match x.as_u64() {
+                    Some(n) => out.push((k.as_str(), n)),
+                    None => numbers_under(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| numbers_under(x, out)),
+        _ => {}
+    }
+}
+
+/// SPEC §4.4 (MUST [daemon]): `status` carries content-free queue telemetry per session —
+/// capacity, occupancy, high-water marks, counters, per-operation summaries. Spellings differ
+/// between daemons (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`),
+/// so the case looks for the telemetry by what it must say: a `capacity` object holding the
+/// descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (3 and 7, not the recommended
+/// 4 and 16), beside a completed-calls counter (`completed…`) of at least 1 after one call
+/// completed, and an `operations` summary; nowhere the call's `requestId`, `idempotencyKey` or
+/// path. The status answering the session without any of it fails.
+fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::new(3).unwrap_or(std::num::NonZeroU64::MIN),
+        max_queued_requests: 7,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    let dir = format!("pc-tel-{}", &c.session[c.session.len().saturating_sub(8)..]);
+    if let Err(e) = private_dir(&c.target.cwd.join(&dir)) {
+        return Outcome::Error(format!("cannot create the directory the call names: {e}"));
+    }
+    let seen = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": dir}))], c.target.step * 3));
+    let Some(invoke) = link_frames(c, link, "invoke").into_iter().find(|f| f["payload"]["path"] == dir.as_str()) else {
+        return Outcome::Error(format!(
+            "inconclusive: the call never reached the adapter (the wake was answered {})",
+            rtoken(&seen.resp)
+        ));
+    };
+    let r = tryo!(session_status(c));
+    if rtoken(&r) != "ok" {
+        return Outcome::Error(format!("inconclusive: the status of the live session was answered {}", rtoken(&r)));
+    }
+    let d = data(&r);
+    // The object holding `capacity` is the telemetry.
+    fn holder(v: &Value) -> Option<&Value> {
+        match v {
+            Value::Object(m) if m.get("capacity").is_some_and(Value::is_object) => Some(v),
+            Value::Object(m) => m.values().find_map(holder),
+            Value::Array(a) => a.iter().find_map(holder),
+            _ => None,
+        }
+    }
+    let Some(t) = holder(&d) else {
+        return Outcome::with(
+            "no-telemetry",
+            vec![format!(
+                "the status of a session with a bound tool adapter carries no queue telemetry (no `capacity` object): \
+                 SPEC §4.4 requires capacity, occupancy, high-water marks, counters and per-operation summaries; \
+                 data: {}",
+                d.to_string().chars().take(300).collect::<String>()
+            )],
+        );
+    };
+    let mut p = Vec::new();
+    let mut cap = Vec::new();
+    numbers_under(&t["capacity"], &mut cap);
+    let mut cap: Vec<u64> = cap.into_iter().map(|(_, n)| n).collect();
+    cap.sort_unstable();
+    if cap != [3, 7] {
+        p.push(format!(
+            "the telemetry's capacity {} is not the binding's maxConcurrentRequests 3 and maxQueuedRequests 7",
+            t["capacity"]
+        ));
+    }
+    let mut all = Vec::new();
+    numbers_under(t, &mut all);
+    let completed = all.iter().filter(|(k, _)| k.starts_with("completed")).map(|(_, n)| *n).max();
+    match completed {
+        Some(n) if n >= 1 => {}
+        Some(n) => p.push(format!("the telemetry counts {n} completed calls after one completed")),
+        None => p.push("the telemetry has no completed-calls counter (`completed…`)".into()),
+    }
+    if t.get("operations").is_none() {
+        p.push("the telemetry has no per-operation summaries (`operations`)".into());
+    }
+    let text = t.to_string();
+    for (what, v) in [("requestId", &invoke["requestId"]), ("idempotencyKey", &invoke["idempotencyKey"])] {
+        if let Some(s) = v.as_str().filter(|s| !s.is_empty() && text.contains(*s)) {
+            p.push(format!("the telemetry carries the call's {what} `{s}`: it must be content-free"));
+        }
+    }
+    if text.contains(&dir) {
+        p.push(format!("the telemetry carries the call's path `{dir}`: it must be content-free"));
+    }
+    Outcome::with("telemetry", p)
+}
+
 /// SPEC §2.3: an event's sequence is per session and monotonic from 1: the events a wake
 /// sends to an attached connection carry strictly increasing sequences, each above the
 /// `sequence` the attach answered with (the last one the session had sent).
@@ -3137,6 +3448,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.handshake.snapshot-content-free", hs_snapshot_content_free),
         ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
         ("daemon.envelope.line-at-max-bytes", env_line_at_max_bytes),
+        ("daemon.envelope.in-flight-limit", env_in_flight_limit),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
         ("daemon.admission.check-1-closed-descriptor", adm_1),
@@ -3207,6 +3519,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.events.attached-only", events_attached_only),
         ("daemon.events.sequence-increasing", events_sequence_increasing),
         ("daemon.status.resident-session", status_resident_session),
+        ("daemon.status.queue-telemetry", status_queue_telemetry),
         ("daemon.wake.same-key-replays", wake_same_key_replays),
         ("daemon.wake.same-key-other-payload-conflict", wake_same_key_other_payload),
         ("daemon.restart.quarantine-listed", restart_quarantine_listed),
