@@ -529,7 +529,7 @@ impl<L: LinkState + Clone> HostCore<L> {
                             "the tool policy differs from the retained one",
                         ));
                     }
-                    (None, Some(_)) => {
+                    (None, Some(_)) if !self.faults.has(DaemonFault::ToolsAddedOnReopen) => {
                         return Err(DErr::of(
                             DaemonCode::SessionPolicyConflict,
                             "this generation was opened without tools",

@@ -247,6 +247,9 @@ faults! {
     /// status with a sessionId answers session_not_found for a resident session.
     SessionStatusNotFound = "session-status-not-found", "PC-2.5",
         "status with the sessionId of a resident session is answered session_not_found";
+    /// Tools added on a same-generation reopen are accepted.
+    ToolsAddedOnReopen = "tools-added-on-reopen", "PC-3.4",
+        "a live generation opened without tools and re-opened with a descriptor answers created:false instead of session_policy_conflict";
     /// A session status without its queue telemetry.
     StatusWithoutTelemetry = "status-without-telemetry", "PC-4.4",
         "status of a session with a bound tool adapter answers the session without its queue telemetry (toolQueue empty)";

@@ -908,6 +908,26 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     let v = tryo!(c.open(1, json!("none")));
     refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
 }
+/// SPEC §3.4: a re-open at the same generation with a different summary is
+/// `session_policy_conflict`. A generation opened without tools has no summary; re-opened
+/// with a descriptor, the summaries differ (none against one): it should be refused, with no
+/// bind reaching the adapter. A SHOULD case: the rule compares two summaries and this
+/// generation has none, and Pi Daemon 0.3.3 answers `created:false` without binding.
+fn policy_tools_added_on_reopen(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_plain(c));
+    let first = c.probe.seen().connections;
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let out = refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None);
+    if bind_seen_since(c, first) {
+        let mut p = vec!["a re-open adding tools to a generation opened without them reached the adapter".to_string()];
+        if let Outcome::Observed { problems, .. } = &out {
+            p.extend(problems.iter().cloned());
+        }
+        return Outcome::with("bound", p);
+    }
+    out
+}
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     policy_summary_item(c, SummaryItem::Limit)
 }
@@ -3477,6 +3497,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
+        ("daemon.policy.tools-added-on-reopen", policy_tools_added_on_reopen),
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
         ("daemon.policy.summary-mismatch-adapter-id", policy_summary_adapter_id),
         ("daemon.policy.summary-mismatch-adapter-version", policy_summary_adapter_version),
