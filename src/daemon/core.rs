@@ -642,7 +642,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             return Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation"));
         };
         x.closing = true;
-        Ok(if x.mode == "memory" {
+        Ok(if x.mode == "memory" || self.faults.has(DaemonFault::CloseNotPersisted) {
             CloseWrite::Nothing
         } else if retain {
             let mut r = x.record();

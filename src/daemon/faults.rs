@@ -263,6 +263,9 @@ faults! {
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";
+    /// A durable session's close writes nothing.
+    CloseNotPersisted = "close-not-persisted", "PC-6",
+        "the close of a durable session is answered ok without its record being removed or marked closed: a restart brings the session back";
     /// Sessions without tools are quarantined too.
     QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
         "a restart quarantines every retained session, tools:\"none\" ones included";

@@ -3301,6 +3301,42 @@ fn restart_reprovision(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with(rtoken(&r), p)
 }
 
+/// SPEC §6 with a close before the restart: only a retained generation is recovered. A
+/// session with tools closed with `retainSession:false` (answered ok, so durable: SPEC §2.5,
+/// deletes are persisted before the answer) is gone after a restart: not listed in
+/// `quarantinedSessions`, and its `status` is `session_not_found`.
+fn restart_closed_session_gone(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let _ = tryo!(open_bound(c, 1));
+    let v = tryo!(c.close_retaining(1, false));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return Outcome::Error(format!("inconclusive: the close with retainSession:false was answered {}", rtoken(&r)));
+    }
+    tryo!(c.restart());
+    let session = c.session.clone();
+    let mut p = Vec::new();
+    if tryo!(quarantine_listed(c, &session)) {
+        p.push(
+            "a session closed with retainSession:false (answered ok) is listed in quarantinedSessions after a \
+             restart: the close was not persisted"
+                .to_string(),
+        );
+    }
+    let s = tryo!(session_status(c));
+    let code = s.frame().and_then(|f| f.error_code().map(str::to_string));
+    if code.as_deref() != Some(DaemonCode::SessionNotFound.as_str()) {
+        p.push(format!(
+            "the status of a session closed with retainSession:false is answered {} after a restart, not \
+             session_not_found",
+            rtoken(&s)
+        ));
+    }
+    Outcome::with(if p.is_empty() { "gone" } else { "restored" }, p)
+}
+
 /// Whether the handshake's host snapshot lists generation 1 of `session` as quarantined.
 fn quarantine_listed(c: &mut DCtx<'_>, session: &str) -> Result<bool, Outcome> {
     let v = c.handshake(None)?;
@@ -3553,6 +3589,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.summary-mismatch-refused", restart_summary_mismatch),
         ("daemon.restart.failed-reprovision-keeps-quarantine", restart_failed_reprovision),
         ("daemon.restart.no-tools-session-not-quarantined", restart_no_tools_not_quarantined),
+        ("daemon.restart.closed-session-gone", restart_closed_session_gone),
     ]
 }
 

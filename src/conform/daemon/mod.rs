@@ -267,6 +267,15 @@ impl<'a> DCtx<'a> {
             .map_err(harness)
     }
 
+    /// A v2 close of the case session with `retainSession` given.
+    pub fn close_retaining(&mut self, generation: u64, retain: bool) -> Result<Value, Outcome> {
+        let rid = self.rid();
+        let s = compose::SessionRef { session_id: &self.session, generation };
+        let mut cmd = compose::close(&compose::Envelope { version: "2.0", request_id: &rid }, &s).map_err(harness)?;
+        cmd.payload.retain_session = Some(retain);
+        Ok(compose::to_wire(&cmd))
+    }
+
     /// Restart the daemon with the restart command and reconnect; refresh `host`.
     pub fn restart(&mut self) -> Result<(), Outcome> {
         let Some(cmd) = self.target.restart_cmd.clone() else {
