@@ -206,7 +206,7 @@ impl Connection {
     pub fn handle_response(&mut self, reply: ReplyTo, result: Result<Value, DErr>) {
         let ReplyTo { version, request_id, session_id } = reply;
         let mut line = response_line(&version, &request_id, &self.host_id, session_id.as_deref(), result);
-        if line.len() > MAX_RESPONSE_BYTES {
+        if line.len() > MAX_RESPONSE_BYTES && !self.faults.has(DaemonFault::NoResponseCap) {
             let e = DErr::of(DaemonCode::OutboundRecordTooLarge, "the response exceeded maxResponseBytes");
             line = response_line(&version, &request_id, &self.host_id, session_id.as_deref(), Err(e));
         }

@@ -151,6 +151,9 @@ faults! {
     /// connection_busy closes the connection.
     BusyCloses = "busy-closes", "PC-1.1",
         "a connection_busy refusal closes the connection instead of leaving it open";
+    /// Responses over maxResponseBytes are sent.
+    NoResponseCap = "no-response-cap", "PC-1.1",
+        "a response over maxResponseBytes is sent as it is instead of replaced by outbound_record_too_large";
     /// The invoke size check counts the LF twice.
     InvokeLimitOneShort = "invoke-limit-one-short", "PC-1.1",
         "an invoke line of exactly maxRequestBytes (LF included) is refused adapter_request_too_large instead of sent: the size check counts the LF twice";

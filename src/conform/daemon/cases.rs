@@ -393,6 +393,94 @@ fn in_flight_limit(c: &mut DCtx<'_>, held: &mut usize) -> Outcome {
     Outcome::with("busy-past-limit", p)
 }
 
+/// SPEC §1.1 (MUST [daemon]): a response over `maxResponseBytes` (advertised; 1 MiB) is
+/// replaced by `outbound_record_too_large` and the connection stays open. The provoked state: a
+/// wake whose calls read files of 400,000 bytes, enough of them that their results together
+/// exceed the limit — where the daemon's answer carries its calls' results (the reference's
+/// `result.toolCalls[].data`). A daemon whose answer does not carry them (Pi Daemon 0.3.3
+/// reports calls as `toolEnd` events) cannot be made to answer that much: skipped, saying so.
+fn env_response_over_max_bytes(c: &mut DCtx<'_>) -> Outcome {
+    const CHUNK: usize = 400_000;
+    let mut conn = tryo!(c.connect());
+    let h = tryo!(c.handshake(None));
+    let hs = c.call(&mut conn, h);
+    let limit = data(&hs)["limits"]["maxResponseBytes"].as_u64().unwrap_or(1024 * 1024) as usize;
+    if limit > 4 * 1024 * 1024 {
+        return Outcome::Skip(format!(
+            "the daemon advertises maxResponseBytes {limit}: the case provokes at most 4 MiB"
+        ));
+    }
+    let (_, link) = tryo!(open_bound(c, 1));
+    let name = format!("pc-big-{}.txt", &c.session[c.session.len().saturating_sub(8)..]);
+    let file = c.target.cwd.join(&name);
+    if let Err(e) = std::fs::write(&file, "a".repeat(CHUNK)) {
+        return Outcome::Error(format!("cannot write the {CHUNK}-byte file the calls read: {e}"));
+    }
+    let calls: Vec<(&str, Value)> =
+        (0..limit / CHUNK + 2).map(|_| ("fs_read", json!({"path": name, "maxBytes": CHUNK}))).collect();
+    let w = c.wake_calls(1, &calls);
+    let out = w.map(|w| {
+        let rid = w["requestId"].clone();
+        let r = c.call(&mut conn, w);
+        (rid, r)
+    });
+    let _ = std::fs::remove_file(&file);
+    let (rid, r) = tryo!(out);
+    let reads = link_frames(c, link, "invoke").len();
+    let Recv::Frame(f, raw) = &r else {
+        return Outcome::with(
+            format!("no-answer:{}", rtoken(&r)),
+            vec![format!("the wake reading {} × {CHUNK} bytes got no answer: {}", calls.len(), rtoken(&r))],
+        );
+    };
+    if raw.len() > limit + 1 {
+        return Outcome::with(
+            "sent-over-limit",
+            vec![format!(
+                "the daemon sent a response of {} bytes on a connection whose maxResponseBytes is {limit}: it must be \
+                 replaced by {}",
+                raw.len(),
+                DaemonCode::OutboundRecordTooLarge.as_str()
+            )],
+        );
+    }
+    match f.error_code() {
+        Some(code) if code == DaemonCode::OutboundRecordTooLarge.as_str() => {}
+        Some(code) => return Outcome::Error(format!(
+            "inconclusive: the wake reading {} × {CHUNK} bytes was refused {code}: a refusal the case did not provoke",
+            calls.len()
+        )),
+        None if reads < calls.len() => return Outcome::Error(format!(
+            "inconclusive: {reads} of the {} reads reached the adapter, so no answer over {limit} bytes was provoked",
+            calls.len()
+        )),
+        None => {
+            return Outcome::Skip(format!(
+                "the wake's answer ({} bytes) does not carry its calls' results, so no answer over maxResponseBytes \
+                 ({limit}) can be provoked with this daemon",
+                raw.len()
+            ))
+        }
+    }
+    let mut p = Vec::new();
+    if json!(f.request_id()) != rid {
+        p.push(format!(
+            "the {} refusal does not echo the wake's requestId",
+            DaemonCode::OutboundRecordTooLarge.as_str()
+        ));
+    }
+    let h = tryo!(c.handshake(None));
+    let after = c.call(&mut conn, h);
+    if rtoken(&after) != "ok" {
+        p.push(format!(
+            "after the {} refusal a handshake on the same connection was answered {}: the connection stays open",
+            DaemonCode::OutboundRecordTooLarge.as_str(),
+            rtoken(&after)
+        ));
+    }
+    Outcome::with("replaced", p)
+}
+
 // ---------------------------------------------------------------- v1 / v2 resources
 
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
@@ -3505,6 +3593,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
         ("daemon.envelope.line-at-max-bytes", env_line_at_max_bytes),
         ("daemon.envelope.in-flight-limit", env_in_flight_limit),
+        ("daemon.envelope.response-over-max-bytes", env_response_over_max_bytes),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
         ("daemon.admission.check-1-closed-descriptor", adm_1),
