@@ -111,7 +111,8 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     if line.len() as i64 + 1 > binding.limits().max_request_bytes && !faults.has(Fault::NoLineLimit) {
         return None;
     }
-    if binding.handle().occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) {
+    let whole_only = faults.has(Fault::HandleWholeValueOnly);
+    if binding.handle().occurs_in(line) && !faults.has(Fault::AcceptHandleInInvoke) && !whole_only {
         return None;
     }
     let v = if faults.has(Fault::DuplicateKeysLastWins) {
@@ -119,6 +120,9 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     } else {
         decode_strict(line).ok()?
     };
+    if whole_only && holds_whole_value(&v, binding.handle().expose()) {
+        return None;
+    }
     let obj = v.as_object()?;
     if obj.get("kind")?.as_str()? != "invoke" {
         return None;
@@ -131,6 +135,9 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
         if let Value::Object(p) = &mut payload {
             p.retain(|k, _| payload_keys(op).contains(&k.as_str()));
         }
+    }
+    if faults.has(Fault::NullAsAbsent) {
+        strip_nulls(&mut payload);
     }
     if faults.has(Fault::MaxResultsAboveLimit) && op == ToolOperation::FsSearch {
         if let Some(m) = payload.get_mut("maxResults").filter(|m| m.as_u64().is_some_and(|n| n > 10_000)) {
@@ -207,9 +214,16 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
             }
         }
     }
+    if faults.has(Fault::PathRulesWriteOnly) && op != ToolOperation::FsWrite {
+        if let Some(p) = check.get_mut("payload").and_then(|p| p.get_mut("path")) {
+            if p.is_string() {
+                *p = "hello.txt".into();
+            }
+        }
+    }
     let mut check = Value::Object(check);
     let escaped_only = faults.has(Fault::HandleScanRawOnly) && !binding.handle().occurs_in(line);
-    if faults.has(Fault::AcceptHandleInInvoke) || escaped_only {
+    if faults.has(Fault::AcceptHandleInInvoke) || escaped_only || whole_only {
         let text = serde_json::to_string(&check).ok()?;
         let h = binding.handle().expose();
         check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
@@ -220,6 +234,28 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     }
     check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
     Some(LenientInvoke { request_id, key, op, payload })
+}
+
+/// Whether some string value of `v` (not a key, not part of a longer value) is exactly `h`.
+fn holds_whole_value(v: &Value, h: &str) -> bool {
+    match v {
+        Value::String(s) => s == h,
+        Value::Array(a) => a.iter().any(|x| holds_whole_value(x, h)),
+        Value::Object(m) => m.values().any(|x| holds_whole_value(x, h)),
+        _ => false,
+    }
+}
+
+/// Drop every null-valued member, at any depth (a reader taking null for absent).
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
 }
 
 // ------------------------------------------------------------------ operations through std::fs

@@ -109,6 +109,9 @@ faults! {
     /// Payload numbers and booleans given as strings are converted.
     CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
         "payload integers/booleans given as strings are converted instead of invalid_request";
+    /// Payload fields given as JSON null are taken as absent.
+    NullAsAbsent = "null-as-absent", "PC-5.2",
+        "payload fields given as JSON null are dropped and the invoke executed (null read as absent) instead of invalid_request";
     /// fs.search maxResults above 10000 is clamped.
     MaxResultsAboveLimit = "max-results-above-limit", "PC-5.2",
         "fs.search maxResults above 10000 is clamped to 10000 and run instead of invalid_request";
@@ -143,6 +146,12 @@ faults! {
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",
         "a path with `..` segments is resolved with plain std::fs against the root path (escapes it)";
+    /// Path rules are checked for fs.write only.
+    PathRulesWriteOnly = "path-rules-write-only", "PC-5.1",
+        "the path rules are checked for fs.write only: fs.list, fs.read, fs.search and fs.edit resolve a malformed path with plain std::fs";
+    /// The handle is looked for as a whole string value only.
+    HandleWholeValueOnly = "handle-whole-value-only", "PC-4.5",
+        "an invoke is closed only when a whole string value is the handle: the handle inside a longer value, a key or an id is executed";
     /// symlink_refused results are redone through std::fs, following the link.
     FollowSymlinks = "follow-symlinks", "PC-7.2",
         "an operation refused with symlink_refused is redone with std::fs, following the link";

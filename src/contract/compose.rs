@@ -153,10 +153,16 @@ pub fn to_wire<T: Serialize>(t: &T) -> Value {
     reorder(v, order)
 }
 
-/// `value` decoded into the generated type `T` when it fits it; `Err(value)` unchanged when it
-/// does not (a payload or policy a negative case broke on purpose, which is sent raw).
-pub fn typed_or_raw<T: DeserializeOwned>(value: Value) -> Result<T, Value> {
-    T::deserialize(&value).map_err(|_| value)
+/// `value` decoded into the generated type `T` when it fits it and says exactly the same
+/// (it encodes back to an equal document); `Err(value)` unchanged otherwise — a payload or
+/// policy a negative case broke on purpose, which is sent raw. The round trip matters: a
+/// generated `Option` decodes a JSON `null` as absent, so a typed copy of `{"offset": null}`
+/// would silently send `{}`, not the spelling the case chose.
+pub fn typed_or_raw<T: DeserializeOwned + Serialize>(value: Value) -> Result<T, Value> {
+    match T::deserialize(&value) {
+        Ok(t) if serde_json::to_value(&t).is_ok_and(|back| back == value) => Ok(t),
+        _ => Err(value),
+    }
 }
 
 // ---------------------------------------------------------------- adapter frames

@@ -709,6 +709,231 @@ fn path_trailing_slash_file(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::stat("hello.txt/")))
 }
 
+/// Whether the target's descriptor grants `op` (cells of an ungranted one are skipped).
+fn granted(c: &Ctx<'_>, op: &str) -> bool {
+    c.target.admitted.operations().iter().any(|o| o.to_string() == op)
+}
+
+/// Send each `(operation, payload)` cell on one bound connection (a new one after a close);
+/// the cells whose token is not `want`, as `operation payload → token`.
+fn cells_not(c: &mut Ctx<'_>, cells: &[(&str, Value)], want: &str) -> Result<Vec<String>, Outcome> {
+    let mut conn = c.bound()?;
+    let mut wrong = Vec::new();
+    for (op, payload) in cells {
+        if !granted(c, op) {
+            continue;
+        }
+        let r = c.call(&mut conn, req::raw(op, payload.clone()));
+        let t = token(&r);
+        if t != want {
+            let shown: String = payload.to_string().chars().take(120).collect();
+            wrong.push(format!("{op} {shown} → {t}"));
+            if matches!(r, Recv::Closed | Recv::Timeout) {
+                conn = c.bound()?;
+            }
+        }
+    }
+    Ok(wrong)
+}
+
+/// PC-5.1 for every operation: the path rules hold for fs.list, fs.read, fs.search and fs.edit
+/// as for fs.write (the `adapter.path.*` cases) and fs.stat (the path vectors). Each malformed
+/// form — empty, absolute (into the sentinel), `..` out of the root and inside it, `./`, `//`,
+/// `/./`, a backslash, a control character, a 256-byte component — is `invalid_path` for
+/// each of the four, and nothing outside the root is read (the sentinel scan) or changed.
+fn path_every_operation(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let sentinel = c.fixture.sentinel.clone();
+    let name = sentinel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let forms = [
+        String::new(),
+        sentinel.join("secret.txt").to_string_lossy().into_owned(),
+        format!("../{name}/secret.txt"),
+        "dir/../hello.txt".to_string(),
+        "./hello.txt".to_string(),
+        "dir//a.txt".to_string(),
+        "dir/./a.txt".to_string(),
+        "dir\\a.txt".to_string(),
+        "dir/a\u{1}.txt".to_string(),
+        "n".repeat(256),
+    ];
+    let mut cells = Vec::new();
+    for p in &forms {
+        cells.push(("fs.list", json!({"path": p})));
+        cells.push(("fs.read", json!({"path": p})));
+        cells.push(("fs.search", json!({"path": p, "query": "hello"})));
+        cells.push(("fs.edit", json!({"path": p, "edits": [{"oldText": "hello", "newText": "escape"}]})));
+    }
+    let wrong = tryo!(cells_not(c, &cells, "error:invalid_path"));
+    if wrong.is_empty() {
+        return Outcome::token("error:invalid_path");
+    }
+    Outcome::with(
+        "accepted-malformed",
+        vec![format!(
+            "{} malformed path(s) were not refused invalid_path (the path rules of PC-5.1 hold for every \
+             operation, before any filesystem access): {}",
+            wrong.len(),
+            wrong.join("; ")
+        )],
+    )
+}
+
+/// PC-5.2 and the conventions of PC-1: payloads are closed objects, one per operation, and a
+/// JSON `null` is a present value of the wrong type, never "absent". Each cell — `null` for
+/// every optional field and for required ones, a key of another operation, a value of the
+/// wrong type — is `invalid_request`, and nothing is written.
+fn invoke_payload_closed_per_operation(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let edit = json!([{"oldText": "hello", "newText": "x"}]);
+    let cells = [
+        ("fs.list", json!({"path": "dir", "maxEntries": null})),
+        ("fs.read", json!({"path": "hello.txt", "offset": null})),
+        ("fs.read", json!({"path": "hello.txt", "maxBytes": null})),
+        ("fs.search", json!({"path": ".", "query": "hello", "maxResults": null})),
+        ("fs.write", json!({"path": "x.txt", "content": "x", "create": null})),
+        ("fs.write", json!({"path": "x.txt", "content": "x", "overwrite": null})),
+        ("fs.write", json!({"path": "x.txt", "content": "x", "expectedDigest": null})),
+        ("fs.edit", json!({"path": "hello.txt", "edits": edit, "expectedDigest": null})),
+        ("fs.stat", json!({"path": null})),
+        ("fs.search", json!({"path": ".", "query": null})),
+        ("fs.write", json!({"path": "x.txt", "content": null})),
+        ("fs.edit", json!({"path": "hello.txt", "edits": [{"oldText": "hello", "newText": null}]})),
+        ("fs.edit", json!({"path": "hello.txt", "edits": null})),
+        ("fs.list", json!({"path": "dir", "offset": 0})),
+        ("fs.search", json!({"path": ".", "query": "hello", "maxEntries": 5})),
+        ("fs.search", json!({"path": ".", "query": "hello", "regex": true})),
+        ("fs.edit", json!({"path": "hello.txt", "edits": edit, "content": "x"})),
+        ("fs.read", json!({"path": "hello.txt", "query": "hello"})),
+        ("fs.stat", json!({"path": "hello.txt", "maxBytes": 1})),
+        ("fs.write", json!({"path": "x.txt", "content": "x", "overwrite": "false"})),
+        ("fs.search", json!({"path": ".", "query": "hello", "maxResults": "5"})),
+        ("fs.edit", json!({"path": "hello.txt", "edits": {}})),
+        ("fs.stat", json!({"path": 1})),
+    ];
+    let wrong = tryo!(cells_not(c, &cells, "error:invalid_request"));
+    if wrong.is_empty() {
+        return Outcome::token("error:invalid_request");
+    }
+    Outcome::with(
+        "accepted-invalid-payload",
+        vec![format!(
+            "{} payload(s) outside the operation's closed shape were not refused invalid_request (a null is a \
+             present value of the wrong type, a key of another operation is unknown): {}",
+            wrong.len(),
+            wrong.join("; ")
+        )],
+    )
+}
+
+/// PC-4.3 / PC-4.5: the handle scan is an exact substring match over the frame, so the handle
+/// inside a longer value, inside a key or as an id closes the connection like a whole value
+/// (`adapter.invoke.handle-in-payload` tries whole values only), and nothing is written.
+fn secret_handle_inside_values(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let h = c.target.handle().to_string();
+    let mut frames = vec![
+        ("inside content", c.invoke("r-1", "k-1", req::write("x.txt", &format!("pre-{h}-post")))),
+        ("inside a path", c.invoke("r-1", "k-1", req::write(&format!("d-{h}.txt"), "x"))),
+        ("inside a payload key", {
+            let mut f = c.invoke("r-1", "k-1", req::write("x.txt", "x"));
+            f["payload"][format!("a{h}")] = json!(1);
+            f
+        }),
+        ("inside the idempotencyKey", c.invoke("r-1", &format!("k-{h}"), req::write("x.txt", "x"))),
+    ];
+    if h.len() <= 126 {
+        frames.push(("inside the requestId", c.invoke(&format!("r-{h}"), "k-1", req::write("x.txt", "x"))));
+    }
+    let mut wrong = Vec::new();
+    for (how, f) in frames {
+        let mut conn = tryo!(c.bound());
+        conn.send(&f);
+        let t = token(&conn.expect_close(c.step()));
+        if t != "closed" {
+            wrong.push(format!("the handle {how} → {t}"));
+        }
+    }
+    if wrong.is_empty() {
+        return Outcome::token("closed");
+    }
+    Outcome::with(
+        "not-closed",
+        vec![format!(
+            "the bound handle anywhere in a frame other than bind closes the connection (an exact substring match), \
+             but: {}",
+            wrong.join("; ")
+        )],
+    )
+}
+
+/// PC-5.3.errors for the mutating operations and search: a FIFO, a socket or a device named by
+/// the path is `unsupported_file_type` for fs.search, and for fs.write and fs.edit
+/// `unsupported_file_type` or `not_a_file` (an existing target that is not a regular file;
+/// an edit rewrites its target like a write), answered within one step (a
+/// FIFO must not block); a symlink named by the path is `symlink_refused` for fs.edit and
+/// fs.search. Nothing is replaced.
+fn special_files_every_operation(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let mut special = Vec::new();
+    if c.fixture.fifo {
+        special.push("special/fifo");
+    }
+    if c.fixture.device {
+        special.push("special/null");
+    }
+    if c.fixture.socket {
+        special.push("mixed/sock");
+    }
+    if special.is_empty() {
+        return Outcome::Skip("no FIFO, device or socket could be made in the fixture".into());
+    }
+    let mut wrong = Vec::new();
+    let mut check = |c: &mut Ctx<'_>, op: &str, payload: Value, ok: &[&str]| -> Result<(), Outcome> {
+        if !granted(c, op) {
+            return Ok(());
+        }
+        let mut conn = c.bound()?;
+        let r = c.call(&mut conn, req::raw(op, payload.clone()));
+        let t = token(&r);
+        if !ok.contains(&t.as_str()) {
+            wrong.push(format!("{op} {} → {t} (want {})", payload["path"], ok.join(" or ")));
+        }
+        Ok(())
+    };
+    for p in &special {
+        let edits = json!([{"oldText": "a", "newText": "b"}]);
+        // An edit rewrites its target like a write, so `not_a_file` (an existing target that is
+        // not a regular file) is allowed beside `unsupported_file_type` for it too.
+        tryo!(check(
+            c,
+            "fs.edit",
+            json!({"path": p, "edits": edits}),
+            &["error:unsupported_file_type", "error:not_a_file"]
+        ));
+        tryo!(check(c, "fs.search", json!({"path": p, "query": "a"}), &["error:unsupported_file_type"]));
+        tryo!(check(
+            c,
+            "fs.write",
+            json!({"path": p, "content": "x"}),
+            &["error:unsupported_file_type", "error:not_a_file"]
+        ));
+    }
+    let edits = json!([{"oldText": "hello", "newText": "x"}]);
+    tryo!(check(c, "fs.edit", json!({"path": "links/in.txt", "edits": edits}), &["error:symlink_refused"]));
+    tryo!(check(c, "fs.search", json!({"path": "links/in.txt", "query": "hello"}), &["error:symlink_refused"]));
+    if wrong.is_empty() {
+        return Outcome::token("refused");
+    }
+    Outcome::with(
+        "not-refused",
+        vec![format!(
+            "special files and symlinks named by the path must be refused for every operation (PC-5.3.errors): {}",
+            wrong.join("; ")
+        )],
+    )
+}
+
 // ---------------------------------------------------------------- fs.list
 
 fn list_entries(r: &Recv) -> Vec<Value> {
@@ -2909,6 +3134,10 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.path.dot-slash-root", judged!(path_dot_slash_root)),
         ("adapter.path.trailing-slash-dir", judged!(path_trailing_slash_dir)),
         ("adapter.path.trailing-slash-file", judged!(path_trailing_slash_file)),
+        ("adapter.path.every-operation", judged!(path_every_operation)),
+        ("adapter.invoke.payload-closed-per-operation", judged!(invoke_payload_closed_per_operation)),
+        ("adapter.secret.handle-inside-values", judged!(secret_handle_inside_values)),
+        ("adapter.special.every-operation", judged!(special_files_every_operation)),
         ("adapter.list.sorted-bytewise", judged!(list_sorted_bytewise)),
         ("adapter.list.types-and-sizes", judged!(list_types_and_sizes)),
         ("adapter.list.omits-symlinks", judged!(list_omits_symlinks)),

@@ -446,14 +446,18 @@ fn env_response_over_max_bytes(c: &mut DCtx<'_>) -> Outcome {
     }
     match f.error_code() {
         Some(code) if code == DaemonCode::OutboundRecordTooLarge.as_str() => {}
-        Some(code) => return Outcome::Error(format!(
+        Some(code) => {
+            return Outcome::Error(format!(
             "inconclusive: the wake reading {} × {CHUNK} bytes was refused {code}: a refusal the case did not provoke",
             calls.len()
-        )),
-        None if reads < calls.len() => return Outcome::Error(format!(
+        ))
+        }
+        None if reads < calls.len() => {
+            return Outcome::Error(format!(
             "inconclusive: {reads} of the {} reads reached the adapter, so no answer over {limit} bytes was provoked",
             calls.len()
-        )),
+        ))
+        }
         None => {
             return Outcome::Skip(format!(
                 "the wake's answer ({} bytes) does not carry its calls' results, so no answer over maxResponseBytes \
