@@ -244,6 +244,9 @@ faults! {
     /// The host snapshot names an adapter endpoint.
     SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
         "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
+    /// No bound ever times out.
+    NoBindTimeout = "no-bind-timeout", "PC-3.4",
+        "a bind without bound never times out: the open waits on a silent adapter for ever instead of failing after requestTimeoutMs";
     /// A session's event sequence never moves on.
     EventSequenceFrozen = "event-sequence-frozen", "PC-2.3",
         "every event of a session carries sequence 1: the sequence is not raised per event";

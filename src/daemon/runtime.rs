@@ -418,7 +418,7 @@ impl AdapterRuntime {
     /// When to call [`AdapterRuntime::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
-            State::Binding => Some(self.bind_deadline),
+            State::Binding if !self.faults.has(DaemonFault::NoBindTimeout) => Some(self.bind_deadline),
             State::Bound => self.calls.values().map(|c| c.deadline).min(),
             _ => None,
         }

@@ -685,6 +685,15 @@ impl OpenSeen {
         if self.reached {
             p.push("a tool call reached the adapter after a failed bind".into());
         }
+        // Refused means answered with an error: an open never answered (a daemon waiting on
+        // the adapter for ever) did not fail, it hangs.
+        if !self.open.starts_with("error:") && self.open != "ok" {
+            p.push(format!(
+                "the open was not answered ({}): a bound violation, silence included, must fail the open within                  requestTimeoutMs",
+                self.open
+            ));
+            return Outcome::with(format!("open-unanswered:{}", self.open), p);
+        }
         Outcome::with(if self.open == "ok" { "opened" } else { "open-refused" }, p)
     }
 }
@@ -781,6 +790,12 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
     let t = rtoken(&r);
     if t == "ok" || connected {
         return Outcome::with(if t == "ok" { "opened" } else { "open-refused" }, p);
+    }
+    if !t.starts_with("error:") {
+        return Outcome::with(
+            format!("open-unanswered:{t}"),
+            vec![format!("the open naming an insecure endpoint was not answered ({t}): it must fail")],
+        );
     }
     // Confirm the refusal is about the endpoint: not a parse or admission refusal, and the
     // same open with the socket made private again succeeds (in a fresh session).
