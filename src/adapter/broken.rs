@@ -108,7 +108,8 @@ pub(crate) fn has_dotdot(path: &str) -> bool {
 /// switched off: each fault rewrites only what its own rule looks at, and the rewritten frame
 /// must then pass every other rule (`check_adapter_frame`). `None`: refuse as usual.
 pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> Option<LenientInvoke> {
-    if line.len() as i64 + 1 > binding.limits().max_request_bytes && !faults.has(Fault::NoLineLimit) {
+    let limit = binding.limits().max_request_bytes + i64::from(faults.has(Fault::LineLimitOnePast));
+    if line.len() as i64 + 1 > limit && !faults.has(Fault::NoLineLimit) {
         return None;
     }
     let whole_only = faults.has(Fault::HandleWholeValueOnly);

@@ -142,6 +142,9 @@ faults! {
     /// Lines over maxRequestBytes are processed.
     NoLineLimit = "no-line-limit", "PC-1.2",
         "invoke lines over maxRequestBytes are read and processed instead of closing";
+    /// A line one byte over maxRequestBytes is read.
+    LineLimitOnePast = "line-limit-one-past", "PC-1.2",
+        "a daemon line of maxRequestBytes + 1 bytes (LF included) is read and processed instead of closing: the limit is counted without the LF";
     // ---- paths and the six operations
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",

@@ -320,7 +320,12 @@ impl Session {
 
     /// Longest line the daemon may send, LF excluded.
     pub fn max_line(&self) -> usize {
-        self.binding.limits().max_request_bytes as usize - 1
+        let max = self.binding.limits().max_request_bytes as usize;
+        if self.faults.has(Fault::LineLimitOnePast) {
+            max
+        } else {
+            max - 1
+        }
     }
 
     fn close(&mut self, reason: CloseReason) -> Vec<Action> {

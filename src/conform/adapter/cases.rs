@@ -407,6 +407,56 @@ fn closes_after(c: &mut Ctx<'_>, f: Value) -> Outcome {
     Outcome::token(token(&conn.expect_close(c.step())))
 }
 
+/// PC-1.2 at the boundary: an invoke line of exactly `maxRequestBytes` (LF included) is read
+/// and executed; one byte more closes the connection (`adapter.invoke.oversize-line` sends one
+/// far over). The lines are `fs.write` invokes whose content pads them to the exact size.
+fn invoke_line_at_max_request_bytes(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["x.txt"]);
+    let max = c.target.admitted.limits().max_request_bytes as usize;
+    let line_of = |c: &Ctx<'_>, id: &str, n: usize| -> (Value, usize) {
+        let f = c.invoke(id, id, req::write("x.txt", &"y".repeat(n)));
+        let len = serde_json::to_vec(&f).map(|v| v.len() + 1).unwrap_or(0);
+        (f, len)
+    };
+    let (_, base) = line_of(c, "r-a1", 0);
+    if base >= max {
+        return Outcome::Skip(format!("an empty fs.write invoke is already {base} bytes, over maxRequestBytes {max}"));
+    }
+    let (at, at_len) = line_of(c, "r-a1", max - base);
+    let (past, past_len) = line_of(c, "r-a2", max - base + 1);
+    if at_len != max || past_len != max + 1 {
+        return Outcome::Error(format!(
+            "harness: the padded invokes are {at_len} and {past_len} bytes, not {max} and {}",
+            max + 1
+        ));
+    }
+    let mut conn = tryo!(c.bound());
+    conn.send(&at);
+    let r = conn.recv_for("r-a1");
+    let t = token(&r);
+    if t != "result:ok" {
+        return Outcome::with(
+            format!("at-limit:{t}"),
+            vec![format!(
+                "an invoke of exactly maxRequestBytes ({max} bytes, LF included) is valid and must be executed, \
+                 got {t}"
+            )],
+        );
+    }
+    let mut conn = tryo!(c.bound());
+    conn.send(&past);
+    let t = token(&conn.expect_close(c.step()));
+    if t != "closed" {
+        return Outcome::with(
+            format!("one-past:{t}"),
+            vec![format!(
+                "an invoke of maxRequestBytes + 1 bytes ({}, LF included) must close the connection, got {t}",
+                max + 1
+            )],
+        );
+    }
+    Outcome::token("ok+closed")
+}
 /// SPEC 4.5: an attributable invoke with an extra frame key may be closed **or** answered
 /// `invalid_request`; both conform. Either way nothing is written (the oracle).
 fn invoke_unknown_frame_key(c: &mut Ctx<'_>) -> Outcome {
@@ -3115,6 +3165,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.handle-in-payload", judged!(invoke_handle_in_payload)),
         ("adapter.invoke.unknown-payload-key", judged!(invoke_unknown_payload_key)),
         ("adapter.invoke.payload-wrong-type", judged!(invoke_payload_wrong_type)),
+        ("adapter.invoke.line-at-max-request-bytes", judged!(invoke_line_at_max_request_bytes)),
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
