@@ -223,6 +223,9 @@ faults! {
     /// No tombstone: a late result of an aborted call is fatal.
     NoTombstone = "no-tombstone", "PC-4.4",
         "a result of a timed-out call arriving before its aborted fails the connection instead of being dropped while its tombstone lives";
+    /// A tombstone drops a result under its requestId whatever its key.
+    TombstoneIgnoresKey = "tombstone-ignores-key", "PC-4.4",
+        "a result arriving before aborted under an aborted call's requestId is dropped as its late result even with another idempotencyKey, instead of failing the connection";
     /// The reflection scan skips `aborted` frames.
     AbortedSecretUnchecked = "aborted-secret-unchecked", "PC-4.3",
         "an aborted frame carrying the capability handle is accepted: the reflection scan skips aborted frames";

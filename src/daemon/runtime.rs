@@ -887,7 +887,12 @@ impl AdapterRuntime {
             Some(t) if self.faults.has(DaemonFault::NoTombstone) && t.expires > now => {
                 self.fail(Code::AdapterResponseMismatch.as_str())
             }
-            Some(t) if t.expires > now && !t.result_dropped && t.key == key && t.op.to_string() == op => {
+            Some(t)
+                if t.expires > now
+                    && !t.result_dropped
+                    && (t.key == key || self.faults.has(DaemonFault::TombstoneIgnoresKey))
+                    && t.op.to_string() == op =>
+            {
                 t.result_dropped = true;
             }
             _ => self.fail(Code::AdapterResponseMismatch.as_str()),

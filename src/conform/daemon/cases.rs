@@ -2112,8 +2112,19 @@ fn tools_aborted_unsolicited(c: &mut DCtx<'_>) -> Outcome {
 /// SPEC §4.3/§4.4: a result for a call the daemon aborted (timed out) that arrives before the
 /// matching `aborted` is dropped while its tombstone lives; the connection stays usable.
 fn tools_late_result_dropped(c: &mut DCtx<'_>) -> Outcome {
+    late_result(c, false)
+}
+/// SPEC §4.3/§4.4: a tombstone drops the late result *of the aborted call*: one that arrives
+/// before `aborted` under the aborted call's `requestId` but another `idempotencyKey` is a
+/// mismatched result, and mismatched results fail closed — a later tool call must not reach
+/// the adapter.
+fn tools_late_result_wrong_key(c: &mut DCtx<'_>) -> Outcome {
+    late_result(c, true)
+}
+fn late_result(c: &mut DCtx<'_>, wrong_key: bool) -> Outcome {
     tryo!(open_for_abort(c));
-    c.probe.set(BoundMode::Exact, InvokeMode::ResultBeforeAborted);
+    let mode = if wrong_key { InvokeMode::WrongKeyBeforeAborted } else { InvokeMode::ResultBeforeAborted };
+    c.probe.set(BoundMode::Exact, mode);
     let sent_before = invokes(c).len();
     let w = c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w));
     // The abort follows the timeout; give it a step to reach the probe.
@@ -2144,6 +2155,17 @@ fn tools_late_result_dropped(c: &mut DCtx<'_>) -> Outcome {
     let before = invokes(c).len();
     let w2 = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
     let _ = tryo!(one(c, w2));
+    if wrong_key {
+        return if invokes(c).len() == before {
+            Outcome::token("failed-closed")
+        } else {
+            Outcome::with(
+                "accepted",
+                vec!["a result under the aborted call's requestId but another idempotencyKey was dropped as a late                       result (a later tool call reached the adapter): it is a mismatched result and must fail the                       connection"
+                    .into()],
+            )
+        };
+    }
     let p = if invokes(c).len() == before {
         vec!["a late result that arrived before the aborted acknowledgement failed the connection: it must be \
               dropped while the call's tombstone lives (a later tool call did not reach the adapter)"
@@ -3679,6 +3701,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.aborted-other-request-id-fails-closed", tools_aborted_other_request_id),
         ("daemon.tools.aborted-unsolicited-fails-closed", tools_aborted_unsolicited),
         ("daemon.tools.late-result-before-aborted-dropped", tools_late_result_dropped),
+        ("daemon.tools.late-result-wrong-key-fails-closed", tools_late_result_wrong_key),
         ("daemon.admission.fit-at-equality", adm_fit_equality),
         ("daemon.admission.fit-one-past", adm_fit_one_past),
         ("daemon.events.attached-only", events_attached_only),

@@ -63,6 +63,9 @@ pub enum InvokeMode {
     /// Never answer the invoke; answer an abort with the late result first, then `aborted:true`
     /// (the race every abort has: the result was on its way).
     ResultBeforeAborted,
+    /// As [`InvokeMode::ResultBeforeAborted`], but the late result names another (well-formed)
+    /// idempotency key: not the aborted call's result, so it must fail the connection.
+    WrongKeyBeforeAborted,
     /// Close the connection (EOF) on the first invoke, unanswered.
     CloseOnInvoke,
     /// Never answer an invoke, nor its abort (tombstones stay alive).
@@ -470,7 +473,9 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                             &result(Ok(json!({"content": format!("leak {handle}"), "bytesRead": 1, "eof": true}))),
                         );
                     }
-                    InvokeMode::ResultAfterAborted | InvokeMode::ResultBeforeAborted => held.push(f.clone()),
+                    InvokeMode::ResultAfterAborted
+                    | InvokeMode::ResultBeforeAborted
+                    | InvokeMode::WrongKeyBeforeAborted => held.push(f.clone()),
                     InvokeMode::CloseOnInvoke => return,
                     InvokeMode::Silent => {}
                     InvokeMode::OtherOperation => {
@@ -551,10 +556,14 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                     r["error"] = AdapterError::new(AdapterCode::IoError, "late").body();
                     r
                 };
-                if imode == InvokeMode::ResultBeforeAborted {
+                if matches!(imode, InvokeMode::ResultBeforeAborted | InvokeMode::WrongKeyBeforeAborted) {
                     // The late result of the aborted call, then the acknowledgement.
                     for h in held.iter().filter(|h| h["requestId"] == f["targetRequestId"]) {
-                        let _ = send(&mut w, &late(h));
+                        let mut r = late(h);
+                        if imode == InvokeMode::WrongKeyBeforeAborted {
+                            r["idempotencyKey"] = json!("tool-not-the-aborted-call");
+                        }
+                        let _ = send(&mut w, &r);
                     }
                     held.retain(|h| h["requestId"] != f["targetRequestId"]);
                     let _ = send(&mut w, &a);
