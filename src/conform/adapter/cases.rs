@@ -786,6 +786,15 @@ fn cells_not(c: &mut Ctx<'_>, cells: &[(&str, Value)], want: &str) -> Result<Vec
     Ok(wrong)
 }
 
+/// `want` for every cell ([`cells_not`]), else `failed` with the cells that differ after `why`.
+fn cells_outcome(c: &mut Ctx<'_>, cells: &[(&str, Value)], want: &str, failed: &str, why: &str) -> Outcome {
+    let wrong = tryo!(cells_not(c, cells, want));
+    if wrong.is_empty() {
+        return Outcome::token(want);
+    }
+    Outcome::with(failed, vec![format!("{} {why}: {}", wrong.len(), wrong.join("; "))])
+}
+
 /// PC-5.1 for every operation: the path rules hold for fs.list, fs.read, fs.search and fs.edit
 /// as for fs.write (the `adapter.path.*` cases) and fs.stat (the path vectors). Each malformed
 /// form — empty, absolute (into the sentinel), `..` out of the root and inside it, `./`, `//`,
@@ -814,18 +823,13 @@ fn path_every_operation(c: &mut Ctx<'_>) -> Outcome {
         cells.push(("fs.search", json!({"path": p, "query": "hello"})));
         cells.push(("fs.edit", json!({"path": p, "edits": [{"oldText": "hello", "newText": "escape"}]})));
     }
-    let wrong = tryo!(cells_not(c, &cells, "error:invalid_path"));
-    if wrong.is_empty() {
-        return Outcome::token("error:invalid_path");
-    }
-    Outcome::with(
+    cells_outcome(
+        c,
+        &cells,
+        "error:invalid_path",
         "accepted-malformed",
-        vec![format!(
-            "{} malformed path(s) were not refused invalid_path (the path rules of PC-5.1 hold for every \
-             operation, before any filesystem access): {}",
-            wrong.len(),
-            wrong.join("; ")
-        )],
+        "malformed path(s) were not refused invalid_path (the path rules of PC-5.1 hold for every operation, \
+         before any filesystem access)",
     )
 }
 
@@ -861,18 +865,13 @@ fn invoke_payload_closed_per_operation(c: &mut Ctx<'_>) -> Outcome {
         ("fs.edit", json!({"path": "hello.txt", "edits": {}})),
         ("fs.stat", json!({"path": 1})),
     ];
-    let wrong = tryo!(cells_not(c, &cells, "error:invalid_request"));
-    if wrong.is_empty() {
-        return Outcome::token("error:invalid_request");
-    }
-    Outcome::with(
+    cells_outcome(
+        c,
+        &cells,
+        "error:invalid_request",
         "accepted-invalid-payload",
-        vec![format!(
-            "{} payload(s) outside the operation's closed shape were not refused invalid_request (a null is a \
-             present value of the wrong type, a key of another operation is unknown): {}",
-            wrong.len(),
-            wrong.join("; ")
-        )],
+        "payload(s) outside the operation's closed shape were not refused invalid_request (a null is a present \
+         value of the wrong type, a key of another operation is unknown)",
     )
 }
 
