@@ -1764,7 +1764,7 @@ fn confine_swap_race(c: &mut Ctx<'_>) -> Outcome {
                 problems.push(format!("iteration {i}: the sentinel's content came back through the swapped directory"));
                 break;
             }
-            if v.error_code() == Some("symlink_refused") {
+            if v.error_code() == Some(AdapterCode::SymlinkRefused.as_str()) {
                 swapped += 1;
             }
         } else {
