@@ -62,6 +62,26 @@ fn list_and_filters() {
         let m: Value = serde_json::from_str(l).unwrap();
         assert!(m["tags"].as_array().unwrap().contains(&json!("fs.read")));
     }
+    // --technique keeps exactly the entries that name it, on both suites.
+    for suite in ["adapter", "daemon"] {
+        let (_, all, _) = run(&[suite, "--list", "--format", "json"]);
+        let (code, out, err) = run(&[suite, "--list", "--technique", "provoked-state", "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let names = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|m| m["techniques"].as_array().unwrap().contains(&json!("provoked-state")))
+                .map(|m| m["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let kept: Vec<String> =
+            out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().into()).collect();
+        assert!(kept.len() >= 5, "{suite}: {out}");
+        assert_eq!(kept, names(&all), "{suite}: --technique provoked-state kept another set");
+    }
+    let (code, _, err) = run(&["adapter", "--list", "--technique", "guesswork"]);
+    assert_eq!(code, 2, "an unknown technique is a usage error: {err}");
+    assert!(err.contains("provoked-state"), "the error lists the techniques: {err}");
     let (code, _, err) = run(&["selftest", "--id", "no.such.case"]);
     assert_eq!(code, 2, "{err}");
 }

@@ -38,6 +38,9 @@ pub struct RunnerOpts {
     /// Only cases with this tag (repeatable).
     #[arg(long = "tag", value_name = "TAG")]
     pub tags: Vec<String>,
+    /// Only cases that apply this technique (repeatable), e.g. `provoked-state`.
+    #[arg(long = "technique", value_enum, value_name = "TECHNIQUE")]
+    pub techniques: Vec<pi_conform::conform::case::Technique>,
     /// Multiply every step's time budget (slow machines: 3).
     #[arg(long, default_value_t = 1.0, value_name = "N")]
     pub time_scale: f64,
@@ -154,6 +157,7 @@ pub fn runner_filter(run: &RunnerOpts) -> anyhow::Result<pi_conform::conform::ru
         id_prefixes: run.ids.clone(),
         levels: run.level.clone(),
         tags: run.tags.clone(),
+        techniques: run.techniques.clone(),
     })
 }
 

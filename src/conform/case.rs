@@ -59,8 +59,9 @@ impl CaseMeta {
 }
 
 /// How a case probes its clause (issue 24): the closed vocabulary of `techniques`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
 pub enum Technique {
     /// The rule holds on a well-formed input (the happy path).
     Positive,

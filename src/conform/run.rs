@@ -10,7 +10,7 @@ use super::adapter::cases::registry;
 use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
 use super::adapter::script;
 use super::adapter::{Ctx, Target};
-use super::case::{holds_handle, CaseMeta, CaseResult, Level, Outcome, Status};
+use super::case::{holds_handle, CaseMeta, CaseResult, Level, Outcome, Status, Technique};
 
 /// Which cases to run.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +21,8 @@ pub struct Filter {
     pub levels: Vec<Level>,
     /// Keep cases with any of these tags (all when empty).
     pub tags: Vec<String>,
+    /// Keep cases that apply any of these techniques (all when empty).
+    pub techniques: Vec<Technique>,
 }
 
 impl Filter {
@@ -29,6 +31,7 @@ impl Filter {
         (self.id_prefixes.is_empty() || self.id_prefixes.iter().any(|p| m.id.starts_with(p.as_str())))
             && (self.levels.is_empty() || self.levels.contains(&m.level))
             && (self.tags.is_empty() || self.tags.iter().any(|t| m.tags.contains(t)))
+            && (self.techniques.is_empty() || self.techniques.iter().any(|t| m.techniques.contains(t)))
     }
 }
 
