@@ -55,6 +55,20 @@ impl Baseline {
     }
 }
 
+/// Side effects listed one per line in a case's reasons; more are counted, not listed (a peer
+/// that creates thousands of files must not turn the report into a directory listing).
+const SIDE_EFFECTS_LISTED: usize = 16;
+
+/// Add the side effects `found` to `oracle`, each prefixed with `what`, at most
+/// [`SIDE_EFFECTS_LISTED`] of them and then their count.
+fn side_effects(oracle: &mut Vec<String>, found: Vec<String>, what: &str) {
+    let more = found.len().saturating_sub(SIDE_EFFECTS_LISTED);
+    oracle.extend(found.into_iter().take(SIDE_EFFECTS_LISTED).map(|d| format!("{what}: {d}")));
+    if more > 0 {
+        oracle.push(format!("{what}: {more} more not listed"));
+    }
+}
+
 /// A whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -340,12 +354,8 @@ fn run_one(
     let allowed: Vec<&str> = ctx.allowed.iter().map(String::as_str).collect();
     let after_root = snapshot(&target.root);
     let after_sentinel = snapshot(&target.sentinel);
-    for d in diff(&before_root, &after_root, &allowed) {
-        oracle.push(format!("unexpected side effect in the root: {d}"));
-    }
-    for d in diff(&before_sentinel, &after_sentinel, &[]) {
-        oracle.push(format!("side effect OUTSIDE the root (sentinel): {d}"));
-    }
+    side_effects(&mut oracle, diff(&before_root, &after_root, &allowed), "unexpected side effect in the root");
+    side_effects(&mut oracle, diff(&before_sentinel, &after_sentinel, &[]), "side effect OUTSIDE the root (sentinel)");
     state.pristine = after_root == before_root && after_sentinel == before_sentinel;
     let received = ctx.received.borrow().clone();
     // In any JSON spelling: a rule about a frame's content is about the decoded value.
@@ -585,6 +595,20 @@ mod tests {
 
     fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
         classify(m, ADAPTER, o, vec![], vec![], Duration::ZERO)
+    }
+
+    #[test]
+    fn side_effects_are_listed_up_to_a_cap_then_counted() {
+        let found = |n: usize| (0..n).map(|i| format!("created f{i}")).collect::<Vec<_>>();
+        let mut oracle = Vec::new();
+        side_effects(&mut oracle, found(SIDE_EFFECTS_LISTED), "in the root");
+        assert_eq!(oracle.len(), SIDE_EFFECTS_LISTED, "{oracle:?}");
+        assert!(!oracle.iter().any(|l| l.contains("more")));
+        let mut oracle = Vec::new();
+        side_effects(&mut oracle, found(1001), "in the root");
+        assert_eq!(oracle.len(), SIDE_EFFECTS_LISTED + 1);
+        assert_eq!(oracle[0], "in the root: created f0");
+        assert_eq!(oracle[SIDE_EFFECTS_LISTED], format!("in the root: {} more not listed", 1001 - SIDE_EFFECTS_LISTED));
     }
 
     #[test]
