@@ -653,6 +653,21 @@ pub(crate) fn truncated_at_limit(job: &Job, mut data: Value, items: &str, limit:
     data
 }
 
+/// [`Fault::NoDefaultLimit`]: the job with the absent `maxEntries`/`maxResults` set to the
+/// largest allowed, so no default applies.
+pub(crate) fn without_default_limit(job: &Job) -> Job {
+    let mut job = job.clone();
+    let limit = match job.operation {
+        ToolOperation::FsList => "maxEntries",
+        ToolOperation::FsSearch => "maxResults",
+        _ => return job,
+    };
+    if let Some(p) = job.payload.as_object_mut() {
+        p.entry(limit).or_insert(json!(super::fs::MAX_ITEMS));
+    }
+    job
+}
+
 /// Whether a line holds a `\u` escape (what [`Fault::EscapedStringsRefused`] refuses).
 pub(crate) fn has_escape(line: &[u8]) -> bool {
     line.windows(2).any(|w| w == b"\\u")

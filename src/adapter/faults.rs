@@ -231,6 +231,9 @@ faults! {
     /// A listing or search holding exactly maxEntries/maxResults items says truncated:true.
     TruncatedAtLimit = "truncated-at-limit", "PC-5.3",
         "fs.list/fs.search say truncated:true when they hold exactly maxEntries/maxResults items";
+    /// Without `maxEntries`/`maxResults` every entry and match is returned.
+    NoDefaultLimit = "no-default-limit", "PC-5.3",
+        "fs.list/fs.search without maxEntries/maxResults return every entry and match (up to 10000), not the default 1000";
     /// A read whose window is full says eof:false even at the end of the file.
     EofByShortWindow = "eof-by-short-window", "PC-5.3.read",
         "fs.read says eof:false whenever bytesRead equals maxBytes, even at the end of the file";

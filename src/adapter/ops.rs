@@ -38,6 +38,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if faults.is_empty() {
         return execute(root, job);
     }
+    let unlimited;
+    let job = if faults.has(Fault::NoDefaultLimit) {
+        unlimited = broken::without_default_limit(job);
+        &unlimited
+    } else {
+        job
+    };
     let path = job.payload.get("path").and_then(Value::as_str).unwrap_or_default();
     let op = job.operation;
     if op == ToolOperation::FsWrite && faults.has(Fault::AbortResultLate) {

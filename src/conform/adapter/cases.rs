@@ -2048,6 +2048,92 @@ fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", problems)
 }
 
+/// Entries a default-limit case lays: the default (PC-5.3.list, PC-5.3.search) is 1000.
+const DEFAULT_LIMIT: usize = 1000;
+
+/// Whether an answer of `n` items of about `each` bytes fits the bound response budget with
+/// room to spare; a budget that would cut first decides `truncated` on its own, so the default
+/// cannot be observed.
+fn budget_fits(c: &Ctx<'_>, n: usize, each: usize) -> Result<(), Outcome> {
+    let budget = c.target.admitted.limits().max_response_bytes as u64;
+    let need = (n * each) as u64 * 2;
+    if budget < need {
+        return Err(Outcome::Skip(format!(
+            "the response budget ({budget} bytes) would cut a listing of {n} items first, so the default limit \
+             cannot be observed"
+        )));
+    }
+    Ok(())
+}
+
+/// Without `maxEntries`, the default is 1000: a directory of exactly 1000 entries is listed
+/// whole with `truncated:false`; with one more, 1000 entries and `truncated:true`
+/// (PC-5.3.list: default `maxEntries` 1000).
+fn list_default_max_entries(c: &mut Ctx<'_>) -> Outcome {
+    tryo!(budget_fits(c, DEFAULT_LIMIT + 1, 96));
+    let dir = c.target.root.join("many");
+    let name = |i: usize| format!("many/m{i:04}.txt");
+    for i in 0..=DEFAULT_LIMIT {
+        c.allow(&[&name(i)]);
+    }
+    c.allow(&["many"]);
+    let lay = |i: usize| std::fs::write(c.target.root.join(name(i)), b"m");
+    if let Err(e) = std::fs::create_dir(&dir).and_then(|()| (0..DEFAULT_LIMIT).try_for_each(lay)) {
+        return Outcome::Error(format!("cannot lay many/: {e}"));
+    }
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for (n, truncated) in [(DEFAULT_LIMIT, false), (DEFAULT_LIMIT + 1, true)] {
+        if n > DEFAULT_LIMIT {
+            if let Err(e) = lay(DEFAULT_LIMIT) {
+                return Outcome::Error(format!("cannot add to many/: {e}"));
+            }
+        }
+        let r = c.call(&mut conn, req::list("many"));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = d["entries"].as_array().map(Vec::len).unwrap_or(0);
+        if got != DEFAULT_LIMIT || d["truncated"] != truncated {
+            problems.push(format!(
+                "fs.list without maxEntries of a directory of {n} files: {got} entries, truncated {}; want \
+                 {DEFAULT_LIMIT}, truncated {truncated} (the default maxEntries is {DEFAULT_LIMIT})",
+                d["truncated"]
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// Without `maxResults`, the default is 1000: a file of exactly 1000 matching lines gives them
+/// all with `truncated:false`; with one more, 1000 matches and `truncated:true`
+/// (PC-5.3.search: default `maxResults` 1000).
+fn search_default_max_results(c: &mut Ctx<'_>) -> Outcome {
+    tryo!(budget_fits(c, DEFAULT_LIMIT + 1, 96));
+    let file = c.target.root.join("many-needles.txt");
+    let lay = |n: usize| std::fs::write(&file, "a needle here\n".repeat(n));
+    if let Err(e) = lay(DEFAULT_LIMIT) {
+        return Outcome::Error(format!("cannot lay many-needles.txt: {e}"));
+    }
+    c.allow(&["many-needles.txt"]);
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for (n, truncated) in [(DEFAULT_LIMIT, false), (DEFAULT_LIMIT + 1, true)] {
+        if let Err(e) = lay(n) {
+            return Outcome::Error(format!("cannot lay many-needles.txt: {e}"));
+        }
+        let r = c.call(&mut conn, req::search("many-needles.txt", "needle"));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = d["matches"].as_array().map(Vec::len).unwrap_or(0);
+        if got != DEFAULT_LIMIT || d["truncated"] != truncated {
+            problems.push(format!(
+                "fs.search without maxResults of a file with {n} matching lines: {got} matches, truncated {}; \
+                 want {DEFAULT_LIMIT}, truncated {truncated} (the default maxResults is {DEFAULT_LIMIT})",
+                d["truncated"]
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
 /// `maxResults` equal to the number of matches: all, `truncated:false`; one less: that many,
 /// `truncated:true` (PC-5.3.search).
 fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
@@ -3210,6 +3296,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.list.omits-special-files", judged!(list_omits_special)),
         ("adapter.list.max-entries", judged!(list_max_entries)),
         ("adapter.list.max-entries-exact", judged!(list_max_entries_exact)),
+        ("adapter.list.default-max-entries", judged!(list_default_max_entries)),
         ("adapter.list.not-a-directory", judged!(list_not_a_directory)),
         ("adapter.list.not-found", judged!(list_not_found)),
         ("adapter.list.mixed-directory", judged!(list_mixed)),
@@ -3248,6 +3335,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
         ("adapter.search.max-results", judged!(search_max_results)),
         ("adapter.search.max-results-exact", judged!(search_max_results_exact)),
+        ("adapter.search.default-max-results", judged!(search_default_max_results)),
         ("adapter.search.max-results-limit", judged!(search_max_results_limit)),
         ("adapter.search.query-length-limit", judged!(search_query_length_limit)),
         ("adapter.search.case-sensitive", judged!(search_case_sensitive)),
