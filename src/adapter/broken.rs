@@ -668,6 +668,56 @@ pub(crate) fn without_default_limit(job: &Job) -> Job {
     job
 }
 
+/// The byte ranges of the number tokens of a JSON line (outside strings).
+fn number_tokens(line: &[u8]) -> Vec<(usize, usize)> {
+    let (mut out, mut i, mut in_str, mut esc) = (Vec::new(), 0, false, false);
+    while i < line.len() {
+        let b = line[i];
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_str = true;
+        } else if b == b'-' || b.is_ascii_digit() {
+            let start = i;
+            while i < line.len() && matches!(line[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                i += 1;
+            }
+            out.push((start, i));
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// [`Fault::FloatSpellingRefused`]: whether the line spells a number with a fraction or an
+/// exponent.
+pub(crate) fn has_float_spelling(line: &[u8]) -> bool {
+    number_tokens(line).iter().any(|&(a, b)| line[a..b].iter().any(|c| matches!(c, b'.' | b'e' | b'E')))
+}
+
+/// [`Fault::FractionTruncated`]: the line with every plain decimal fraction (`2.5`, not an
+/// exponent form) cut to its integer part.
+pub(crate) fn truncate_fractions(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut last = 0;
+    for (a, b) in number_tokens(line) {
+        let tok = &line[a..b];
+        if let Some(dot) = tok.iter().position(|c| *c == b'.').filter(|_| !tok.iter().any(|c| matches!(c, b'e' | b'E')))
+        {
+            out.extend_from_slice(&line[last..a + dot]);
+            last = b;
+        }
+    }
+    out.extend_from_slice(&line[last..]);
+    out
+}
+
 /// Whether a line holds a `\u` escape (what [`Fault::EscapedStringsRefused`] refuses).
 pub(crate) fn has_escape(line: &[u8]) -> bool {
     line.windows(2).any(|w| w == b"\\u")
@@ -684,6 +734,14 @@ pub(crate) fn is_socket(dir: &Path, job: &Job) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn number_spellings_are_found_outside_strings_only() {
+        let line = br#"{"a":"2.5 in a string \" 1e3","n":2.0,"m":1e4,"k":7,"f":-2.5}"#;
+        assert!(has_float_spelling(line));
+        assert!(!has_float_spelling(br#"{"a":"2.0","n":2,"m":-7}"#));
+        assert_eq!(truncate_fractions(line), br#"{"a":"2.5 in a string \" 1e3","n":2,"m":1e4,"k":7,"f":-2}"#.to_vec());
+    }
 
     #[test]
     fn overlapping_and_byte_columns() {

@@ -133,6 +133,12 @@ faults! {
     /// Operations the bind did not grant are executed.
     AcceptUngrantedOperation = "accept-ungranted-operation", "PC-4.5",
         "an operation the bind did not grant is executed instead of operation_not_granted";
+    /// An invoke holding a number spelled with a fraction or an exponent is refused.
+    FloatSpellingRefused = "float-spelling-refused", "PC-1",
+        "an invoke holding a number spelled with a fraction or an exponent (2.0, 1e3) is answered invalid_request (the spelling is judged, not the value)";
+    /// A fractional number is truncated to an integer.
+    FractionTruncated = "fraction-truncated", "PC-1",
+        "a number with a fractional part in an invoke is truncated to an integer (maxEntries 2.5 lists 2)";
     /// A frame whose text holds a `\u` escape is refused (raw bytes compared, not values).
     EscapedStringsRefused = "escaped-strings-refused", "PC-1",
         "a bind or invoke whose JSON text holds a \\u escape is closed (its raw bytes are compared, not its decoded values)";

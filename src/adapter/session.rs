@@ -396,6 +396,22 @@ impl Session {
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
+        let truncated;
+        let line = if self.faults.has(Fault::FractionTruncated) {
+            truncated = broken::truncate_fractions(line);
+            &truncated[..]
+        } else {
+            line
+        };
+        if self.faults.has(Fault::FloatSpellingRefused) && broken::has_float_spelling(line) {
+            let v = decode_strict(line).ok();
+            let s = |k: &str| v.as_ref().and_then(|v| v[k].as_str()).map(str::to_string);
+            let op = s("operation").and_then(|o| o.parse::<ToolOperation>().ok());
+            if let (Some(rid), Some(key), Some(op)) = (s("requestId"), s("idempotencyKey"), op) {
+                let err = AdapterError::new(AdapterCode::InvalidRequest, "a number is not an integer");
+                return self.send_result(&rid, &key, op, Err(err));
+            }
+        }
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToAdapter) {
             Ok(f) => f,
             Err(e) => {

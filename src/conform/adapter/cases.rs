@@ -875,6 +875,136 @@ fn invoke_payload_closed_per_operation(c: &mut Ctx<'_>) -> Outcome {
     )
 }
 
+/// PC-1 (Numbers, a DECISION binding both sides): an integral JSON number is an integer in every
+/// layer, whatever its spelling (`2.0`, `2e0`, `20E-1`), ranges apply to the value, and a
+/// fractional or out-of-range value is refused. Each line is the case's invoke with one number
+/// re-spelled in the text (serde would print `2.0` for any float and never an exponent).
+fn invoke_number_spellings(c: &mut Ctx<'_>) -> Outcome {
+    /// What a spelled invoke must give.
+    enum Want {
+        /// `ok`, with these members of `data`.
+        Ok(&'static [(&'static str, Value)]),
+        /// This refusal.
+        Refused(&'static str),
+    }
+    let two: &[(&str, Value)] = &[("/truncated", Value::Bool(true))];
+    // (what is spelled, the call with a placeholder number, the placeholder, the spelling, want)
+    let cells: Vec<(&str, Call, &str, &str, Want)> = vec![
+        ("maxEntries 2.0", req::list("sorted").max_entries(7777), "7777", "2.0", Want::Ok(two)),
+        ("maxEntries 2e0", req::list("sorted").max_entries(7777), "7777", "2e0", Want::Ok(two)),
+        ("maxEntries 20E-1", req::list("sorted").max_entries(7777), "7777", "20E-1", Want::Ok(two)),
+        ("maxEntries 0.2e+1", req::list("sorted").max_entries(7777), "7777", "0.2e+1", Want::Ok(two)),
+        ("maxEntries 1e4", req::list("sorted").max_entries(7777), "7777", "1e4", Want::Ok(&[])),
+        (
+            "maxEntries 2.5",
+            req::list("sorted").max_entries(7777),
+            "7777",
+            "2.5",
+            Want::Refused("error:invalid_request"),
+        ),
+        (
+            "maxEntries 1.0001e4",
+            req::list("sorted").max_entries(7777),
+            "7777",
+            "1.0001e4",
+            Want::Refused("error:invalid_request"),
+        ),
+        (
+            "maxEntries 10001.0",
+            req::list("sorted").max_entries(7777),
+            "7777",
+            "10001.0",
+            Want::Refused("error:invalid_request"),
+        ),
+        (
+            "maxEntries 0e0",
+            req::list("sorted").max_entries(7777),
+            "7777",
+            "0e0",
+            Want::Refused("error:invalid_request"),
+        ),
+        (
+            "offset 6.0, maxBytes 5e0",
+            req::read("hello.txt").offset(777_777).max_bytes(7777),
+            "777777",
+            "6.0",
+            Want::Ok(&[]),
+        ),
+        (
+            "offset 2^53-1 as 9.007199254740991e15",
+            req::read("hello.txt").offset(777_777),
+            "777777",
+            "9.007199254740991e15",
+            Want::Ok(&[]),
+        ),
+        (
+            "offset 2^53",
+            req::read("hello.txt").offset(777_777),
+            "777777",
+            "9007199254740992",
+            Want::Refused("error:invalid_request"),
+        ),
+        (
+            "offset 2^53 as 9.007199254740992e15",
+            req::read("hello.txt").offset(777_777),
+            "777777",
+            "9.007199254740992e15",
+            Want::Refused("error:invalid_request"),
+        ),
+    ];
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let generation = c.target.admitted.identity().generation;
+    for (what, call, placeholder, spelled, want) in cells {
+        let (id, key) = c.ids();
+        let text = serde_json::to_string(&c.invoke(&id, &key, call)).unwrap_or_default();
+        let member = |n: &str| [format!(":{n},"), format!(":{n}}}")];
+        let [a, b] = member(placeholder);
+        let mut line = text.replacen(&a, &format!(":{spelled},"), 1).replacen(&b, &format!(":{spelled}}}"), 1);
+        if what.starts_with("offset 6.0") {
+            // maxBytes 5 spelled 5E0 as well: "world" of "hello world\n".
+            line = line.replacen(":7777}", ":5E0}", 1).replacen(":7777,", ":5E0,", 1);
+        }
+        if what == "maxEntries 2.0" {
+            // The frame's own generation spelled as a float too: the same binding.
+            line =
+                line.replacen(&format!("\"generation\":{generation},"), &format!("\"generation\":{generation}.0,"), 1);
+        }
+        if line == text {
+            return Outcome::Error(format!("harness: the placeholder of {what} was not in the invoke"));
+        }
+        conn.send_raw(format!("{line}\n").as_bytes());
+        let r = conn.recv_for(&id);
+        let got = token(&r);
+        match want {
+            Want::Refused(code) if got != code => problems.push(format!("{what}: {got}, want {code}")),
+            Want::Refused(_) => {}
+            Want::Ok(checks) => {
+                let Some(d) = data(&r) else {
+                    problems.push(format!("{what}: {got}, want result:ok (an integral number is an integer)"));
+                    continue;
+                };
+                for (k, v) in checks {
+                    if d.pointer(k) != Some(v) {
+                        problems.push(format!("{what}: data{k} is {}, want {v}", d.pointer(k).unwrap_or(&Value::Null)));
+                    }
+                }
+                let n = |k: &str| d[k].as_array().map(Vec::len);
+                let ok = match what {
+                    w if w.starts_with("maxEntries 1e4") => n("entries").is_some_and(|n| n > 2),
+                    w if w.starts_with("maxEntries") => n("entries") == Some(2),
+                    w if w.starts_with("offset 6.0") => d["content"] == "world" && d["eof"] == false,
+                    _ => d["content"] == "" && d["eof"] == true,
+                };
+                if !ok {
+                    problems.push(format!("{what}: answered as if the number were another value: {d}"));
+                }
+            }
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
 /// PC-4.3 / PC-4.5: the handle scan is an exact substring match over the frame, so the handle
 /// inside a longer value, inside a key or as an id closes the connection like a whole value
 /// (`adapter.invoke.handle-in-payload` tries whole values only), and nothing is written.
@@ -3289,6 +3419,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.path.every-operation", judged!(path_every_operation)),
         ("adapter.invoke.payload-closed-per-operation", judged!(invoke_payload_closed_per_operation)),
         ("adapter.secret.handle-inside-values", judged!(secret_handle_inside_values)),
+        ("adapter.invoke.number-spellings", judged!(invoke_number_spellings)),
         ("adapter.special.every-operation", judged!(special_files_every_operation)),
         ("adapter.list.sorted-bytewise", judged!(list_sorted_bytewise)),
         ("adapter.list.types-and-sizes", judged!(list_types_and_sizes)),
