@@ -79,6 +79,9 @@ faults! {
     /// Every command refusal carries one generic code.
     GenericRefusalCode = "generic-refusal-code", "PC-2.1",
         "every command validation refusal is answered with one generic code (bad_request) instead of its own";
+    /// The daemon socket is left writable by everyone (mode 0666).
+    SocketWorldWritable = "socket-world-writable", "PC-1.1",
+        "the daemon socket is made mode 0666 (others can connect and drive every session) instead of 0600";
     // ---- resources and admission
     /// A v1 open with a tools object binds like v2.
     V1ToolsObjectAccepted = "v1-tools-object-accepted", "PC-3.1",

@@ -2489,6 +2489,60 @@ fn numbers_under<'v>(v: &'v Value, out: &mut Vec<(&'v str, u64)>) {
     }
 }
 
+/// PC-1.1: the daemon socket is owner-only (no group or other permission bits), in a directory
+/// that is not group- or world-writable, both owned by the daemon's uid (read from the
+/// connection's peer credentials). Judged on the real objects: the path is resolved first, so a
+/// symlink of the user's own making to the socket (or to its directory) is not held against the
+/// daemon.
+fn socket_owner_only(c: &mut DCtx<'_>) -> Outcome {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let path = match std::fs::canonicalize(&c.target.socket) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Error(format!("cannot resolve the daemon socket path: {e}")),
+    };
+    let stream = match std::os::unix::net::UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Error(format!("cannot connect to the daemon socket: {e}")),
+    };
+    let uid = match rustix::net::sockopt::socket_peercred(&stream) {
+        Ok(cred) => cred.uid.as_raw(),
+        Err(e) => return Outcome::Error(format!("cannot read the daemon's peer credentials: {e}")),
+    };
+    drop(stream);
+    let Some(dir) = path.parent() else {
+        return Outcome::Error("the daemon socket path has no directory".into());
+    };
+    let (sock, dirm) = match (std::fs::symlink_metadata(&path), std::fs::symlink_metadata(dir)) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => {
+            return Outcome::Error(format!("cannot stat the daemon socket or its directory: {e}"))
+        }
+    };
+    let mut problems = Vec::new();
+    if !sock.file_type().is_socket() {
+        problems.push("the path is not a socket".to_string());
+    }
+    if sock.mode() & 0o077 != 0 {
+        problems.push(format!(
+            "the socket has group/other permission bits (mode {:o}): another local user could drive every session",
+            sock.mode() & 0o7777
+        ));
+    }
+    if sock.uid() != uid {
+        problems.push(format!("the socket is owned by uid {}, the daemon runs as uid {uid}", sock.uid()));
+    }
+    if dirm.mode() & 0o022 != 0 {
+        problems.push(format!(
+            "the socket's directory is group- or world-writable (mode {:o}): another user could replace the socket",
+            dirm.mode() & 0o7777
+        ));
+    }
+    if dirm.uid() != uid {
+        problems.push(format!("the socket's directory is owned by uid {}, the daemon runs as uid {uid}", dirm.uid()));
+    }
+    Outcome::with("owner-only", problems)
+}
+
 /// SPEC §4.4 (MUST [daemon]): `status` carries content-free queue telemetry per session —
 /// capacity, occupancy, high-water marks, counters, per-operation summaries. Spellings differ
 /// between daemons (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`),
@@ -3628,6 +3682,7 @@ fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
 /// Every daemon case implementation by id.
 pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
+        ("daemon.socket.owner-only", socket_owner_only),
         ("daemon.handshake.supported-versions", hs_supported_versions),
         ("daemon.handshake.host-snapshot", hs_host_snapshot),
         ("daemon.handshake.snapshot-content-free", hs_snapshot_content_free),
