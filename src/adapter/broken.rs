@@ -629,6 +629,26 @@ pub(crate) fn write_in_place(root: &Root, dir: &Path, job: &Job) -> Option<Resul
     Some(Ok(json!({"created": false, "bytesWritten": content.len(), "digest": digest(content)})))
 }
 
+/// [`Fault::DigestCheckRacy`]: a guarded fs.write that compares the digest, pauses, then
+/// writes with plain `std::fs` (`None`: not a guarded write of an existing file).
+pub(crate) fn racy_digest_write(dir: &Path, job: &Job) -> Option<Result<Value, AdapterError>> {
+    let p = &job.payload;
+    let want = p.get("expectedDigest")?.as_str()?;
+    let rel = payload_path(job)?;
+    crate::contract::validate_relative_path(rel, crate::contract::PathSide::Adapter, "payload.path").ok()?;
+    let content = p.get("content").and_then(Value::as_str)?.as_bytes();
+    let before = std::fs::read(dir.join(rel)).ok()?;
+    if digest(&before) != want {
+        return Some(Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed")));
+    }
+    std::thread::sleep(IN_PLACE_PAUSE * 5);
+    Some(
+        std::fs::write(dir.join(rel), content)
+            .map_err(io_err)
+            .map(|()| json!({"created": false, "bytesWritten": content.len(), "digest": digest(content)})),
+    )
+}
+
 /// [`Fault::EditPartial`]: the 1-based index of the failing edit in an
 /// `edit N: …` message.
 pub(crate) fn failing_edit(e: &AdapterError) -> Option<usize> {

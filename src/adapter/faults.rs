@@ -240,6 +240,9 @@ faults! {
     /// Without `maxEntries`/`maxResults` every entry and match is returned.
     NoDefaultLimit = "no-default-limit", "PC-5.3",
         "fs.list/fs.search without maxEntries/maxResults return every entry and match (up to 10000), not the default 1000";
+    /// `expectedDigest` is compared, then the file written after a pause, holding nothing.
+    DigestCheckRacy = "digest-check-racy", "PC-5.3.write",
+        "fs.write compares expectedDigest, then writes after a pause without holding the file: writes racing under one digest can all succeed";
     /// A read whose window is full says eof:false even at the end of the file.
     EofByShortWindow = "eof-by-short-window", "PC-5.3.read",
         "fs.read says eof:false whenever bytesRead equals maxBytes, even at the end of the file";

@@ -50,6 +50,11 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if op == ToolOperation::FsWrite && faults.has(Fault::AbortResultLate) {
         std::thread::sleep(faults::LATE_RESULT); // cancellation ignored meanwhile
     }
+    if op == ToolOperation::FsWrite && faults.has(Fault::DigestCheckRacy) {
+        if let Some(out) = broken::racy_digest_write(dir, job) {
+            return out;
+        }
+    }
     if op == ToolOperation::FsWrite && faults.has(Fault::WriteInPlace) {
         if let Some(out) = broken::write_in_place(root, dir, job) {
             return out;

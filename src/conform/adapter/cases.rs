@@ -1676,6 +1676,70 @@ fn write_digest_missing_file(c: &mut Ctx<'_>) -> Outcome {
     let d = sha(b"hello world\n");
     tok(c.one(req::write("absent.txt", "v2").expected_digest(&d)))
 }
+/// Rounds of [`write_digest_race`].
+const DIGEST_RACE_ROUNDS: usize = 8;
+
+/// PC-5.3.write: `expectedDigest` is checked atomically with the mutation. Writes pipelined
+/// under the same digest race for one file: whatever order the adapter runs them in, exactly
+/// one finds the digest it names and the others `digest_mismatch`, and the file holds the
+/// winner's content. An adapter that compares, then writes without holding the file, lets
+/// several succeed whenever they overlap; the case runs several rounds to meet that window.
+fn write_digest_race(c: &mut Ctx<'_>) -> Outcome {
+    let l = c.target.admitted.limits();
+    let n = (l.max_concurrent_requests.get() as usize + l.max_queued_requests.max(0) as usize).min(4);
+    if n < 2 {
+        return Outcome::Skip("the grant admits fewer than two requests at once: nothing can race".into());
+    }
+    c.allow(&["race.txt"]);
+    let path = c.target.root.join("race.txt");
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for round in 0..DIGEST_RACE_ROUNDS {
+        let base = format!("round {round} before the race\n");
+        if let Err(e) = std::fs::write(&path, &base) {
+            return Outcome::Error(format!("cannot lay race.txt: {e}"));
+        }
+        let d = sha(base.as_bytes());
+        let mut sent = Vec::new();
+        let mut frames = Vec::new();
+        for k in 0..n {
+            let (id, key) = c.ids();
+            let content = format!("round {round}, writer {k}\n");
+            frames.push(c.invoke(&id, &key, req::write("race.txt", &content).expected_digest(&d)));
+            sent.push((id, content));
+        }
+        conn.send_all(&frames);
+        let mut winners = Vec::new();
+        for (id, content) in &sent {
+            let r = conn.recv_for(id);
+            match token(&r).as_str() {
+                "result:ok" => winners.push(content.clone()),
+                "error:digest_mismatch" => {}
+                other => return Outcome::with(other, problems),
+            }
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        if winners.len() != 1 {
+            problems.push(format!(
+                "round {}: {} of {n} writes under the same expectedDigest succeeded (want exactly one; the \
+                 others digest_mismatch): the digest was not checked atomically with the write",
+                round + 1,
+                winners.len()
+            ));
+            break;
+        }
+        if on_disk != winners[0] {
+            problems.push(format!(
+                "round {}: the file holds {on_disk:?}, not the content of the one write that succeeded ({:?})",
+                round + 1,
+                winners[0]
+            ));
+            break;
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
 fn write_keeps_mode(c: &mut Ctx<'_>) -> Outcome {
     use std::os::unix::fs::PermissionsExt;
     c.allow(&["dir/b.txt"]);
@@ -3484,6 +3548,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.write.missing-parent", judged!(write_missing_parent)),
         ("adapter.write.onto-directory", judged!(write_onto_directory)),
         ("adapter.write.expected-digest-match", judged!(write_digest_match)),
+        ("adapter.write.expected-digest-race", judged!(write_digest_race)),
         ("adapter.write.expected-digest-mismatch", judged!(write_digest_mismatch)),
         ("adapter.write.expected-digest-missing-file", judged!(write_digest_missing_file)),
         ("adapter.write.keeps-mode", judged!(write_keeps_mode)),
