@@ -79,6 +79,9 @@ faults! {
     /// Every command refusal carries one generic code.
     GenericRefusalCode = "generic-refusal-code", "PC-2.1",
         "every command validation refusal is answered with one generic code (bad_request) instead of its own";
+    /// No connection cap: every connection is served.
+    NoConnectionCap = "no-connection-cap", "PC-1.1",
+        "connections past maxConnections are served (none is closed, nothing reclaimed) instead of closed without a line";
     /// The daemon socket is left writable by everyone (mode 0666).
     SocketWorldWritable = "socket-world-writable", "PC-1.1",
         "the daemon socket is made mode 0666 (others can connect and drive every session) instead of 0600";

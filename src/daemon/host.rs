@@ -254,7 +254,7 @@ impl Host {
         // Lock order: the connections, then the core (never the other way round).
         let mut c = self.conns.lock().ok()?;
         let mut core = self.core();
-        if c.len() >= MAX_CONNECTIONS {
+        if c.len() >= MAX_CONNECTIONS && !self.faults.has(DaemonFault::NoConnectionCap) {
             let now = activity.now_ms();
             let mut idle: Vec<(bool, u64, u64)> = c
                 .iter()

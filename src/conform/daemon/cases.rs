@@ -189,6 +189,187 @@ fn env_duplicate_request_id(c: &mut DCtx<'_>) -> Outcome {
 /// flight (the probe never answers their binds).
 const HELD_OPEN_TIMEOUT_MS: u64 = 3000;
 
+/// What an outcome says, for a message.
+fn outcome_text(o: &Outcome) -> String {
+    match o {
+        Outcome::Observed { token, problems } => {
+            std::iter::once(token.clone()).chain(problems.iter().cloned()).collect::<Vec<_>>().join("; ")
+        }
+        Outcome::Skip(w) | Outcome::Error(w) => w.clone(),
+    }
+}
+
+/// SPEC §1.1 at the boundary (MUST [daemon]): `maxConnections` (advertised; 64). With that
+/// many connections each holding a request in flight (an open whose bind the probe holds),
+/// one more connection is closed without a line — the reference's idle reclaim (a DECISION)
+/// has nothing to reclaim then, so every reading agrees. Confirmed state: every bind reached
+/// the probe and no open was answered before the verdict, else inconclusive. Then, the held
+/// opens answered, a new connection is served.
+fn env_connection_limit(c: &mut DCtx<'_>) -> Outcome {
+    c.probe.set(BoundMode::Silence, InvokeMode::Normal);
+    let first = c.probe.seen().connections;
+    let mut held = 0;
+    let out = connection_limit(c, first, &mut held);
+    let until = Instant::now() + Duration::from_millis(HELD_OPEN_TIMEOUT_MS) + c.target.step * 6;
+    while c.probe.seen().connections < first + held && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn connection_limit(c: &mut DCtx<'_>, first: usize, held: &mut usize) -> Outcome {
+    let mut conns = vec![tryo!(c.connect())];
+    let h = tryo!(c.handshake(None));
+    let hs = c.call(&mut conns[0], h);
+    let n = match data(&hs)["limits"]["maxConnections"].as_u64() {
+        Some(n) if (2..=256).contains(&n) => n as usize,
+        Some(n) => {
+            return Outcome::Skip(format!("the daemon advertises maxConnections {n}: the case holds at most 256"))
+        }
+        None => 64,
+    };
+    let own = c.session.clone();
+    let mut open_ids = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..n {
+        if i > 0 {
+            conns.push(tryo!(c.connect()));
+        }
+        c.session = format!("{own}-c{i}");
+        let v = c
+            .descriptor(1, Some(limits_with_timeout(HELD_OPEN_TIMEOUT_MS)))
+            .and_then(|d| c.open(1, DCtx::host_adapter(&d)));
+        c.session = own.clone();
+        let v = tryo!(v);
+        open_ids.push(v["requestId"].clone());
+        conns[i].send_all(&[v]);
+        *held += 1;
+    }
+    // Every open in flight: its bind reached the probe (which holds it).
+    let until = Instant::now() + c.target.step * 2;
+    while c.probe.seen().connections < first + n && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let seen = c.probe.seen().connections.saturating_sub(first);
+    if seen < n {
+        return Outcome::Error(format!(
+            "inconclusive: only {seen} of the {n} opens' binds reached the probe, so not every connection held a \
+             request in flight"
+        ));
+    }
+    let mut extra = match c.connect() {
+        Ok(x) => x,
+        Err(_) => return Outcome::with("closed-without-line", vec![]),
+    };
+    let h = tryo!(c.handshake(None));
+    extra.send_all(&[h]);
+    let wait = c.target.step * 2;
+    let got = extra.recv_within(wait);
+    let verdict_at = t0.elapsed();
+    // Confirm: no open was answered before the verdict (each stayed in flight).
+    for (i, conn) in conns.iter_mut().enumerate() {
+        if let Recv::Frame(f, _) = conn.recv_within(Duration::from_millis(1)) {
+            if json!(f.request_id()) == open_ids[i] {
+                return Outcome::Error(format!(
+                    "inconclusive: an open was answered ({}) before the connection past maxConnections was judged \
+                     (at {} ms), so not every connection held a request in flight",
+                    f.error_code().unwrap_or("ok"),
+                    verdict_at.as_millis()
+                ));
+            }
+        }
+    }
+    if verdict_at >= Duration::from_millis(HELD_OPEN_TIMEOUT_MS) {
+        return Outcome::Error(format!(
+            "inconclusive: the connection past the cap was judged after {} ms, when the held opens may have timed out",
+            verdict_at.as_millis()
+        ));
+    }
+    let mut p = Vec::new();
+    let token = match got {
+        Recv::Closed => "closed-without-line".to_string(),
+        Recv::Frame(f, _) => {
+            p.push(format!(
+                "a connection past maxConnections ({n} connections, each with a request in flight) was served: its \
+                 handshake was answered {}; it must be closed without a line",
+                f.error_code().unwrap_or("ok")
+            ));
+            "served-past-limit".into()
+        }
+        Recv::Garbage(_) => {
+            p.push("a connection past maxConnections got a line (not JSON); it must be closed without one".into());
+            "line-past-limit".into()
+        }
+        Recv::Timeout => {
+            p.push(format!(
+                "a connection past maxConnections ({n} connections, each with a request in flight) was neither \
+                 served nor closed within {} ms: it must be closed without a line",
+                wait.as_millis()
+            ));
+            "left-open-past-limit".into()
+        }
+    };
+    // The held opens end (their binds time out) on connections that stay open: the connection
+    // past the cap must have cost the others nothing.
+    drop(extra);
+    let until = Instant::now() + Duration::from_millis(HELD_OPEN_TIMEOUT_MS) + c.target.step * 4;
+    let mut dropped = 0;
+    for (i, conn) in conns.iter_mut().enumerate() {
+        loop {
+            let left = until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            match conn.recv_within(left) {
+                Recv::Frame(f, _) if json!(f.request_id()) == open_ids[i] => break,
+                Recv::Frame(..) | Recv::Garbage(_) => {}
+                Recv::Closed => {
+                    dropped += 1;
+                    break;
+                }
+                Recv::Timeout => break,
+            }
+        }
+    }
+    if dropped > 0 {
+        p.push(format!(
+            "{dropped} of the {n} connections at the cap were closed before their opens were answered: the \
+             connection past the cap must be closed alone"
+        ));
+    }
+    drop(conns);
+    let until = Instant::now() + c.target.step * 6;
+    let mut served = false;
+    let mut last = String::from("no attempt");
+    while !served && Instant::now() < until {
+        match c.connect() {
+            Ok(mut conn) => {
+                let h = tryo!(c.handshake(None));
+                let r = c.call(&mut conn, h);
+                served = r.frame().is_some_and(|f| f.ok() == Some(true));
+                last = r.describe();
+            }
+            Err(o) => last = outcome_text(&o),
+        }
+        if !served {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    if !served {
+        p.push(format!(
+            "after the connections at the cap closed, a new connection was not served ({last}): the daemon \
+             stopped serving"
+        ));
+        // Let the remaining cases run on a daemon that serves again.
+        if c.target.restart_cmd.is_some() {
+            match c.restart() {
+                Ok(()) => {
+                    p.push("(the runner restarted the daemon with --restart-cmd so the remaining cases run)".into())
+                }
+                Err(o) => p.push(format!("(restarting it with --restart-cmd failed: {})", outcome_text(&o))),
+            }
+        }
+    }
+    Outcome::with(&token, p)
+}
+
 /// SPEC §1.1 at the boundary (MUST [daemon]): at most `maxInFlightRequestsPerConnection`
 /// (advertised in the handshake, 64 by the working spec) requests in flight on one connection;
 /// one more is `connection_busy`, retryable, and the connection stays open. The provoked state:
@@ -3689,6 +3870,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.envelope.duplicate-request-id", env_duplicate_request_id),
         ("daemon.envelope.line-at-max-bytes", env_line_at_max_bytes),
         ("daemon.envelope.in-flight-limit", env_in_flight_limit),
+        ("daemon.envelope.connection-limit", env_connection_limit),
         ("daemon.envelope.response-over-max-bytes", env_response_over_max_bytes),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
