@@ -46,6 +46,28 @@ pub fn check_endpoint(path: &Path) -> Result<(), LinkError> {
     Ok(())
 }
 
+/// [`check_endpoint`] broken on purpose (the daemon faults `endpoint-write-bits-only` and
+/// `endpoint-follows-symlinks`): modes judged by their write bits only, or every check made
+/// through symlinks.
+pub fn check_endpoint_loose(path: &Path, write_bits_only: bool, follow: bool) -> Result<(), LinkError> {
+    if !is_canonical_absolute(path.as_os_str().as_bytes()) {
+        return Err(insecure("adapter endpoint path is not absolute and canonical"));
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    let mask = if write_bits_only { 0o022 } else { 0o077 };
+    let stat = |p: &Path| if follow { std::fs::metadata(p) } else { std::fs::symlink_metadata(p) };
+    let meta = stat(path).map_err(|_| insecure("adapter endpoint is not an owner-private socket"))?;
+    if !meta.file_type().is_socket() || meta.uid() != uid || meta.mode() & mask != 0 {
+        return Err(insecure("adapter endpoint is not an owner-private socket"));
+    }
+    let parent = path.parent().ok_or_else(|| insecure("adapter endpoint path is not absolute and canonical"))?;
+    let dir = stat(parent).map_err(|_| insecure("adapter endpoint directory is not an owner-private directory"))?;
+    if !dir.file_type().is_dir() || dir.uid() != uid || dir.mode() & mask != 0 {
+        return Err(insecure("adapter endpoint directory is not an owner-private directory"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

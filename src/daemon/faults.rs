@@ -104,6 +104,12 @@ faults! {
     /// The endpoint's ownership and mode are not checked before connecting.
     SkipEndpointCheck = "skip-endpoint-check", "PC-1.2",
         "the endpoint is connected to without the owner-private checks (a 0666 socket is used)";
+    /// The endpoint's modes are checked for write bits only.
+    EndpointWriteBitsOnly = "endpoint-write-bits-only", "PC-1.2",
+        "the endpoint socket and its directory are refused only for group/other write bits (a 0640 socket or a 0750 directory is used)";
+    /// The endpoint is checked through symlinks.
+    EndpointFollowsSymlinks = "endpoint-follows-symlinks", "PC-1.2",
+        "the endpoint checks follow symlinks (stat, not lstat): a symlink to a private socket, or through a symlinked directory, is used";
     // ---- binding and policy
     /// Any `bound` completes the bind.
     IgnoreBoundEcho = "ignore-bound-echo", "PC-3.4",

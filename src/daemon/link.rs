@@ -84,7 +84,11 @@ impl AdapterLink {
     pub async fn open_with(descriptor: &Descriptor, faults: DaemonFaults) -> Result<AdapterLink, LinkError> {
         let path = Path::new(descriptor.endpoint_path());
         let skip_checks = faults.has(DaemonFault::SkipEndpointCheck);
-        if !skip_checks {
+        let (bits, follow) =
+            (faults.has(DaemonFault::EndpointWriteBitsOnly), faults.has(DaemonFault::EndpointFollowsSymlinks));
+        if bits || follow {
+            super::endpoint::check_endpoint_loose(path, bits, follow)?;
+        } else if !skip_checks {
             check_endpoint(path)?;
         }
         let timeout = Duration::from_millis(descriptor.limits().request_timeout_ms as u64);

@@ -2,6 +2,7 @@
 //! and any further problems; the engine adds the secret scan (no handle minted by the case
 //! may come back from the daemon).
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -1001,6 +1002,132 @@ fn endpoint_insecure(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     Outcome::token("open-refused")
+}
+/// One insecure form of the endpoint for [`endpoint_insecure_forms`]: its name, how to make
+/// it (returning the endpoint path to name) and how to undo it.
+struct InsecureForm {
+    what: &'static str,
+    make: fn(&Path) -> std::io::Result<PathBuf>,
+    undo: fn(&Path),
+}
+
+/// PC-1.2 MUST [daemon], each listed check on its own: the endpoint must be a socket and not a
+/// symlink with no group/other mode bits, in a real (non-symlink) directory with no
+/// group/other bits, both owned by the daemon's uid. One form per open, each in its own
+/// session: refused, and never connected to. A read-only bit counts (the rule is "no
+/// group/other bits", not "not writable by others"). The owner form needs the runner to be
+/// root (it lends the socket to uid 65534); without it, it is left out, said in the outcome.
+fn endpoint_insecure_forms(c: &mut DCtx<'_>) -> Outcome {
+    use std::os::unix::fs::PermissionsExt;
+    fn mode(p: &Path, m: u32) -> std::io::Result<()> {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+    }
+    let forms: Vec<InsecureForm> = vec![
+        InsecureForm {
+            what: "the socket readable by its group (0640)",
+            make: |s| mode(s, 0o640).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s, 0o600)),
+        },
+        InsecureForm {
+            what: "the socket usable by its group (0660)",
+            make: |s| mode(s, 0o660).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s, 0o600)),
+        },
+        InsecureForm {
+            what: "its directory readable and searchable by its group (0750)",
+            make: |s| mode(s.parent().unwrap_or(s), 0o750).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s.parent().unwrap_or(s), 0o700)),
+        },
+        InsecureForm {
+            what: "the endpoint a symlink to the private socket",
+            make: |s| {
+                let link = s.with_file_name("link.sock");
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(s, &link).map(|()| link)
+            },
+            undo: |s| drop(std::fs::remove_file(s.with_file_name("link.sock"))),
+        },
+        InsecureForm {
+            what: "its directory reached through a symlink",
+            make: |s| {
+                let dir = s.parent().unwrap_or(s);
+                let alias = dir.join("alias");
+                let _ = std::fs::remove_file(&alias);
+                std::os::unix::fs::symlink(dir, &alias).map(|()| alias.join(s.file_name().unwrap_or_default()))
+            },
+            undo: |s| drop(std::fs::remove_file(s.parent().unwrap_or(s).join("alias"))),
+        },
+        InsecureForm {
+            what: "the socket owned by another uid (65534)",
+            make: |s| {
+                if !rustix::process::geteuid().is_root() {
+                    return Err(std::io::Error::other("not root"));
+                }
+                std::os::unix::fs::chown(s, Some(65534), None).map(|()| s.to_path_buf())
+            },
+            undo: |s| drop(std::os::unix::fs::chown(s, Some(rustix::process::geteuid().as_raw()), None)),
+        },
+    ];
+    let socket = c.probe.socket.clone();
+    let own = c.session.clone();
+    let mut problems = Vec::new();
+    let mut left_out = Vec::new();
+    for (i, f) in forms.iter().enumerate() {
+        let endpoint = match (f.make)(&socket) {
+            Ok(p) => p,
+            Err(e) => {
+                (f.undo)(&socket);
+                left_out.push(format!("{} ({e})", f.what));
+                continue;
+            }
+        };
+        c.session = format!("{own}-e{i}");
+        let before = c.probe.seen().connections;
+        let d = c.descriptor(1, None).map(|mut d| {
+            d["endpoint"]["path"] = json!(endpoint.to_string_lossy());
+            d
+        });
+        let r = d.and_then(|d| c.open(1, DCtx::host_adapter(&d))).and_then(|v| one(c, v));
+        (f.undo)(&socket);
+        c.session = own.clone();
+        let r = tryo!(r);
+        let connected = c.probe.seen().connections != before;
+        let t = rtoken(&r);
+        let code = r.frame().and_then(|f| f.error_code()).unwrap_or("").to_string();
+        if code.starts_with("invalid_") || code.starts_with("unsupported_") {
+            let field = r.frame().and_then(|f| f.error_field()).unwrap_or("").to_string();
+            return Outcome::Error(format!(
+                "inconclusive: the open naming {} was refused at parse ({t}, field `{field}`), before the endpoint \
+                 was looked at",
+                f.what
+            ));
+        }
+        if connected {
+            problems.push(format!("{}: the daemon connected to it", f.what));
+        } else if !t.starts_with("error:") {
+            problems
+                .push(format!("{}: the open was answered {t}; it must be refused (adapter_endpoint_insecure)", f.what));
+        }
+    }
+    // The same open on the private socket succeeds: the refusals were about the endpoint.
+    c.session = format!("{own}-control");
+    let d = tryo!(c.descriptor(1, None));
+    let v = tryo!(c.open(1, DCtx::host_adapter(&d)));
+    let control = tryo!(one(c, v));
+    c.session = own;
+    if rtoken(&control) != "ok" {
+        return Outcome::Error(format!(
+            "inconclusive: the control open naming the private socket was refused too ({})",
+            rtoken(&control)
+        ));
+    }
+    let token = match (problems.is_empty(), left_out.is_empty()) {
+        (false, _) => "insecure-form-used".to_string(),
+        (true, true) => "refused-each".to_string(),
+        // The owner form needs root: said by the token, not failed.
+        (true, false) => "refused-each-tried".to_string(),
+    };
+    Outcome::with(token, problems)
 }
 fn revoke_seen_within(c: &DCtx<'_>, conn_index: usize, wait: Duration) -> bool {
     let t = Instant::now();
@@ -3894,6 +4021,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.silence", bound_silence),
         ("daemon.bind.typed-failure-cause", bind_typed_cause),
         ("daemon.bind.endpoint-insecure", endpoint_insecure),
+        ("daemon.bind.endpoint-insecure-forms", endpoint_insecure_forms),
         ("daemon.bind.revoke-on-close", revoke_on_close),
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
         ("daemon.bind.revoke-closes-connection", revoke_closes_connection),
