@@ -345,8 +345,9 @@ impl<L: LinkState + Clone> HostCore<L> {
         if !self.faults.has(DaemonFault::EventSequenceFrozen) {
             sess.seq += 1;
         }
+        let fixed = self.faults.has(DaemonFault::EventsVersionFixed);
         let of = EventOf {
-            version: &sess.open_version,
+            version: if fixed { "2.0" } else { &sess.open_version },
             host_id: &self.id,
             session_id: sid,
             generation,

@@ -82,6 +82,9 @@ faults! {
     /// No connection cap: every connection is served.
     NoConnectionCap = "no-connection-cap", "PC-1.1",
         "connections past maxConnections are served (none is closed, nothing reclaimed) instead of closed without a line";
+    /// Events say "2.0" whatever version the session was opened with.
+    EventsVersionFixed = "events-version-fixed", "PC-2.3",
+        "events carry protocolVersion \"2.0\" instead of the version of the session's successful open (\"2.1\")";
     /// The daemon socket is left writable by everyone (mode 0666).
     SocketWorldWritable = "socket-world-writable", "PC-1.1",
         "the daemon socket is made mode 0666 (others can connect and drive every session) instead of 0600";

@@ -2991,6 +2991,68 @@ fn events_sequence_increasing(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("increasing", p)
 }
 
+/// PC-2.3 MUST [daemon]: events carry the protocol version recorded by the session's
+/// successful open. The session is opened with "2.1" (a 2.x minor the daemon must accept and
+/// echo), attached and woken with "2.0": every event of it on the attached connection says
+/// "2.1". Confirmed: the open was answered ok with "2.1", and at least one event arrived.
+fn events_version_of_open(c: &mut DCtx<'_>) -> Outcome {
+    let mut v = tryo!(c.open(1, json!("none")));
+    v["protocolVersion"] = json!("2.1");
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    if r.frame().is_some_and(|f| f["protocolVersion"] != "2.1") {
+        return Outcome::Error(
+            "inconclusive: the 2.1 open was not answered as 2.1 (daemon.envelope.echo-minor judges that)".into(),
+        );
+    }
+    let mut attached = tryo!(c.connect());
+    let a = tryo!(c.attach(1));
+    let ar = c.call(&mut attached, a);
+    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
+        return Outcome::Error(format!("inconclusive: the attach was answered {}", rtoken(&ar)));
+    }
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello") {
+        Ok(w) => crate::contract::compose::to_wire(&w),
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
+    };
+    attached.send(&w);
+    let mut versions = Vec::new();
+    loop {
+        let r = attached.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() => {
+                versions.push((f["event"].as_str().unwrap_or("?").to_string(), f["protocolVersion"].clone()))
+            }
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    if versions.is_empty() {
+        return Outcome::Error("inconclusive: the attached connection received no event of the wake".into());
+    }
+    let wrong: Vec<String> = versions.iter().filter(|(_, v)| *v != "2.1").map(|(e, v)| format!("{e} ({v})")).collect();
+    if wrong.is_empty() {
+        return Outcome::token("open-version");
+    }
+    Outcome::with(
+        "other-version",
+        vec![format!(
+            "{} of {} events of a session opened with \"2.1\" carry another protocolVersion: {}; events carry \
+             the version of the session's successful open",
+            wrong.len(),
+            versions.len(),
+            wrong.join(", ")
+        )],
+    )
+}
+
 /// With the session open and `build` ready to answer the next abort: make one tool call the
 /// probe never answers (it times out on the wire, so the daemon sends an abort, answered with
 /// the vector's frame), then a second call, and see whether it reaches the adapter.
@@ -4071,6 +4133,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.admission.fit-one-past", adm_fit_one_past),
         ("daemon.events.attached-only", events_attached_only),
         ("daemon.events.sequence-increasing", events_sequence_increasing),
+        ("daemon.events.version-of-open", events_version_of_open),
         ("daemon.status.resident-session", status_resident_session),
         ("daemon.status.queue-telemetry", status_queue_telemetry),
         ("daemon.wake.same-key-replays", wake_same_key_replays),
