@@ -365,7 +365,13 @@ impl<L: LinkState + Clone> HostCore<L> {
             );
         }
         let key = (sid.to_string(), generation);
-        let mut to: Vec<u64> = self.attachments.iter().filter(|(_, a)| a.contains(&key)).map(|(c, _)| *c).collect();
+        let any_generation = self.faults.has(DaemonFault::AttachmentsFollowSession);
+        let mut to: Vec<u64> = self
+            .attachments
+            .iter()
+            .filter(|(_, a)| a.contains(&key) || (any_generation && a.iter().any(|(s, _)| s == sid)))
+            .map(|(c, _)| *c)
+            .collect();
         to.sort_unstable();
         Some((line, to))
     }

@@ -85,6 +85,9 @@ faults! {
     /// Events say "2.0" whatever version the session was opened with.
     EventsVersionFixed = "events-version-fixed", "PC-2.3",
         "events carry protocolVersion \"2.0\" instead of the version of the session's successful open (\"2.1\")";
+    /// Events reach connections attached to any generation of the session.
+    AttachmentsFollowSession = "attachments-follow-session", "PC-2.3",
+        "events go to connections attached to any generation of the session, so an attachment to a replaced generation keeps receiving the new one's events";
     /// The daemon socket is left writable by everyone (mode 0666).
     SocketWorldWritable = "socket-world-writable", "PC-1.1",
         "the daemon socket is made mode 0666 (others can connect and drive every session) instead of 0600";

@@ -2991,6 +2991,80 @@ fn events_sequence_increasing(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("increasing", p)
 }
 
+/// PC-2.3 MUST [daemon]: replacing a generation makes older attachments inert. Connection A
+/// attaches to generation 1, generation 2 replaces it, connection B attaches to generation 2,
+/// and a wake of generation 2 runs: B receives its events (the confirmation), A none of them.
+fn events_replaced_generation_inert(c: &mut DCtx<'_>) -> Outcome {
+    tryo!(open_plain(c));
+    let mut old = tryo!(c.connect());
+    let a = tryo!(c.attach(1));
+    let ar = c.call(&mut old, a);
+    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
+        return Outcome::Error(format!("inconclusive: the attach to generation 1 was answered {}", rtoken(&ar)));
+    }
+    let v = tryo!(c.open(2, json!("none")));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    let mut new = tryo!(c.connect());
+    let a = tryo!(c.attach(2));
+    let ar = c.call(&mut new, a);
+    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
+        return Outcome::Error(format!("inconclusive: the attach to generation 2 was answered {}", rtoken(&ar)));
+    }
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 2 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello") {
+        Ok(w) => crate::contract::compose::to_wire(&w),
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
+    };
+    new.send(&w);
+    let mut seen_new = 0;
+    loop {
+        let r = new.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() && f["generation"] == 2 => {
+                seen_new += 1
+            }
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    if seen_new == 0 {
+        return Outcome::Error(
+            "inconclusive: the connection attached to generation 2 received no event of its wake".into(),
+        );
+    }
+    let mut leaked = Vec::new();
+    loop {
+        match old.recv_within(c.target.step) {
+            Recv::Frame(f, _)
+                if f.kind() == Some("event") && f["sessionId"] == sid.as_str() && f["generation"] == 2 =>
+            {
+                leaked.push(f["event"].as_str().unwrap_or("?").to_string())
+            }
+            Recv::Frame(..) | Recv::Garbage(_) => {}
+            Recv::Closed | Recv::Timeout => break,
+        }
+    }
+    if leaked.is_empty() {
+        return Outcome::token("inert");
+    }
+    Outcome::with(
+        "old-attachment-live",
+        vec![format!(
+            "a connection attached to generation 1 received {} event(s) of generation 2 after the replacement ({}); \
+             replacing a generation makes older attachments inert",
+            leaked.len(),
+            leaked.join(", ")
+        )],
+    )
+}
+
 /// PC-2.3 MUST [daemon]: events carry the protocol version recorded by the session's
 /// successful open. The session is opened with "2.1" (a 2.x minor the daemon must accept and
 /// echo), attached and woken with "2.0": every event of it on the attached connection says
@@ -4134,6 +4208,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.events.attached-only", events_attached_only),
         ("daemon.events.sequence-increasing", events_sequence_increasing),
         ("daemon.events.version-of-open", events_version_of_open),
+        ("daemon.events.replaced-generation-inert", events_replaced_generation_inert),
         ("daemon.status.resident-session", status_resident_session),
         ("daemon.status.queue-telemetry", status_queue_telemetry),
         ("daemon.wake.same-key-replays", wake_same_key_replays),
