@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::probe::{BoundMode, InvokeMode, ScriptAt};
 use super::{rtoken, DCtx};
-use crate::conform::adapter::conn::Recv;
+use crate::conform::adapter::conn::{Conn, Recv};
 use crate::conform::case::Outcome;
 use crate::contract::{AdapterCode, AdapterLimits, Code, DaemonCode, LimitValues};
 
@@ -2809,7 +2809,7 @@ fn socket_owner_only(c: &mut DCtx<'_>) -> Outcome {
         Ok(p) => p,
         Err(e) => return Outcome::Error(format!("cannot resolve the daemon socket path: {e}")),
     };
-    let stream = match std::os::unix::net::UnixStream::connect(&path) {
+    let stream = match crate::conform::adapter::conn::connect_within(&path, c.target.step) {
         Ok(s) => s,
         Err(e) => return Outcome::Error(format!("cannot connect to the daemon socket: {e}")),
     };
@@ -2992,6 +2992,48 @@ fn events_sequence_increasing(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("increasing", p)
 }
 
+/// A new connection attached to `generation` of the case session (inconclusive unless the
+/// attach is answered ok).
+fn attached_conn(c: &mut DCtx<'_>, generation: u64) -> Result<Conn, Outcome> {
+    let mut conn = c.connect()?;
+    let a = c.attach(generation)?;
+    let ar = c.call(&mut conn, a);
+    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
+        return Err(Outcome::Error(format!(
+            "inconclusive: the attach to generation {generation} was answered {}",
+            rtoken(&ar)
+        )));
+    }
+    Ok(conn)
+}
+
+/// Send a 2.0 wake of `generation` of the case session on `conn`, and gather the events of
+/// that session generation that arrive on it until the wake is answered (or nothing comes for
+/// three steps).
+fn wake_and_gather(c: &mut DCtx<'_>, conn: &mut Conn, generation: u64) -> Result<Vec<Value>, Outcome> {
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello")
+        .map(|w| crate::contract::compose::to_wire(&w))
+        .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")))?;
+    conn.send(&w);
+    let mut events = Vec::new();
+    loop {
+        let r = conn.recv_within(c.target.step * 3);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() && f["generation"] == generation => {
+                events.push(f.value().clone())
+            }
+            Some(f) if f.request_id() == Some(rid.as_str()) => break,
+            Some(_) => continue,
+            None => break,
+        }
+    }
+    Ok(events)
+}
+
 /// Close generation `generation` of the case session without retaining it: a case that opened
 /// a session only to look at it gives the slot back (a daemon keeps a bounded number of
 /// resident sessions, 128 in Pi Daemon 0.3.3, and the suite opens many). Best effort: the
@@ -3007,44 +3049,15 @@ fn release(c: &mut DCtx<'_>, generation: u64) {
 /// and a wake of generation 2 runs: B receives its events (the confirmation), A none of them.
 fn events_replaced_generation_inert(c: &mut DCtx<'_>) -> Outcome {
     tryo!(open_plain(c));
-    let mut old = tryo!(c.connect());
-    let a = tryo!(c.attach(1));
-    let ar = c.call(&mut old, a);
-    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
-        return Outcome::Error(format!("inconclusive: the attach to generation 1 was answered {}", rtoken(&ar)));
-    }
+    let mut old = tryo!(attached_conn(c, 1));
     let v = tryo!(c.open(2, json!("none")));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         return precondition_open(&r);
     }
-    let mut new = tryo!(c.connect());
-    let a = tryo!(c.attach(2));
-    let ar = c.call(&mut new, a);
-    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
-        return Outcome::Error(format!("inconclusive: the attach to generation 2 was answered {}", rtoken(&ar)));
-    }
-    let rid = c.rid();
+    let mut new = tryo!(attached_conn(c, 2));
+    let seen_new = tryo!(wake_and_gather(c, &mut new, 2)).len();
     let sid = c.session.clone();
-    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 2 };
-    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
-    let w = match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello") {
-        Ok(w) => crate::contract::compose::to_wire(&w),
-        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
-    };
-    new.send(&w);
-    let mut seen_new = 0;
-    loop {
-        let r = new.recv_within(c.target.step * 3);
-        match r.frame() {
-            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() && f["generation"] == 2 => {
-                seen_new += 1
-            }
-            Some(f) if f.request_id() == Some(rid.as_str()) => break,
-            Some(_) => continue,
-            None => break,
-        }
-    }
     if seen_new == 0 {
         return Outcome::Error(
             "inconclusive: the connection attached to generation 2 received no event of its wake".into(),
@@ -3094,33 +3107,11 @@ fn events_version_of_open(c: &mut DCtx<'_>) -> Outcome {
             "inconclusive: the 2.1 open was not answered as 2.1 (daemon.envelope.echo-minor judges that)".into(),
         );
     }
-    let mut attached = tryo!(c.connect());
-    let a = tryo!(c.attach(1));
-    let ar = c.call(&mut attached, a);
-    if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
-        return Outcome::Error(format!("inconclusive: the attach was answered {}", rtoken(&ar)));
-    }
-    let rid = c.rid();
-    let sid = c.session.clone();
-    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
-    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
-    let w = match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello") {
-        Ok(w) => crate::contract::compose::to_wire(&w),
-        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
-    };
-    attached.send(&w);
-    let mut versions = Vec::new();
-    loop {
-        let r = attached.recv_within(c.target.step * 3);
-        match r.frame() {
-            Some(f) if f.kind() == Some("event") && f["sessionId"] == sid.as_str() => {
-                versions.push((f["event"].as_str().unwrap_or("?").to_string(), f["protocolVersion"].clone()))
-            }
-            Some(f) if f.request_id() == Some(rid.as_str()) => break,
-            Some(_) => continue,
-            None => break,
-        }
-    }
+    let mut attached = tryo!(attached_conn(c, 1));
+    let versions: Vec<(String, Value)> = tryo!(wake_and_gather(c, &mut attached, 1))
+        .iter()
+        .map(|f| (f["event"].as_str().unwrap_or("?").to_string(), f["protocolVersion"].clone()))
+        .collect();
     if versions.is_empty() {
         return Outcome::Error("inconclusive: the attached connection received no event of the wake".into());
     }
