@@ -258,14 +258,18 @@ fn connection_limit(c: &mut DCtx<'_>, first: usize, held: &mut usize) -> Outcome
              request in flight"
         ));
     }
-    let mut extra = match c.connect() {
-        Ok(x) => x,
-        Err(_) => return Outcome::with("closed-without-line", vec![]),
-    };
-    let h = tryo!(c.handshake(None));
-    extra.send_all(&[h]);
+    // A connect refused outright counts as closed without a line; whether the daemon still
+    // serves is checked below either way.
     let wait = c.target.step * 2;
-    let got = extra.recv_within(wait);
+    let h = tryo!(c.handshake(None));
+    let (extra, got) = match c.connect() {
+        Ok(mut x) => {
+            x.send_all(&[h]);
+            let got = x.recv_within(wait);
+            (Some(x), got)
+        }
+        Err(_) => (None, Recv::Closed),
+    };
     let verdict_at = t0.elapsed();
     // Confirm: no open was answered before the verdict (each stayed in flight).
     for (i, conn) in conns.iter_mut().enumerate() {
