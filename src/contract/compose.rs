@@ -586,6 +586,16 @@ pub fn handshake(e: &Envelope<'_>) -> Result<v2::HandshakeCommand, ComposeError>
     })
 }
 
+/// A `drain`, with `timeoutMs` when given.
+pub fn drain(e: &Envelope<'_>, timeout_ms: Option<u64>) -> Result<v2::DrainCommand, ComposeError> {
+    Ok(v2::DrainCommand {
+        operation: v2::DrainCommandOperation::Drain,
+        payload: v2::DrainPayload { timeout_ms: timeout_ms.map(|t| int("payload.timeoutMs", t)).transpose()? },
+        protocol_version: version(e)?,
+        request_id: rid(e)?,
+    })
+}
+
 /// The resources of an open: every policy `"none"`, and `tools`.
 pub fn resources(tools: v2::ToolsPolicy) -> v2::OpenResources {
     let none = v2::NoneResource::None;

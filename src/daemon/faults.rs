@@ -91,6 +91,18 @@ faults! {
     /// The daemon socket is left writable by everyone (mode 0666).
     SocketWorldWritable = "socket-world-writable", "PC-1.1",
         "the daemon socket is made mode 0666 (others can connect and drive every session) instead of 0600";
+    /// A draining host still starts wakes.
+    DrainAdmitsWakes = "drain-admits-wakes", "PC-2.5",
+        "after a drain a wake is admitted and run instead of refused host_draining";
+    /// A draining host still admits opens.
+    DrainAdmitsOpens = "drain-admits-opens", "PC-2.5",
+        "after a drain an open is admitted instead of refused host_draining";
+    /// A drain that timed out reports one aborted turn, however many it aborted.
+    DrainMiscountsAborted = "drain-miscounts-aborted", "PC-2.5",
+        "a drain that times out answers abortedTurns:1 whatever the number of turns it aborted";
+    /// A drain aborts the running turns at once instead of waiting for them.
+    DrainAbortsAtOnce = "drain-aborts-at-once", "PC-2.5",
+        "a drain aborts every running turn at once (timedOut:true) instead of waiting up to timeoutMs for them to settle";
     // ---- resources and admission
     /// A v1 open with a tools object binds like v2.
     V1ToolsObjectAccepted = "v1-tools-object-accepted", "PC-3.1",

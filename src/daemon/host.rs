@@ -398,6 +398,9 @@ impl Host {
         let sid = open.session_id.to_string();
         let generation = generation(&open.generation);
         let p = &open.payload;
+        if self.core().draining && !self.faults.has(DaemonFault::DrainAdmitsOpens) {
+            return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
+        }
         check_absolute_paths(p, cmd.version.major)?;
         // v1 ignores sessionDir (its form was checked by the command rules; SPEC §3.1).
         if cmd.version.major == 2 {
@@ -508,7 +511,7 @@ impl Host {
     }
 
     async fn wake(self: &Arc<Self>, cmd: &WakeCommand) -> Result<Value, DErr> {
-        if self.core().draining {
+        if self.core().draining && !self.faults.has(DaemonFault::DrainAdmitsWakes) {
             return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
         }
         let (sid, generation) = self.live(&cmd.session_id, generation(&cmd.generation))?;
@@ -717,13 +720,19 @@ impl Host {
         Ok(data(&protocol_v2::ClosedData { closed: true }))
     }
 
+    /// SPEC PC-2.5 (DECISION on drain): from now on no open or wake is admitted; running
+    /// turns are waited for up to the timeout, and those still running then are aborted.
     async fn drain(&self, timeout_ms: Option<i64>) -> Result<Value, DErr> {
         let timeout = timeout_ms.and_then(|t| u64::try_from(t).ok()).unwrap_or(30_000);
         self.core().draining = true;
         let mut turns = self.active_turns.subscribe();
-        let idle = tokio::time::timeout(Duration::from_millis(timeout), turns.wait_for(|n| *n == 0)).await;
+        let wait = if self.faults.has(DaemonFault::DrainAbortsAtOnce) { 0 } else { timeout };
+        let idle = tokio::time::timeout(Duration::from_millis(wait), turns.wait_for(|n| *n == 0)).await;
         let timed_out = !matches!(idle, Ok(Ok(_)));
-        let aborted = if timed_out { self.core().abort_all_turns() } else { 0 };
+        let mut aborted = if timed_out { self.core().abort_all_turns() } else { 0 };
+        if timed_out && self.faults.has(DaemonFault::DrainMiscountsAborted) {
+            aborted = 1;
+        }
         Ok(data(&protocol_v2::DrainData {
             aborted_turns: aborted as u64,
             draining: true,

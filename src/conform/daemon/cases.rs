@@ -11,6 +11,7 @@ use super::probe::{BoundMode, InvokeMode, ScriptAt};
 use super::{rtoken, DCtx};
 use crate::conform::adapter::conn::{Conn, Recv};
 use crate::conform::case::Outcome;
+use crate::contract::types::protocol_v2;
 use crate::contract::{AdapterCode, AdapterLimits, Code, DaemonCode, LimitValues};
 
 /// A case implementation.
@@ -3974,6 +3975,239 @@ fn restart_closed_session_gone(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with(if p.is_empty() { "gone" } else { "restored" }, p)
 }
 
+// ---------------------------------------------------------------- drain
+
+/// Run a drain case: it needs `--restart-cmd` (a drained host stays draining for the rest of
+/// its process), and the daemon is restarted once the case is judged, so the cases after it
+/// meet a host that admits work again. A failed restart makes the case inconclusive: the run
+/// cannot go on on a draining host.
+fn drain_case(c: &mut DCtx<'_>, body: fn(&mut DCtx<'_>) -> Outcome) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given (a drain leaves the daemon draining until it restarts)".into());
+    }
+    let verdict = body(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    match c.restart() {
+        Ok(()) => verdict,
+        Err(o) => Outcome::Error(format!(
+            "inconclusive: the daemon could not be restarted after the drain ({}); the case found: {}",
+            outcome_text(&o),
+            outcome_text(&verdict)
+        )),
+    }
+}
+
+/// Send a `drain` (with `timeoutMs` when given) on a fresh connection; its answer and how long
+/// it took from the send.
+fn drain(c: &mut DCtx<'_>, timeout_ms: Option<u64>) -> Result<(Recv, Duration), Outcome> {
+    let rid = c.rid();
+    let v = crate::contract::compose::drain(
+        &crate::contract::compose::Envelope { version: "2.0", request_id: &rid },
+        timeout_ms,
+    )
+    .map(|d| crate::contract::compose::to_wire(&d))
+    .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a drain: {e}")))?;
+    let mut conn = c.connect()?;
+    let t = Instant::now();
+    let r = c.call(&mut conn, v);
+    Ok((r, t.elapsed()))
+}
+
+/// A drain's answer decoded into the contract's `DrainData`; a refused or malformed answer is
+/// the problem to report.
+fn drain_data(r: &Recv) -> Result<protocol_v2::DrainData, String> {
+    if rtoken(r) != "ok" {
+        return Err(format!("the drain was answered {}", rtoken(r)));
+    }
+    serde_json::from_value(data(r)).map_err(|e| format!("the drain's data breaks the contract (DrainData): {e}"))
+}
+
+/// The host snapshot's `activeTurns` and `draining` (from a handshake).
+fn host_turns(c: &mut DCtx<'_>) -> Result<(Option<u64>, Option<bool>), Outcome> {
+    let v = c.handshake(None)?;
+    let r = one(c, v)?;
+    let h = data(&r)["host"].clone();
+    Ok((h["activeTurns"].as_u64(), h["draining"].as_bool()))
+}
+
+/// SPEC PC-2.5 (DECISION on drain): a drain with no turn running answers at once
+/// `{draining:true, timeoutMs:<the request's>, timedOut:false, abortedTurns:0}`; the host
+/// snapshot then says `draining:true`, and a wake of an open session is refused
+/// `host_draining`.
+fn drain_refuses_wakes(c: &mut DCtx<'_>) -> Outcome {
+    drain_case(c, |c| {
+        tryo!(open_plain(c));
+        let (active, _) = tryo!(host_turns(c));
+        let (r, _) = tryo!(drain(c, Some(2_000)));
+        let mut p = Vec::new();
+        match drain_data(&r) {
+            Err(e) => return Outcome::Error(format!("inconclusive: {e}; nothing was drained")),
+            Ok(d) => {
+                if !d.draining {
+                    p.push("the drain answered draining:false".to_string());
+                }
+                if d.timeout_ms != 2_000 {
+                    p.push(format!("the drain asked timeoutMs 2000 and answered timeoutMs {}", d.timeout_ms));
+                }
+                // Only when the host said no turn ran (another client's turn could).
+                if active == Some(0) && (d.timed_out || d.aborted_turns != 0) {
+                    p.push(format!(
+                        "with no turn running the drain answered timedOut:{} abortedTurns:{} (expected false, 0)",
+                        d.timed_out, d.aborted_turns
+                    ));
+                }
+            }
+        }
+        let (_, draining) = tryo!(host_turns(c));
+        if draining != Some(true) {
+            p.push(format!("after the drain the host snapshot says draining:{draining:?}, not true"));
+        }
+        let rid = c.rid();
+        let sid = c.session.clone();
+        let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+        let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+        let w = tryo!(crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello")
+            .map(|w| crate::contract::compose::to_wire(&w))
+            .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}"))));
+        let r = tryo!(one(c, w));
+        Outcome::with(rtoken(&r), p)
+    })
+}
+
+/// SPEC PC-2.5 (DECISION on drain), SHOULD: a draining host refuses an `open` with
+/// `host_draining` (Pi Daemon 0.3.3 does).
+fn drain_refuses_opens(c: &mut DCtx<'_>) -> Outcome {
+    drain_case(c, |c| {
+        let (r, _) = tryo!(drain(c, Some(1_000)));
+        if let Err(e) = drain_data(&r) {
+            return Outcome::Error(format!("inconclusive: {e}; nothing was drained"));
+        }
+        let v = tryo!(c.open(1, json!("none")));
+        tok(one(c, v))
+    })
+}
+
+/// SPEC PC-2.5 (DECISION on drain): turns still running at the drain's timeout are aborted.
+/// Two sessions each hold a wake whose tool call the probe never answers (the provoked state,
+/// confirmed: both invokes reached the probe, and the host counts the running turns); a drain
+/// with `timeoutMs` 300 must answer no earlier than 300 ms, `timedOut:true`, and `abortedTurns`
+/// equal to the turns running (at least the two).
+fn drain_timeout_aborts(c: &mut DCtx<'_>) -> Outcome {
+    drain_case(c, |c| {
+        let base = c.session.clone();
+        let sessions = [format!("{base}-a"), format!("{base}-b")];
+        for s in &sessions {
+            c.session = s.clone();
+            let d = tryo!(c.descriptor(1, Some(limits_with_timeout(60_000))));
+            tryo!(open_with(c, &d, 1));
+        }
+        c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+        let before = invokes(c).len();
+        let mut held = Vec::new();
+        for s in &sessions {
+            c.session = s.clone();
+            let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+            let mut k = tryo!(c.connect());
+            k.send(&w);
+            held.push(k);
+        }
+        c.session = base;
+        let t = Instant::now();
+        while invokes(c).len() < before + 2 && t.elapsed() < c.target.step * 2 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let reached = invokes(c).len() - before;
+        if reached < 2 {
+            return Outcome::Error(format!(
+                "inconclusive: {reached} of the two wakes' tool calls reached the adapter, so fewer than two turns \
+                 were surely running"
+            ));
+        }
+        let (active, _) = tryo!(host_turns(c));
+        let (r, took) = tryo!(drain(c, Some(300)));
+        let d = match drain_data(&r) {
+            Ok(d) => d,
+            Err(e) => return Outcome::with("refused", vec![e]),
+        };
+        let mut p = Vec::new();
+        if !d.timed_out {
+            p.push("two turns held past the timeout, and the drain answered timedOut:false".to_string());
+        }
+        let expected = active.filter(|&a| a >= 2).unwrap_or(2);
+        if d.aborted_turns != expected {
+            p.push(format!(
+                "the drain aborted the turns still running ({expected}: the host counted {active:?}, two held by the \
+                 probe) and answered abortedTurns:{}",
+                d.aborted_turns
+            ));
+        }
+        if d.timeout_ms != 300 {
+            p.push(format!("the drain asked timeoutMs 300 and answered timeoutMs {}", d.timeout_ms));
+        }
+        // The daemon's timer starts after the runner's send: the answer cannot be earlier.
+        if d.timed_out && took < Duration::from_millis(290) {
+            p.push(format!(
+                "the drain answered timedOut:true after {} ms, before its timeout of 300 ms",
+                took.as_millis()
+            ));
+        }
+        drop(held);
+        Outcome::with(if p.is_empty() { "aborted" } else { "miscounted" }, p)
+    })
+}
+
+/// SPEC PC-2.5 (DECISION on drain): a turn that settles within the drain's timeout is waited
+/// for, not aborted. A wake's tool call is answered by the probe 600 ms after it arrives; a
+/// drain sent once the call is in flight (confirmed at the probe) with `timeoutMs` 20000 must
+/// answer `timedOut:false, abortedTurns:0`, and the wake must complete `ok`.
+fn drain_waits_for_turns(c: &mut DCtx<'_>) -> Outcome {
+    drain_case(c, |c| {
+        let d = tryo!(c.descriptor(1, Some(limits_with_timeout(30_000))));
+        tryo!(open_with(c, &d, 1));
+        c.probe.set(BoundMode::Exact, InvokeMode::Delay(600));
+        let before = invokes(c).len();
+        let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+        let wake_rid = w["requestId"].as_str().unwrap_or_default().to_string();
+        let mut k = tryo!(c.connect());
+        k.send(&w);
+        let t = Instant::now();
+        while invokes(c).len() == before && t.elapsed() < c.target.step * 2 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if invokes(c).len() == before {
+            return Outcome::Error(
+                "inconclusive: the wake's tool call never reached the adapter, so no turn was surely running".into(),
+            );
+        }
+        let (r, _) = tryo!(drain(c, Some(20_000)));
+        let mut p = Vec::new();
+        match drain_data(&r) {
+            Err(e) => p.push(e),
+            Ok(d) if d.timed_out || d.aborted_turns != 0 => p.push(format!(
+                "a turn settling 600 ms into a 20000 ms drain was not waited for: the drain answered timedOut:{} \
+                 abortedTurns:{}",
+                d.timed_out, d.aborted_turns
+            )),
+            Ok(_) => {}
+        }
+        // The wake's response (events naming its requestId are skipped).
+        let answer = loop {
+            let r = k.recv_within(c.target.step * 3);
+            match r.frame() {
+                Some(f) if f.kind() == Some("event") => continue,
+                Some(f) if f.request_id() == Some(wake_rid.as_str()) => break r,
+                Some(_) => continue,
+                None => break r,
+            }
+        };
+        let wake = rtoken(&answer);
+        if wake != "ok" {
+            p.push(format!("the wake running while the host drained was answered {wake}, not completed"));
+        }
+        Outcome::with(if p.is_empty() { "waited" } else { "cut-short" }, p)
+    })
+}
+
 /// Whether the handshake's host snapshot lists generation 1 of `session` as quarantined.
 fn quarantine_listed(c: &mut DCtx<'_>, session: &str) -> Result<bool, Outcome> {
     let v = c.handshake(None)?;
@@ -4234,6 +4468,10 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.failed-reprovision-keeps-quarantine", restart_failed_reprovision),
         ("daemon.restart.no-tools-session-not-quarantined", restart_no_tools_not_quarantined),
         ("daemon.restart.closed-session-gone", restart_closed_session_gone),
+        ("daemon.drain.refuses-wakes", drain_refuses_wakes),
+        ("daemon.drain.refuses-opens", drain_refuses_opens),
+        ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
+        ("daemon.drain.waits-for-running-turns", drain_waits_for_turns),
     ]
 }
 
