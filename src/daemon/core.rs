@@ -22,6 +22,36 @@ use super::store::{quarantine_condition, Loaded, SessionRecord, WakeRecord};
 use crate::contract::types::protocol_v2::{self as v2, OpenCommand, OpenPayload};
 use crate::contract::{CapabilityHandle, DaemonCode, Descriptor};
 
+/// A running turn's abort: a flag the turn polls between steps, and a wake-up for a turn
+/// waiting on a tool call, so an abort (the client's `abort`, a drain that timed out) ends the
+/// turn at once instead of when the call returns (SPEC PC-2.5, DECISION on drain).
+#[derive(Debug, Default)]
+pub struct TurnAbort {
+    flag: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl TurnAbort {
+    /// Ask the turn to abort; whether it had been asked before.
+    pub fn abort(&self) -> bool {
+        let before = self.flag.swap(true, std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_one();
+        before
+    }
+
+    /// Whether an abort was asked.
+    pub fn requested(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once an abort is asked (at once when it already was).
+    pub async fn asked(&self) {
+        while !self.requested() {
+            self.wake.notified().await;
+        }
+    }
+}
+
 /// Bounds of the daemon socket (SPEC §1.1).
 pub const MAX_CONNECTIONS: usize = 64;
 /// In-flight requests per connection.
@@ -65,7 +95,7 @@ pub(crate) struct Session<L> {
     pub(crate) state: SState,
     pub(crate) recovery: Option<v2::SessionRecovery>,
     pub(crate) seq: u64,
-    pub(crate) turn: Option<Arc<AtomicBool>>,
+    pub(crate) turn: Option<Arc<TurnAbort>>,
     /// Wake keys journaled (the record's high-water mark, carried across generations).
     pub(crate) wakes: u64,
     /// A `close` is persisting this generation's record change: it is no longer live, and
@@ -322,9 +352,14 @@ impl<L: LinkState + Clone> HostCore<L> {
                     && generation < x.generation
                     && !self.faults.has(DaemonFault::StaleGenerationAsNotFound) =>
             {
-                Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open").with_details(
-                    &v2::GenerationDetails { current_generation: x.generation, received_generation: generation },
-                ))
+                let e = DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session is open");
+                if self.faults.has(DaemonFault::StaleGenerationWithoutDetails) {
+                    return Err(e);
+                }
+                Err(e.with_details(&v2::GenerationDetails {
+                    current_generation: x.generation,
+                    received_generation: generation,
+                }))
             }
             _ => Err(DErr::of(DaemonCode::SessionNotFound, "no such live session generation")),
         }
@@ -510,11 +545,14 @@ impl<L: LinkState + Clone> HostCore<L> {
         }
         if let Some(x) = self.sessions.get_mut(&sid) {
             if generation < x.generation {
-                return Err(DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists")
-                    .with_details(&v2::GenerationDetails {
-                        current_generation: x.generation,
-                        received_generation: generation,
-                    }));
+                let e = DErr::of(DaemonCode::StaleGeneration, "a newer generation of this session exists");
+                if self.faults.has(DaemonFault::StaleGenerationWithoutDetails) {
+                    return Err(e);
+                }
+                return Err(e.with_details(&v2::GenerationDetails {
+                    current_generation: x.generation,
+                    received_generation: generation,
+                }));
             }
             if generation == x.generation {
                 match (&x.policy, &summary) {
@@ -700,22 +738,17 @@ impl<L: LinkState + Clone> HostCore<L> {
     /// `abort`: flag the running turn of a live generation; whether there was one.
     pub fn abort(&self, sid: &str, generation: u64) -> Result<Value, DErr> {
         let (sid, _) = self.live(sid, generation)?;
-        let aborted = self
-            .sessions
-            .get(&sid)
-            .and_then(|x| x.turn.as_ref())
-            .map(|a| a.swap(true, std::sync::atomic::Ordering::Relaxed))
-            .is_some();
+        let aborted = self.sessions.get(&sid).and_then(|x| x.turn.as_ref()).map(|a| a.abort()).is_some();
         Ok(data(&v2::AbortData { aborted }))
     }
 
-    /// Start a turn in a session: its abort flag, or `session_busy` / `session_not_found`.
-    pub fn begin_turn(&mut self, sid: &str) -> Result<Arc<AtomicBool>, DErr> {
+    /// Start a turn in a session: its abort handle, or `session_busy` / `session_not_found`.
+    pub fn begin_turn(&mut self, sid: &str) -> Result<Arc<TurnAbort>, DErr> {
         let x = self.sessions.get_mut(sid).ok_or_else(|| DErr::of(DaemonCode::SessionNotFound, "no such session"))?;
         if x.turn.is_some() {
             return Err(DErr::of(DaemonCode::SessionBusy, "a turn is running"));
         }
-        let abort = Arc::new(AtomicBool::new(false));
+        let abort = Arc::new(TurnAbort::default());
         x.turn = Some(abort.clone());
         Ok(abort)
     }
@@ -727,11 +760,16 @@ impl<L: LinkState + Clone> HostCore<L> {
         }
     }
 
+    /// How many turns run (a fault's drain counts them without aborting them).
+    pub fn running_turns(&self) -> usize {
+        self.sessions.values().filter(|x| x.turn.is_some()).count()
+    }
+
     /// Flag every running turn aborted (a drain that timed out); how many.
     pub fn abort_all_turns(&self) -> usize {
         let mut n = 0;
         for a in self.sessions.values().filter_map(|x| x.turn.as_ref()) {
-            a.store(true, std::sync::atomic::Ordering::Relaxed);
+            a.abort();
             n += 1;
         }
         n
@@ -1028,7 +1066,7 @@ mod tests {
         assert_eq!((e.code.as_str(), e.retryable), ("session_busy", true));
         assert!(core.resource("s").unwrap().busy);
         assert_eq!(core.abort("s", 1).unwrap(), json!({"aborted": true}));
-        assert!(flag.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(flag.requested());
         assert_eq!(core.abort_all_turns(), 1);
         core.end_turn("s");
         assert_eq!(core.abort("s", 1).unwrap(), json!({"aborted": false}));

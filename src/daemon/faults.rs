@@ -100,6 +100,12 @@ faults! {
     /// A drain that timed out reports one aborted turn, however many it aborted.
     DrainMiscountsAborted = "drain-miscounts-aborted", "PC-2.5",
         "a drain that times out answers abortedTurns:1 whatever the number of turns it aborted";
+    /// A drain that timed out counts the running turns but does not abort them.
+    DrainReportsWithoutAborting = "drain-reports-without-aborting", "PC-2.5",
+        "a drain that times out answers abortedTurns with the running turns but leaves them running";
+    /// host_draining is answered retryable:false.
+    DrainingNotRetryable = "draining-not-retryable", "PC-2.5",
+        "host_draining is answered with retryable:false, so clients give up on a host that will be back";
     /// A drain aborts the running turns at once instead of waiting for them.
     DrainAbortsAtOnce = "drain-aborts-at-once", "PC-2.5",
         "a drain aborts every running turn at once (timedOut:true) instead of waiting up to timeoutMs for them to settle";
@@ -205,6 +211,12 @@ faults! {
     /// A tool path with DEL is dispatched.
     PassDelPath = "pass-del-path", "PC-5.1",
         "a tool path with DEL (U+007F, otherwise valid) is sent to the adapter instead of refused before dispatch";
+    /// `..` is refused only between two segments.
+    DotDotInnerOnly = "dot-dot-inner-only", "PC-5.1",
+        "the daemon-side path check refuses `..` only between two segments: a leading `..`, a trailing `..` or a trailing `.` is sent to the adapter";
+    /// Tool calls of operations the descriptor does not grant are sent.
+    IgnoreOperationGrant = "ignore-operation-grant", "PC-4.2",
+        "a tool call of an operation the descriptor does not grant is sent to the adapter instead of refused before dispatch";
     /// The 4096-byte path limit counts UTF-16 units.
     PathLimitInUnits = "path-limit-in-units", "PC-5.1",
         "the 4096-byte tool path limit counts UTF-16 units: a non-ASCII path over 4096 bytes but within 4096 units is sent to the adapter";
@@ -274,6 +286,9 @@ faults! {
     /// A lower generation is answered session_not_found.
     StaleGenerationAsNotFound = "stale-generation-as-not-found", "PC-2.5",
         "a command naming a lower generation than the live one is answered session_not_found instead of stale_generation";
+    /// stale_generation carries no details.
+    StaleGenerationWithoutDetails = "stale-generation-without-details", "PC-2.5",
+        "stale_generation is answered without details {currentGeneration, receivedGeneration}";
     /// The host snapshot names an adapter endpoint.
     SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
         "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
@@ -573,6 +588,28 @@ pub(crate) fn path_passed(path: &str, faults: DaemonFaults) -> bool {
             && valid(&path.replace(control, "_")))
         || (faults.has(DaemonFault::PassDelPath) && path.contains('\u{7f}') && valid(&path.replace('\u{7f}', "_")))
         || (faults.has(DaemonFault::PathLimitInUnits) && path.len() > 4096 && valid(&in_units()))
+        || (faults.has(DaemonFault::DotDotInnerOnly) && outer_dots_only(path, valid))
+}
+
+/// Whether `path`'s only defect is `..` segments at its start or one `..` or `.` segment at
+/// its end (what [`DaemonFault::DotDotInnerOnly`] lets through).
+fn outer_dots_only(path: &str, valid: impl Fn(&str) -> bool) -> bool {
+    let mut rest = path;
+    let mut stripped = false;
+    while let Some(r) = rest.strip_prefix("../") {
+        rest = r;
+        stripped = true;
+    }
+    if rest == ".." {
+        return true;
+    }
+    for end in ["/..", "/."] {
+        if let Some(r) = rest.strip_suffix(end) {
+            rest = r;
+            stripped = true;
+        }
+    }
+    stripped && valid(rest)
 }
 
 /// The client line limit a faulty daemon applies ([`DaemonFault::LineLimitCountsLf`],
@@ -597,7 +634,8 @@ mod tests {
         let e_acute = "\u{e9}".repeat(2049);
         // (fault, a path of its form that is otherwise valid, a path of its form that is also
         // wrong otherwise, a path of another form)
-        let cases: [(DaemonFault, &str, &str, &str); 6] = [
+        let cases: [(DaemonFault, &str, &str, &str); 7] = [
+            (DaemonFault::DotDotInnerOnly, "../x", "a/../b", "a\\b"),
             (DaemonFault::PassEmptyPath, "", "/", "a\\b"),
             (DaemonFault::PassAbsolutePath, "/a/b", "/a//b", ""),
             (DaemonFault::PassBackslashPath, "a\\b", "a\\b/..", "/a"),

@@ -4,14 +4,14 @@
 //! §2, §3.4, §6). The socket shell is `daemon::server`, the envelope rules `daemon::conn`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
-use super::core::{check_absolute_paths, CloseWrite, HostCore, LinkState, OpenPlan};
+use super::core::{check_absolute_paths, CloseWrite, HostCore, LinkState, OpenPlan, TurnAbort};
 pub use super::core::{
     DErr, MAX_CONNECTIONS, MAX_EVENT_BYTES, MAX_IN_FLIGHT, MAX_LINE_BYTES, MAX_OUTBOUND_BYTES, MAX_RESPONSE_BYTES,
 };
@@ -399,7 +399,7 @@ impl Host {
         let generation = generation(&open.generation);
         let p = &open.payload;
         if self.core().draining && !self.faults.has(DaemonFault::DrainAdmitsOpens) {
-            return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
+            return Err(self.draining_refusal());
         }
         check_absolute_paths(p, cmd.version.major)?;
         // v1 ignores sessionDir (its form was checked by the command rules; SPEC §3.1).
@@ -512,7 +512,7 @@ impl Host {
 
     async fn wake(self: &Arc<Self>, cmd: &WakeCommand) -> Result<Value, DErr> {
         if self.core().draining && !self.faults.has(DaemonFault::DrainAdmitsWakes) {
-            return Err(DErr::of(DaemonCode::HostDraining, "the host is draining"));
+            return Err(self.draining_refusal());
         }
         let (sid, generation) = self.live(&cmd.session_id, generation(&cmd.generation))?;
         let key = cmd.idempotency_key.to_string();
@@ -624,12 +624,12 @@ impl Host {
         wake_key: &str,
         prompt: &str,
         request_id: &str,
-        abort: &AtomicBool,
+        abort: &TurnAbort,
     ) -> Result<protocol_v2::TurnResult, DErr> {
         let link = self.core().link(sid);
         let mut turn = Turn::new(prompt, generation, wake_key, link.is_some(), self.faults);
         self.deliver_turn_events(&mut turn, sid, generation, request_id);
-        while let Some(batch) = turn.poll_batch(abort.load(Ordering::Relaxed)) {
+        while let Some(batch) = turn.poll_batch(abort.requested()) {
             self.deliver_turn_events(&mut turn, sid, generation, request_id);
             let started: Vec<(String, Result<PendingCall, DErr>)> = batch
                 .into_iter()
@@ -643,8 +643,13 @@ impl Host {
                 })
                 .collect();
             for (call_id, pending) in started {
+                // An abort ends the wait: the call is dropped, which cancels it (an invoke
+                // already sent is aborted on the wire), and the turn ends aborted.
                 let outcome = match pending {
-                    Ok(p) => p.outcome().await.map_err(call_error),
+                    Ok(p) => tokio::select! {
+                        o = p.outcome() => o.map_err(call_error),
+                        () = abort.asked() => Err(DErr::of(DaemonCode::Aborted, "the turn was aborted")),
+                    },
                     Err(e) => Err(e),
                 };
                 turn.handle_outcome(&call_id, outcome);
@@ -720,6 +725,15 @@ impl Host {
         Ok(data(&protocol_v2::ClosedData { closed: true }))
     }
 
+    /// `host_draining`, retryable (not retryable under a fault).
+    fn draining_refusal(&self) -> DErr {
+        let mut e = DErr::of(DaemonCode::HostDraining, "the host is draining");
+        if self.faults.has(DaemonFault::DrainingNotRetryable) {
+            e.retryable = false;
+        }
+        e
+    }
+
     /// SPEC PC-2.5 (DECISION on drain): from now on no open or wake is admitted; running
     /// turns are waited for up to the timeout, and those still running then are aborted.
     async fn drain(&self, timeout_ms: Option<i64>) -> Result<Value, DErr> {
@@ -729,7 +743,11 @@ impl Host {
         let wait = if self.faults.has(DaemonFault::DrainAbortsAtOnce) { 0 } else { timeout };
         let idle = tokio::time::timeout(Duration::from_millis(wait), turns.wait_for(|n| *n == 0)).await;
         let timed_out = !matches!(idle, Ok(Ok(_)));
-        let mut aborted = if timed_out { self.core().abort_all_turns() } else { 0 };
+        let mut aborted = match timed_out {
+            true if self.faults.has(DaemonFault::DrainReportsWithoutAborting) => self.core().running_turns(),
+            true => self.core().abort_all_turns(),
+            false => 0,
+        };
         if timed_out && self.faults.has(DaemonFault::DrainMiscountsAborted) {
             aborted = 1;
         }

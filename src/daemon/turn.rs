@@ -113,15 +113,17 @@ impl Turn {
             return None;
         }
         loop {
-            let Some(line) = self.lines.get(self.next) else {
-                self.done = true;
-                return None;
-            };
+            // An abort asked while the turn runs ends it aborted, also when it came during
+            // the last call (the call was cut short: the turn did not complete).
             if abort_requested {
                 self.aborted = true;
                 self.done = true;
                 return None;
             }
+            let Some(line) = self.lines.get(self.next) else {
+                self.done = true;
+                return None;
+            };
             if tool_line(line).is_some() {
                 break;
             }

@@ -122,6 +122,42 @@ fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Out
     }
 }
 
+/// Add a problem to an observed refusal whose `error.retryable` is not `want` (the contract
+/// fixes it for the code the case provoked). Outcomes that are not an observed refusal are
+/// returned as they are.
+fn retryable_must_be(out: Outcome, r: &Recv, want: bool) -> Outcome {
+    let Outcome::Observed { token, mut problems } = out else { return out };
+    if let Some(f) = r.frame().filter(|f| f.ok() == Some(false)) {
+        let got = &f["error"]["retryable"];
+        if got != &Value::Bool(want) {
+            problems.push(format!(
+                "{} is answered with retryable {got}; the contract fixes retryable:{want} for it",
+                f.error_code().unwrap_or("the refusal")
+            ));
+        }
+    }
+    Outcome::Observed { token, problems }
+}
+
+/// Add a problem to an observed `stale_generation` refusal whose details are not exactly
+/// `{currentGeneration, receivedGeneration}` with the generations the case set up (PC-2.5 lists
+/// the code with those details; Pi Daemon 0.3.3 always sends them).
+fn stale_details_must_be(out: Outcome, r: &Recv, current: u64, received: u64) -> Outcome {
+    let Outcome::Observed { token, mut problems } = out else { return out };
+    if token == format!("error:{}", DaemonCode::StaleGeneration.as_str()) {
+        let details = r.frame().map(|f| f["error"]["details"].clone()).unwrap_or_default();
+        if details.get("currentGeneration") != Some(&json!(current))
+            || details.get("receivedGeneration") != Some(&json!(received))
+        {
+            problems.push(format!(
+                "stale_generation for generation {received} of a session at generation {current} carries details \
+                 {details}: they must be {{currentGeneration: {current}, receivedGeneration: {received}}}"
+            ));
+        }
+    }
+    Outcome::Observed { token, problems }
+}
+
 // ---------------------------------------------------------------- handshake
 
 fn hs_supported_versions(c: &mut DCtx<'_>) -> Outcome {
@@ -1327,7 +1363,8 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     let v = tryo!(c.open(1, json!("none")));
-    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
+    let r = tryo!(one(c, v));
+    retryable_must_be(refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None), &r, true)
 }
 /// SPEC §3.4: a re-open at the same generation with a different summary is
 /// `session_policy_conflict`. A generation opened without tools has no summary; re-opened
@@ -1424,7 +1461,8 @@ fn policy_lower_generation(c: &mut DCtx<'_>) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 2));
     let d = tryo!(c.descriptor(1, None));
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
-    refusal_of(one(c, v), DaemonCode::StaleGeneration.as_str(), None)
+    let r = tryo!(one(c, v));
+    stale_details_must_be(refusal(&r, DaemonCode::StaleGeneration.as_str(), None), &r, 2, 1)
 }
 
 /// SPEC §2.5: a command naming a lower generation than the session's live one is
@@ -1441,20 +1479,7 @@ fn generation_stale_attach(c: &mut DCtx<'_>) -> Outcome {
             vec!["generation 1 of a session live at generation 2 is stale, not missing: stale_generation".into()],
         );
     }
-    let out = refusal(&r, DaemonCode::StaleGeneration.as_str(), None);
-    let Outcome::Observed { token, mut problems } = out else { return out };
-    if token == "error:stale_generation" {
-        let details = r.frame().map(|f| f["error"]["details"].clone()).unwrap_or_default();
-        if details.get("currentGeneration").is_some_and(|g| g != &json!(2))
-            || details.get("receivedGeneration").is_some_and(|g| g != &json!(1))
-        {
-            problems.push(format!(
-                "stale_generation for generation 1 of a session at generation 2 carries details {details}: \
-                 currentGeneration must be 2 and receivedGeneration 1"
-            ));
-        }
-    }
-    Outcome::Observed { token, problems }
+    stale_details_must_be(refusal(&r, DaemonCode::StaleGeneration.as_str(), None), &r, 2, 1)
 }
 
 // ---------------------------------------------------------------- tool traffic
@@ -3447,6 +3472,79 @@ fn path_control(c: &mut DCtx<'_>) -> Outcome {
 fn path_del(c: &mut DCtx<'_>) -> Outcome {
     path_refused(c, "DEL", |dir, _| vec![format!("{dir}/a\u{7f}b"), format!("{dir}\u{7f}")])
 }
+fn path_dot_dot(c: &mut DCtx<'_>) -> Outcome {
+    // Every place a `..` or `.` segment can take, and a way out of the root and back into it
+    // (`../<the root's own name>/<dir>`, which a check of the resolved path alone lets by).
+    path_refused(c, "`..` or `.` segment", |dir, root| {
+        let name = Path::new(root).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        vec![
+            "..".into(),
+            "../x".into(),
+            format!("../{name}/{dir}"),
+            format!("{dir}/.."),
+            format!("{dir}/."),
+            format!("{dir}/x/.."),
+        ]
+    })
+}
+
+/// PC-4.2: an invoke carries a *granted* operation. A session whose descriptor grants only
+/// `fs.stat` asks, in one wake, for `fs_stat` (control), `fs_list`, `fs_write` of a new file,
+/// and `fs_stat` again: no invoke of another operation reaches the adapter, the file is not
+/// created, and a call reported one by one for an ungranted tool is reported failed. The
+/// provoked state: the bind granted exactly `["fs.stat"]`, and a control call reached the
+/// adapter (else inconclusive).
+fn tools_ungranted_operation(c: &mut DCtx<'_>) -> Outcome {
+    use crate::contract::types::tool_adapter::ToolOperation;
+    let d = tryo!(c.descriptor_ops(1, None, &[ToolOperation::FsStat]));
+    let link = tryo!(open_with(c, &d, 1));
+    let bound_ops = link_frames(c, link, "bind").first().map(|b| b["operations"].clone());
+    if bound_ops != Some(json!(["fs.stat"])) {
+        return Outcome::Error(format!(
+            "inconclusive: the bind did not grant exactly [\"fs.stat\"] (it granted {})",
+            bound_ops.map_or_else(|| "nothing: no bind seen".to_string(), |o| o.to_string())
+        ));
+    }
+    let file = format!("pc-ungranted-{}", &c.session[c.session.len().saturating_sub(8)..]);
+    let calls = [
+        ("fs_stat", json!({"path": "."})),
+        ("fs_list", json!({"path": "."})),
+        ("fs_write", json!({"path": file, "content": "x"})),
+        ("fs_stat", json!({"path": "."})),
+    ];
+    let seen = tryo!(wake_attached(c, 1, &calls, c.target.step * 3));
+    let sent = link_frames(c, link, "invoke");
+    if !sent.iter().any(|f| f["operation"] == "fs.stat") {
+        return Outcome::Error(format!(
+            "inconclusive: no control fs.stat call reached the adapter (the wake was answered {}), so the daemon's \
+             tool calls cannot be observed with this wake template",
+            rtoken(&seen.resp)
+        ));
+    }
+    let mut p = Vec::new();
+    let other: Vec<String> =
+        sent.iter().filter(|f| f["operation"] != "fs.stat").map(|f| f["operation"].to_string()).collect();
+    if !other.is_empty() {
+        p.push(format!(
+            "invokes of operations the descriptor does not grant reached the adapter: {}",
+            other.join(", ")
+        ));
+    }
+    if c.target.cwd.join(&file).symlink_metadata().is_ok() {
+        p.push(format!("`{file}` was created by an fs_write the descriptor does not grant"));
+        let _ = std::fs::remove_file(c.target.cwd.join(&file));
+    }
+    if let Some(calls) = per_call(&seen.resp) {
+        for call in calls.iter().filter(|x| x.tool == "fs_list" || x.tool == "fs_write") {
+            if call.ok {
+                p.push(format!("the ungranted {} call was reported successful", call.tool));
+            }
+        }
+    }
+    release(c, 1);
+    Outcome::with(if p.is_empty() { "not-dispatched" } else { "dispatched" }, p)
+}
+
 fn path_over_4096(c: &mut DCtx<'_>) -> Outcome {
     // 4097 ASCII bytes; 2049 × `é` (4098 bytes in 2049 UTF-16 units: a limit counted in units
     // lets it by); one segment under the directory, 4097 bytes in all.
@@ -3896,7 +3994,8 @@ fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
     let _ = tryo!(restart_flow(c));
     let v = tryo!(c.handshake(None));
     let r = tryo!(one(c, v));
-    let q = data(&r)["host"]["recovery"]["quarantinedSessions"].clone();
+    let d = data(&r);
+    let q = d["host"]["recovery"]["quarantinedSessions"].clone();
     let listed = q.as_array().is_some_and(|a| {
         a.iter().any(|x| {
             x["sessionId"] == c.session.as_str()
@@ -3904,7 +4003,13 @@ fn restart_quarantine_listed(c: &mut DCtx<'_>) -> Outcome {
                 && x["code"] == DaemonCode::ToolAdapterReprovisionRequired.as_str()
         })
     });
-    Outcome::token(if listed { "quarantined" } else { "not-listed" })
+    // The snapshot with a quarantined entry in it, judged by the contract (each entry's
+    // `state` and `retryable` included).
+    let mut p = Vec::new();
+    if let Err(e) = crate::contract::validate_handshake_data(&d) {
+        p.push(format!("the handshake data after the restart breaks the schema: {} at {}", e.message, e.field()));
+    }
+    Outcome::with(if listed { "quarantined" } else { "not-listed" }, p)
 }
 fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -3912,7 +4017,8 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
     }
     let _ = tryo!(restart_flow(c));
     let v = tryo!(c.open(1, json!("none")));
-    refusal_of(one(c, v), DaemonCode::ToolAdapterReprovisionRequired.as_str(), None)
+    let r = tryo!(one(c, v));
+    retryable_must_be(refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None), &r, true)
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -4013,6 +4119,20 @@ fn drain(c: &mut DCtx<'_>, timeout_ms: Option<u64>) -> Result<(Recv, Duration), 
     Ok((r, t.elapsed()))
 }
 
+/// The response to `rid` on `k` (events naming it, and other frames, are skipped), waiting up
+/// to `wait` for each frame.
+fn response_to(k: &mut Conn, rid: &str, wait: Duration) -> Recv {
+    loop {
+        let r = k.recv_within(wait);
+        match r.frame() {
+            Some(f) if f.kind() == Some("event") => continue,
+            Some(f) if f.request_id() == Some(rid) => return r,
+            Some(_) => continue,
+            None => return r,
+        }
+    }
+}
+
 /// A drain's answer decoded into the contract's `DrainData`; a refused or malformed answer is
 /// the problem to report.
 fn drain_data(r: &Recv) -> Result<protocol_v2::DrainData, String> {
@@ -4070,7 +4190,8 @@ fn drain_refuses_wakes(c: &mut DCtx<'_>) -> Outcome {
             .map(|w| crate::contract::compose::to_wire(&w))
             .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}"))));
         let r = tryo!(one(c, w));
-        Outcome::with(rtoken(&r), p)
+        release(c, 1);
+        retryable_must_be(Outcome::with(rtoken(&r), p), &r, true)
     })
 }
 
@@ -4083,7 +4204,11 @@ fn drain_refuses_opens(c: &mut DCtx<'_>) -> Outcome {
             return Outcome::Error(format!("inconclusive: {e}; nothing was drained"));
         }
         let v = tryo!(c.open(1, json!("none")));
-        tok(one(c, v))
+        let r = tryo!(one(c, v));
+        if rtoken(&r) == "ok" {
+            release(c, 1);
+        }
+        retryable_must_be(Outcome::token(rtoken(&r)), &r, true)
     })
 }
 
@@ -4107,11 +4232,13 @@ fn drain_timeout_aborts(c: &mut DCtx<'_>) -> Outcome {
         for s in &sessions {
             c.session = s.clone();
             let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+            let rid = w["requestId"].as_str().unwrap_or_default().to_string();
             let mut k = tryo!(c.connect());
             k.send(&w);
-            held.push(k);
+            held.push((s.clone(), rid, k));
         }
-        c.session = base;
+        c.session = base.clone();
+        let base_after = base;
         let t = Instant::now();
         while invokes(c).len() < before + 2 && t.elapsed() < c.target.step * 2 {
             std::thread::sleep(Duration::from_millis(20));
@@ -4151,7 +4278,28 @@ fn drain_timeout_aborts(c: &mut DCtx<'_>) -> Outcome {
                 took.as_millis()
             ));
         }
-        drop(held);
+        // Aborted means ended: each held wake is answered (ok or not: Pi Daemon 0.3.3 ends the
+        // turn with the aborted tool call failed and answers ok), though its tool call is still
+        // unanswered and 60 s from its own timeout.
+        if d.timed_out {
+            for (sid, rid, k) in held.iter_mut() {
+                let answer = response_to(k, rid, c.target.step * 3);
+                if answer.frame().and_then(|f| f.ok()).is_none() {
+                    p.push(format!(
+                        "the drain counted the turn of session {sid} aborted, but its wake got no answer within {} ms \
+                         ({}): the turn kept running",
+                        (c.target.step * 3).as_millis(),
+                        answer.describe()
+                    ));
+                }
+            }
+        }
+        // Give the slots back (Pi Daemon 0.3.3 keeps at most 128 sessions).
+        for (sid, _, _) in &held {
+            c.session = sid.clone();
+            release(c, 1);
+        }
+        c.session = base_after;
         Outcome::with(if p.is_empty() { "aborted" } else { "miscounted" }, p)
     })
 }
@@ -4190,20 +4338,12 @@ fn drain_waits_for_turns(c: &mut DCtx<'_>) -> Outcome {
             )),
             Ok(_) => {}
         }
-        // The wake's response (events naming its requestId are skipped).
-        let answer = loop {
-            let r = k.recv_within(c.target.step * 3);
-            match r.frame() {
-                Some(f) if f.kind() == Some("event") => continue,
-                Some(f) if f.request_id() == Some(wake_rid.as_str()) => break r,
-                Some(_) => continue,
-                None => break r,
-            }
-        };
+        let answer = response_to(&mut k, &wake_rid, c.target.step * 3);
         let wake = rtoken(&answer);
         if wake != "ok" {
             p.push(format!("the wake running while the host drained was answered {wake}, not completed"));
         }
+        release(c, 1);
         Outcome::with(if p.is_empty() { "waited" } else { "cut-short" }, p)
     })
 }
@@ -4430,6 +4570,8 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.path-control-char-refused", path_control),
         ("daemon.tools.path-del-refused", path_del),
         ("daemon.tools.path-over-4096-bytes-refused", path_over_4096),
+        ("daemon.tools.path-dot-dot-refused", path_dot_dot),
+        ("daemon.tools.ungranted-operation-not-dispatched", tools_ungranted_operation),
         ("daemon.tools.invoke-at-max-request-bytes", invoke_at_max_request_bytes),
         ("daemon.tools.invoke-one-past-max-request-bytes", invoke_one_past_max_request_bytes),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),

@@ -141,6 +141,17 @@ impl<'a> DCtx<'a> {
     /// (built from the generated types; `limits` replaces the default limits, raw when a case
     /// broke them on purpose).
     pub fn descriptor(&mut self, generation: u64, limits: Option<Value>) -> Result<Value, Outcome> {
+        let ops: Vec<ToolOperation> = OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect();
+        self.descriptor_ops(generation, limits, &ops)
+    }
+
+    /// [`DCtx::descriptor`] granting only `ops`, in that order.
+    pub fn descriptor_ops(
+        &mut self,
+        generation: u64,
+        limits: Option<Value>,
+        ops: &[ToolOperation],
+    ) -> Result<Value, Outcome> {
         let mut b = [0u8; 32];
         let _ = getrandom::fill(&mut b);
         let handle = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
@@ -153,10 +164,9 @@ impl<'a> DCtx<'a> {
             session_id: &self.session,
             generation,
         };
-        let ops: Vec<ToolOperation> = OPERATIONS.iter().filter_map(|o| o.parse().ok()).collect();
         let socket = self.probe.socket.to_string_lossy();
-        let d = compose::descriptor(&id, &socket, &CapabilityHandle::new(handle), &ops, &DEFAULT_LIMITS)
-            .map_err(harness)?;
+        let d =
+            compose::descriptor(&id, &socket, &CapabilityHandle::new(handle), ops, &DEFAULT_LIMITS).map_err(harness)?;
         let mut d = compose::to_wire(&d);
         if let Some(l) = limits {
             d["limits"] = compose::typed_or_raw::<AdapterLimits>(l).map_or_else(|raw| raw, |t| compose::to_wire(&t));

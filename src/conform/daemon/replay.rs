@@ -245,6 +245,13 @@ pub fn run(c: &mut DCtx<'_>, set: &VectorSet, id: &str) -> Outcome {
             wire,
             Some(Code::IncompatibleProtocol | Code::InvalidJson | Code::InvalidUtf8 | Code::LineTooLarge)
         );
+        // PC-2.2: retryable is false for every validation error.
+        if is_validation_code(&code) && f["error"]["retryable"] != false {
+            problems.push(format!(
+                "the validation error {code} is answered with retryable {}; it must be false",
+                f["error"]["retryable"]
+            ));
+        }
         let closed = closes_within(&mut conn, c.target.step, must_close);
         if must_close && !closed {
             problems.push(format!("the connection stays open after {code}; it must close"));
