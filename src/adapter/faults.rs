@@ -318,6 +318,10 @@ faults! {
     /// is checked for the whole handle.
     SecretWindowedSearch = "secret-windowed-search", "PC-4.5",
         "fs.search of a file holding the handle returns match windows; only each result line is checked for the whole handle";
+    /// fs.search results are sent without the final scan of the result line: only the content
+    /// guard runs, so a match path holding the handle goes out.
+    SearchResultUnscanned = "search-result-unscanned", "PC-4.5",
+        "fs.search result lines are not scanned for the handle (only file contents are): a match path holding the handle is sent";
     /// The handle in an invoke is looked for in the raw bytes only: an escaped spelling passes.
     HandleScanRawOnly = "handle-scan-raw-only", "PC-4.5",
         "the handle in an invoke is looked for in the raw line only, so a \\u-escaped spelling is executed";

@@ -656,7 +656,9 @@ impl Session {
         if self.faults.has(Fault::EscapedHandleInResults) {
             line = broken::escape_handle(&line, self.binding.handle().expose());
         }
-        if self.binding.handle().occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
+        let unscanned = self.faults.has(Fault::NoCapabilityScan)
+            || (op == ToolOperation::FsSearch && self.faults.has(Fault::SearchResultUnscanned));
+        if self.binding.handle().occurs_in(&line) && !unscanned {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
             line = self.result_line(request_id, key, op, Err(&e));

@@ -3325,6 +3325,24 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// PC-4.5 (audit gap 2): the handle in a *match path*. The file's name holds the handle and
+/// its content only the query, so a content guard passes it and only a scan of the paths a
+/// search returns can refuse it.
+fn secret_search_match_path(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    let name = format!("m-{h}.txt");
+    if name.len() > 255 {
+        return Outcome::Skip("the handle is too long to be a file name".into());
+    }
+    let _ = std::fs::create_dir_all(c.target.root.join("secret"));
+    if std::fs::write(c.target.root.join("secret").join(&name), "needle here\n").is_err() {
+        return Outcome::Error("cannot lay the file whose name holds the handle".into());
+    }
+    let rel = format!("secret/{name}");
+    c.allow(&["secret", &rel]);
+    tok(c.one(req::search("secret", "needle")))
+}
+
 /// Whether `pieces` (texts an adapter returned, in order) give `h` back: one holds it whole, or
 /// one ends with a prefix of it and another starts with the rest (overlaps allowed).
 fn reassembles(pieces: &[String], h: &str) -> bool {
@@ -3594,6 +3612,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.file-content", judged!(secret_read)),
         ("adapter.secret.search-text", judged!(secret_search)),
         ("adapter.secret.entry-name", judged!(secret_list_name)),
+        ("adapter.secret.search-match-path", judged!(secret_search_match_path)),
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
     ]
