@@ -475,6 +475,30 @@ pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
     data
 }
 
+/// [`Fault::SearchPrefixAsSent`]: a directory search named in an adapter-side form (`./`,
+/// `dir/`) builds its match paths from the path as sent, `<sent> + "/" + <rel>`, so `dir/`
+/// gives `dir//a.txt` and `./` gives `.//hello.txt` (the canonical forms are left alone).
+pub(crate) fn search_prefix_as_sent(sent: &str, mut data: Value) -> Value {
+    if !sent.ends_with('/') || sent.ends_with("//") {
+        return data;
+    }
+    let canonical = if sent == "./" { "" } else { &sent[..sent.len() - 1] };
+    if let Some(a) = data["matches"].as_array_mut() {
+        for m in a {
+            let path = m["path"].as_str().unwrap_or_default();
+            let rel = if canonical.is_empty() {
+                Some(path)
+            } else {
+                path.strip_prefix(canonical).and_then(|r| r.strip_prefix('/'))
+            };
+            if let Some(rel) = rel {
+                m["path"] = format!("{sent}/{rel}").into();
+            }
+        }
+    }
+    data
+}
+
 /// [`Fault::BudgetCutNotTruncated`]: a listing (`items` = `entries` or `matches`) with fewer
 /// items than the request's maximum (`max` = `maxEntries` / `maxResults`, default 1000) was cut
 /// by the response budget, not by the maximum: it says `truncated:false`.

@@ -194,6 +194,9 @@ faults! {
     /// A long line's window is clamped to the line, never shifted.
     SearchWindowClamped = "search-window-clamped", "PC-5.3.search",
         "the window of a line over 4096 characters spans 1024 before to 3072 after the match, clamped to the line instead of shifted (shorter near either end)";
+    /// A directory search builds its match paths from the path as sent.
+    SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
+        "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";

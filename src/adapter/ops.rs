@@ -189,6 +189,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::SearchRegex) {
                 data = broken::search_regex(dir, job, data);
             }
+            if faults.has(Fault::SearchPrefixAsSent) {
+                data = broken::search_prefix_as_sent(path, data);
+            }
             if faults.has(Fault::BudgetCutNotTruncated) {
                 data = broken::budget_cut_not_truncated(job, data, "matches", "maxResults");
             }

@@ -759,6 +759,91 @@ fn path_trailing_slash_file(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::stat("hello.txt/")))
 }
 
+/// PC-5.1 [adapter] (audit gap 3): the adapter-side forms `./` and `dir/` name the root and
+/// `dir` for fs.search too, whose match paths must then be exactly those of `.` and `dir`
+/// (never `.//x` or `dir//a.txt`), and a trailing `/` on a file is `not_a_directory` for every
+/// operation — fs.read, fs.write and fs.edit included, which must not strip it and act on the
+/// file (nothing is allowed to change: the oracle catches a write or edit that went through).
+/// The plain forms' answers are the baseline: one refused retryably leaves nothing compared
+/// (inconclusive); any other failure of them fails the case.
+fn path_adapter_forms_every_operation(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    if granted(c, "fs.search") {
+        let pairs = [
+            (req::search("dir", "needle"), req::search("dir/", "needle"), "dir", "dir/"),
+            (req::search(".", "needle").max_results(1000), req::search("./", "needle").max_results(1000), ".", "./"),
+        ];
+        for (plain, form, p, f) in pairs {
+            let base = c.call(&mut conn, plain);
+            let Some(want) = data(&base).cloned() else {
+                let t = token(&base);
+                // A retryable refusal (busy, io_error) is no fault: nothing was compared.
+                let code = base.frame().and_then(|v| v.error_code()).and_then(AdapterCode::from_wire);
+                if code.is_some_and(|c| c.retryable()) {
+                    return Outcome::Error(format!(
+                        "inconclusive: fs.search of {p:?} answered `{t}` (retryable), so there is nothing to \
+                         compare {f:?} with"
+                    ));
+                }
+                return Outcome::with(format!("plain:{t}"), vec![format!("fs.search of {p:?} answered {t}, not ok")]);
+            };
+            if want["matches"].as_array().is_none_or(|m| m.is_empty()) {
+                return Outcome::with(
+                    "plain:no-match",
+                    vec![format!("fs.search of {p:?} found no `needle`, which the fixture holds")],
+                );
+            }
+            let got = c.call(&mut conn, form);
+            match data(&got) {
+                Some(d) if *d == want => {}
+                Some(d) => {
+                    let paths = |v: &Value| -> Vec<String> {
+                        v["matches"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|m| m["path"].as_str().map(str::to_string)).collect())
+                            .unwrap_or_default()
+                    };
+                    problems.push(format!(
+                        "fs.search of {f:?} differs from {p:?}: match paths {:?}, want {:?} (a search of the \
+                         adapter-side form names the same directory and returns canonical root-relative paths)",
+                        paths(d),
+                        paths(&want)
+                    ));
+                }
+                None => problems.push(format!("fs.search of {f:?} → {} (it names {p:?}: PC-5.1)", token(&got))),
+            }
+            if matches!(got, Recv::Closed | Recv::Timeout) {
+                conn = tryo!(c.bound());
+            }
+        }
+    }
+    let cells = [
+        ("fs.read", req::read("hello.txt/")),
+        ("fs.write", req::write("hello.txt/", "x")),
+        ("fs.edit", req::edit("hello.txt/", &[("hello", "x")])),
+        ("fs.search", req::search("hello.txt/", "hello")),
+        ("fs.list", req::list("hello.txt/")),
+        ("fs.stat", req::stat("hello.txt/")),
+    ];
+    let want = format!("error:{}", AdapterCode::NotADirectory.as_str());
+    for (op, call) in cells {
+        if !granted(c, op) {
+            continue;
+        }
+        let r = c.call(&mut conn, call);
+        let t = token(&r);
+        if t != want {
+            problems.push(format!("{op} of \"hello.txt/\" → {t}, want {want} (a trailing / on a file: PC-5.1)"));
+        }
+        if matches!(r, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    Outcome::with(if problems.is_empty() { "forms-held" } else { "forms-broken" }, problems)
+}
+
 /// Whether the target's descriptor grants `op` (cells of an ungranted one are skipped).
 fn granted(c: &Ctx<'_>, op: &str) -> bool {
     c.target.admitted.operations().iter().any(|o| o.to_string() == op)
@@ -3499,6 +3584,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.path.trailing-slash-dir", judged!(path_trailing_slash_dir)),
         ("adapter.path.trailing-slash-file", judged!(path_trailing_slash_file)),
         ("adapter.path.every-operation", judged!(path_every_operation)),
+        ("adapter.path.adapter-forms-every-operation", judged!(path_adapter_forms_every_operation)),
         ("adapter.invoke.payload-closed-per-operation", judged!(invoke_payload_closed_per_operation)),
         ("adapter.secret.handle-inside-values", judged!(secret_handle_inside_values)),
         ("adapter.invoke.number-spellings", judged!(invoke_number_spellings)),
