@@ -284,6 +284,9 @@ faults! {
     /// The waiters of an aborted primary are never run nor answered.
     AbortStrandsDuplicate = "abort-strands-duplicate", "PC-4.5",
         "aborting a queued write strands its in-flight duplicate: the waiter is never run nor answered";
+    /// An aborted waiting duplicate stays on its primary's waiter list.
+    AbortLeavesWaiter = "abort-leaves-waiter", "PC-4.5",
+        "an abort of a duplicate waiting on its primary answers aborted:true but leaves it waiting: the primary's outcome is replayed to it after the abort";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";

@@ -797,7 +797,9 @@ impl Session {
         }
         self.counters.aborted += 1;
         let mut out = vec![Action::Send(self.aborted_frame(&request_id, &target, true, None))];
-        if !running {
+        let leave_waiter = self.faults.has(Fault::AbortLeavesWaiter)
+            && self.inflight.get(&target).is_some_and(|f| matches!(f.stage, Stage::Waiting));
+        if !running && !leave_waiter {
             if let Some(f) = self.inflight.remove(&target) {
                 if matches!(f.stage, Stage::Queued) {
                     self.queue.retain(|q| q != &target);

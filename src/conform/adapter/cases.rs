@@ -3136,6 +3136,111 @@ fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
     })
 }
 
+/// PC-4.5 (audit gap 4): the *waiting* duplicate is aborted, not its primary. With one slot
+/// and two queue places a write W1 (`overwrite:false`) and its duplicate W2 (same key and
+/// payload) wait behind a slow search; an abort of W2 and a probe follow. Confirmed when the
+/// abort or the probe is answered before the search's result. Then W2 had produced nothing:
+/// the abort must say `aborted:true` and W2 must never get a result (not even the primary's
+/// outcome replayed to it), and W1 must still run and be answered `ok` — aborting the waiter
+/// never cancels the primary.
+fn idem_abort_waiting_duplicate(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests < 2 {
+        return Outcome::Skip("the grant allows fewer than 2 queued requests: the duplicate cannot wait".into());
+    }
+    provoke(c, "an abort of a duplicate waiting on its primary", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(2);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("waiter-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let content = format!("written by the primary, attempt {}\n", i + 1);
+        let payload = req::write(&file, &content).overwrite(false);
+        let (bid, bkey) = c.ids();
+        let key = format!("waiter-key-{}", i + 1);
+        let (w1, w2) = (format!("waiter-{}-a", i + 1), format!("waiter-{}-b", i + 1));
+        let (aid, probe) = (format!("abort-waiter-{}", i + 1), format!("probe-{}", i + 1));
+        let frames = [
+            c.invoke(&bid, &bkey, blocker()),
+            c.invoke(&w1, &key, payload.clone()),
+            c.invoke(&w2, &key, payload),
+            c.abort(&aid, &w2),
+            c.abort(&probe, "never-sent-probe"),
+        ];
+        conn.note(&format!(
+            "bound with one slot and two queue places: {w2} waits on {w1}, both behind {bid}; {aid} aborts {w2}"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let ids = [bid.as_str(), w1.as_str(), aid.as_str(), probe.as_str()];
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| ids.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = ids.iter().find(|id| g.get(id).is_none()) {
+            let why = if *id == w1 {
+                format!("no answer to {w1}, the primary: aborting the duplicate waiting on it must not cancel it")
+            } else {
+                format!("no answer to {id}")
+            };
+            return Try::Done(Outcome::with(g.end_token(), vec![why]));
+        }
+        let b_at = g.at(&bid).unwrap_or_default();
+        let first_ack = g.at(&aid).unwrap_or_default().min(g.at(&probe).unwrap_or_default());
+        if first_ack >= b_at {
+            return Try::NotReached(format!(
+                "the search ahead finished after {} ms, before the abort or the probe behind the duplicate was answered",
+                ms(b_at)
+            ));
+        }
+        // Anything more for the waiter comes within one step of the primary's result.
+        keep_reading(&mut conn, t0, c.step(), &mut g, |g| g.get(&w2).is_some());
+        let (Some((_, a)), Some((w1_at, r1))) = (g.get(&aid), g.get(&w1)) else {
+            return Try::Done(Outcome::Error("lost an answer".into()));
+        };
+        let mut p = Vec::new();
+        let token = match a.aborted() {
+            Some(true) => "waiter-aborted",
+            Some(false) => {
+                p.push(format!(
+                    "the abort of {w2}, a duplicate still waiting on {w1} (confirmed: answered before the search \
+                     ahead finished), said aborted:false; it had produced no result, so it must be cancelled \
+                     (aborted:true)"
+                ));
+                "aborted:false"
+            }
+            None => "aborted:?",
+        };
+        if let Some((w2_at, r2)) = g.get(&w2) {
+            let what = match (r2.kind(), r2.ok()) {
+                (Some("result"), Some(true)) => "the primary's outcome replayed to it".to_string(),
+                (Some("result"), _) => format!("error {}", r2.error_code().unwrap_or("?")),
+                (k, _) => k.unwrap_or("a frame").to_string(),
+            };
+            if a.aborted() == Some(true) {
+                p.push(format!(
+                    "{w2} was answered aborted:true and then got a result ({what}, {} ms after the send): no result \
+                     may follow aborted:true (PC-4.5)",
+                    ms(w2_at)
+                ));
+            } else if w2_at < w1_at {
+                p.push(format!(
+                    "{w2} was answered ({what}) before its primary {w1}: a duplicate in flight waits for the first"
+                ));
+            }
+        }
+        if r1.ok() != Some(true) {
+            p.push(format!(
+                "{w1}, the primary, answered {} instead of ok: aborting the duplicate waiting on it must leave it alone",
+                r1.error_code().unwrap_or("?")
+            ));
+        } else if read_root(c, &file) != content.as_bytes() {
+            p.push(format!("{file} does not hold the primary's content"));
+        }
+        Try::Done(Outcome::with(token, p))
+    })
+}
+
 /// The primary of an in-flight duplicate is aborted while both wait in the queue: the primary
 /// never runs, and the duplicate, which was waiting for its outcome, must still be answered
 /// (run in its place, or refused with no side effect), never left without a result.
@@ -3687,6 +3792,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.idempotency.read-only-key-conflict", judged!(idem_read_only_key_conflict)),
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
         ("adapter.idempotency.abort-primary-of-duplicate", judged!(idem_abort_primary_of_duplicate)),
+        ("adapter.idempotency.abort-waiting-duplicate", judged!(idem_abort_waiting_duplicate)),
         ("adapter.idempotency.key-capacity", judged!(idem_key_capacity)),
         ("adapter.idempotency.key-capacity-evicts", judged!(idem_key_capacity_evicts)),
         ("adapter.idempotency.ttl", judged!(idem_ttl)),
