@@ -287,6 +287,9 @@ faults! {
     /// An aborted waiting duplicate stays on its primary's waiter list.
     AbortLeavesWaiter = "abort-leaves-waiter", "PC-4.5",
         "an abort of a duplicate waiting on its primary answers aborted:true but leaves it waiting: the primary's outcome is replayed to it after the abort";
+    /// Every failure forgets its key: only successes are replayed.
+    ErrorsNotKept = "errors-not-kept", "PC-4.5",
+        "a mutating request that fails (digest_mismatch, already_exists, …) forgets its key: its retry under the same key and payload runs again instead of replaying the failure";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";

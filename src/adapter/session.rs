@@ -703,8 +703,13 @@ impl Session {
             }
         } else {
             let keep = is_mutating(f.operation);
-            let primary = idempotency::lock(&self.cache).finish(now, &f.key, request_id, &outcome, keep);
-            let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
+            let forget_error = outcome.is_err() && self.faults.has(Fault::ErrorsNotKept);
+            let primary = if forget_error {
+                idempotency::lock(&self.cache).forget(&f.key, request_id)
+            } else {
+                idempotency::lock(&self.cache).finish(now, &f.key, request_id, &outcome, keep)
+            };
+            let retryable = forget_error || outcome.as_ref().err().is_some_and(|e| e.code.retryable());
             // Requests waiting on this primary (same key and fingerprint, mutating).
             let waiters: Vec<String> = if primary {
                 self.inflight

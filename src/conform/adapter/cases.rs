@@ -3019,6 +3019,83 @@ fn idem_replay_write(c: &mut Ctx<'_>) -> Outcome {
     }
     Outcome::with(token(&r2), p)
 }
+/// PC-4.5 (audit gap 6): a mutating request's *failure* is its stored outcome too. Only a
+/// retryable failure (nothing kept) may run again; `digest_mismatch` and `already_exists` are
+/// not retryable, so the same key and payload under a new requestId replays them even after
+/// the file changed so that running again would succeed. Two cells on one connection:
+/// `expectedDigest` of `v1` while the file holds `v0` (the runner then writes `v1`), and
+/// `overwrite:false` on an existing file (the runner then deletes it). A first answer other
+/// than the failure provoked fails (it breaks PC-5.3.write), except a retryable refusal, which
+/// stores nothing to replay: inconclusive. The runner's files are removed at the end, so the
+/// oracle sees the tree it laid.
+fn idem_replay_failure(c: &mut Ctx<'_>) -> Outcome {
+    let (f1, f2) = ("idem-fail.txt", "idem-fail-2.txt");
+    let out = idem_replay_failure_cells(c, f1, f2);
+    let _ = std::fs::remove_file(c.target.root.join(f1));
+    let _ = std::fs::remove_file(c.target.root.join(f2));
+    out
+}
+fn idem_replay_failure_cells(c: &mut Ctx<'_>, f1: &str, f2: &str) -> Outcome {
+    c.allow(&[]);
+    let lay = |c: &Ctx<'_>, f: &str, b: &str| std::fs::write(c.target.root.join(f), b);
+    if lay(c, f1, "v0").is_err() || lay(c, f2, "v0").is_err() {
+        return Outcome::Error("cannot lay the files of the case".into());
+    }
+    let mut conn = tryo!(c.bound());
+    let mismatch = format!("error:{}", AdapterCode::DigestMismatch.as_str());
+    let exists = format!("error:{}", AdapterCode::AlreadyExists.as_str());
+    let cells: [(&str, Call, &str, &str, Option<&str>); 2] = [
+        (f1, req::write(f1, "new").expected_digest(&sha(b"v1")), &mismatch, "rewrote it to v1", Some("v1")),
+        (f2, req::write(f2, "new").overwrite(false), &exists, "deleted it", None),
+    ];
+    let mut p = Vec::new();
+    for (i, (file, call, want, change, after)) in cells.into_iter().enumerate() {
+        let key = format!("fail-key-{}", i + 1);
+        let (id1, id2) = (format!("fail-{}-a", i + 1), format!("fail-{}-b", i + 1));
+        conn.send(&c.invoke(&id1, &key, call.clone()));
+        let r1 = conn.recv_for(&id1);
+        if token(&r1) != *want {
+            // A retryable refusal (busy, io_error) may come from any correct adapter: nothing
+            // was stored, nothing tested. Any other answer breaks the rule the cell provokes.
+            if r1.frame().and_then(|f| f.error_code()).and_then(AdapterCode::from_wire).is_some_and(|c| c.retryable()) {
+                return Outcome::Error(format!(
+                    "inconclusive: {} of {file} answered `{}` (retryable), not the {want} it provokes, so no \
+                     failure was stored to replay",
+                    call.op(),
+                    token(&r1)
+                ));
+            }
+            return Outcome::with(
+                format!("first:{}", token(&r1)),
+                vec![format!("{} of {file} answered {}, not {want} (PC-5.3.write)", call.op(), token(&r1))],
+            );
+        }
+        let changed = match after {
+            Some(b) => lay(c, file, b),
+            None => std::fs::remove_file(c.target.root.join(file)),
+        };
+        if changed.is_err() {
+            return Outcome::Error(format!("cannot change {file} between the request and its retry"));
+        }
+        conn.send(&c.invoke(&id2, &key, call));
+        let r2 = conn.recv_for(&id2);
+        let t2 = token(&r2);
+        if t2 != *want {
+            p.push(format!(
+                "the retry of a {want} under the same key and payload answered {t2} after the runner {change}: the \
+                 stored failure must be replayed, not the write run again"
+            ));
+        }
+        let now = std::fs::read(c.target.root.join(file)).ok();
+        if now.as_deref() != after.map(str::as_bytes) {
+            p.push(format!("{file} was changed by the retry: the write ran again instead of replaying {want}"));
+        }
+        if matches!(r2, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    Outcome::with(if p.is_empty() { "failure-replayed" } else { "failure-not-replayed" }, p)
+}
 fn idem_replay_edit(c: &mut Ctx<'_>) -> Outcome {
     c.allow(&["edit.txt"]);
     let mut conn = tryo!(c.bound());
@@ -3788,6 +3865,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.abort.queued-target", judged!(abort_queued)),
         ("adapter.idempotency.replay-write", judged!(idem_replay_write)),
         ("adapter.idempotency.replay-edit", judged!(idem_replay_edit)),
+        ("adapter.idempotency.replay-failure", judged!(idem_replay_failure)),
         ("adapter.idempotency.conflict", judged!(idem_conflict)),
         ("adapter.idempotency.read-only-key-conflict", judged!(idem_read_only_key_conflict)),
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
