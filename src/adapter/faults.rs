@@ -170,6 +170,9 @@ faults! {
     /// fs.list includes symlinks.
     ListIncludesSymlinks = "list-includes-symlinks", "PC-5.3.list",
         "fs.list includes symbolic links (typed by their targets)";
+    /// fs.list passes names with control characters or non-UTF-8 bytes through.
+    ListKeepsControlNames = "list-keeps-control-names", "PC-5.3.list",
+        "fs.list passes names that cannot be represented through: control characters kept, bytes that are not UTF-8 decoded lossily (U+FFFD)";
     /// fs.list includes FIFOs, sockets and devices.
     ListIncludesSpecialFiles = "list-includes-special-files", "PC-5.3.list",
         "fs.list includes FIFOs, sockets and devices (as files)";

@@ -1632,6 +1632,87 @@ fn list_mixed(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", p)
 }
 
+/// The directory of [`list_unrepresentable_names`] and the names it lays, as raw bytes: one
+/// representable name, then names with a tab, an LF, a C0 control, DEL, a byte that is not
+/// UTF-8, and a directory whose name holds ESC.
+const ODD_DIR: &str = "odd";
+const ODD_FILES: [&[u8]; 6] =
+    [b"ok.txt", b"tab\there.txt", b"nl\nhere.txt", b"ctl\x01.txt", b"del\x7f.txt", b"bad\xff.txt"];
+const ODD_SUBDIR: &[u8] = b"dir\x1b";
+
+/// PC-5.3.list and PC-5.2 (audit gap 1): names that cannot be represented (not UTF-8, control
+/// characters) are omitted by fs.list and fs.search, never passed through raw or lossily.
+/// `odd/` holds one representable file and six that are not (five files, and a directory
+/// holding `in.txt`); all hold `needle`. The listing must be exactly `ok.txt` and the search
+/// exactly `odd/ok.txt` (the judge refuses a control character in a name or path; a lossy
+/// name, such as U+FFFD for `\xff`, names no file). `truncated` is not judged: how a skipped
+/// name shows there is a reference-only DECISION. The runner removes `odd/` at the end.
+fn list_unrepresentable_names(c: &mut Ctx<'_>) -> Outcome {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = c.target.root.join(ODD_DIR);
+    let laid = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for n in ODD_FILES {
+            std::fs::write(dir.join(std::ffi::OsStr::from_bytes(n)), "needle\n")?;
+        }
+        let sub = dir.join(std::ffi::OsStr::from_bytes(ODD_SUBDIR));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(sub.join("in.txt"), "needle\n")
+    })();
+    let out = match laid {
+        Ok(()) => unrepresentable_names_checked(c),
+        Err(e) => {
+            Outcome::Skip(format!("the filesystem refuses names with control characters or non-UTF-8 bytes: {e}"))
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+fn unrepresentable_names_checked(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut p = Vec::new();
+    let mut tokens = Vec::new();
+    // Whether `rel` (a name or path the adapter returned) names a file or directory on disk.
+    let root = c.target.root.clone();
+    let exists = |rel: &str| std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_file() || m.is_dir());
+    if granted(c, "fs.list") {
+        let r = c.call(&mut conn, req::list(ODD_DIR));
+        tokens.push(token(&r));
+        if data(&r).is_some() {
+            let names: Vec<String> =
+                list_entries(&r).iter().map(|e| e["name"].as_str().unwrap_or("?").to_string()).collect();
+            if names != ["ok.txt"] {
+                p.push(format!("fs.list odd lists {names:?}, want [\"ok.txt\"]: names that are not UTF-8 or hold control characters are omitted"));
+            }
+            for n in names.iter().filter(|n| !exists(&format!("{ODD_DIR}/{n}"))) {
+                p.push(format!("fs.list odd lists {n:?}, which names no file (a lossy name?)"));
+            }
+        }
+        if matches!(r, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    if granted(c, "fs.search") {
+        let r = c.call(&mut conn, req::search(ODD_DIR, "needle"));
+        tokens.push(token(&r));
+        if data(&r).is_some() {
+            let paths: Vec<String> =
+                matches(&r).iter().map(|m| m["path"].as_str().unwrap_or("?").to_string()).collect();
+            if paths != ["odd/ok.txt"] {
+                p.push(format!("fs.search odd matches in {paths:?}, want [\"odd/ok.txt\"]: files whose path cannot be represented are not searched"));
+            }
+            for m in paths.iter().filter(|m| !exists(m)) {
+                p.push(format!("fs.search odd returns the path {m:?}, which names no file (a lossy name?)"));
+            }
+        }
+    }
+    if tokens.is_empty() {
+        return Outcome::Skip("neither fs.list nor fs.search is granted".into());
+    }
+    let t = tokens.iter().find(|t| *t != "result:ok").cloned().unwrap_or_else(|| "result:ok".into());
+    Outcome::with(t, p)
+}
+
 /// A search of `mixed/` recurses into `mixed/sub/`: matches only in its UTF-8 files without
 /// NUL, in bytewise path order, never through a symlink, never blocked by a FIFO or a socket.
 fn search_mixed(c: &mut Ctx<'_>) -> Outcome {
@@ -3781,6 +3862,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.list.not-a-directory", judged!(list_not_a_directory)),
         ("adapter.list.not-found", judged!(list_not_found)),
         ("adapter.list.mixed-directory", judged!(list_mixed)),
+        ("adapter.list.unrepresentable-names", judged!(list_unrepresentable_names)),
         ("adapter.stat.file", judged!(stat_file)),
         ("adapter.stat.directory", judged!(stat_directory)),
         ("adapter.stat.root", judged!(stat_root)),
