@@ -151,6 +151,9 @@ faults! {
     /// A line one byte over maxRequestBytes is read.
     LineLimitOnePast = "line-limit-one-past", "PC-1.2",
         "a daemon line of maxRequestBytes + 1 bytes (LF included) is read and processed instead of closing: the limit is counted without the LF";
+    /// The line limit is judged at the LF only: a partial line grows without bound.
+    LineLimitAtLfOnly = "line-limit-at-lf-only", "PC-1",
+        "a line over maxRequestBytes is closed only once its LF arrives: a partial line that already exceeds the limit is buffered without bound";
     // ---- paths and the six operations
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",

@@ -393,6 +393,10 @@ impl Session {
         if self.closed {
             return vec![];
         }
+        if self.faults.has(Fault::LineLimitAtLfOnly) && line.len() > self.max_line() {
+            // The shell read the line whole (its decoder has no limit): judged at its LF only.
+            return self.handle_line_error();
+        }
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }

@@ -527,6 +527,77 @@ fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
     closes_after(c, f)
 }
 
+/// PC-1 [both] (audit gap 7): "A partial line that already exceeds the limit fails at once,
+/// without waiting for the LF", and PC-1.2: the adapter then closes. Bound with
+/// `maxRequestBytes` 2048: (a) the first 2049 bytes of an `fs.write` invoke, with no LF, must
+/// be closed within one step, with nothing written; (b) at the boundary, the first 2047 bytes
+/// of an invoke of exactly 2048 bytes with its LF — the whole line but its LF — must leave the
+/// connection open for a step, and the LF then gets it executed (`result:ok`): an adapter
+/// that closes too early fails too.
+fn invoke_partial_line_over_limit(c: &mut Ctx<'_>) -> Outcome {
+    const MAX: usize = 2048;
+    let mut b = c.bind_frame();
+    if b["limits"]["maxRequestBytes"].as_u64().is_some_and(|m| m < MAX as u64) {
+        return Outcome::Skip("maxRequestBytes is below 2048".into());
+    }
+    b["limits"]["maxRequestBytes"] = json!(MAX);
+    c.allow(&["partial-b.txt"]);
+    let line_of = |c: &Ctx<'_>, id: &str, file: &str, n: usize| -> Vec<u8> {
+        let mut v = serde_json::to_vec(&c.invoke(id, id, req::write(file, &"y".repeat(n)))).unwrap_or_default();
+        v.push(b'\n');
+        v
+    };
+    let base = line_of(c, "r-b1", "partial-b.txt", 0).len();
+    if base >= MAX {
+        return Outcome::Skip(format!("an empty fs.write invoke is already {base} bytes, over 2048"));
+    }
+    let at = line_of(c, "r-b1", "partial-b.txt", MAX - base);
+    let over = line_of(c, "r-a1", "partial-a.txt", MAX);
+    if at.len() != MAX || over.len() <= MAX + 1 {
+        return Outcome::Error(format!("harness: the padded invokes are {} and {} bytes", at.len(), over.len()));
+    }
+    let mut p = Vec::new();
+    // (b) first: the boundary, whole but its LF.
+    let mut conn = match c.bind_with(&b) {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    conn.note("the 2047 bytes of a 2048-byte invoke, without its LF");
+    conn.send_raw(&at[..MAX - 1]);
+    let early = conn.recv_within(c.step());
+    let mut boundary = "open";
+    if early != Recv::Timeout {
+        boundary = "early";
+        p.push(format!(
+            "after the first 2047 bytes of an invoke of exactly maxRequestBytes (2048, LF included) the adapter \
+             answered `{}` instead of waiting for the LF: the line is within the limit",
+            token(&early)
+        ));
+    } else {
+        conn.send_raw(b"\n");
+        let t = token(&conn.recv_for("r-b1"));
+        if t != "result:ok" {
+            boundary = "lf-refused";
+            p.push(format!("the invoke of exactly 2048 bytes, completed by its LF, answered {t} instead of ok"));
+        }
+    }
+    // (a) one byte over, no LF.
+    let mut conn = match c.bind_with(&b) {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    conn.note("the first 2049 bytes of an invoke, without its LF");
+    conn.send_raw(&over[..MAX + 1]);
+    let t = token(&conn.expect_close(c.step()));
+    if t != "closed" {
+        p.push(format!(
+            "2049 bytes of a line without its LF, over maxRequestBytes 2048, must close the connection at once \
+             (a partial line that already exceeds the limit fails without waiting for the LF), got {t}"
+        ));
+    }
+    Outcome::with(format!("{boundary}+{t}"), p)
+}
+
 /// When the first `result` for `id` whose `operation` is `op` arrived.
 fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
     g.frames
@@ -3829,6 +3900,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.line-at-max-request-bytes", judged!(invoke_line_at_max_request_bytes)),
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
+        ("adapter.invoke.partial-line-over-limit", judged!(invoke_partial_line_over_limit)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
