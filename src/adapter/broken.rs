@@ -442,6 +442,28 @@ pub(crate) fn list_add(dir: &Path, job: &Job, mut data: Value, pick: fn(&std::fs
     sort_and_cut(data, job.payload.get("maxEntries").and_then(Value::as_u64))
 }
 
+/// [`Fault::ListKeepsControlNames`]: the regular files and directories of a listed directory
+/// whose names cannot be represented are added, their names decoded lossily (U+FFFD for bytes
+/// that are not UTF-8) with their control characters kept.
+pub(crate) fn list_keep_control_names(dir: &Path, job: &Job, mut data: Value) -> Value {
+    let Some(rel) = payload_path(job) else { return data };
+    let Ok(rd) = std::fs::read_dir(dir.join(rel)) else { return data };
+    let mut extra = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let lossy = name.to_string_lossy().into_owned();
+        let representable = name.to_str().is_some_and(crate::contract::frame::is_entry_name);
+        let Ok(t) = e.file_type() else { continue };
+        if !representable && (t.is_file() || t.is_dir()) {
+            extra.push(entry_following(&e.path(), lossy));
+        }
+    }
+    if let Some(a) = data["entries"].as_array_mut() {
+        a.extend(extra);
+    }
+    sort_and_cut(data, job.payload.get("maxEntries").and_then(Value::as_u64))
+}
+
 /// [`Fault::SearchOverlapping`]: every line with a match reports every overlapping
 /// occurrence (whole lines only: a 4096-character window is left as it is).
 pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
@@ -472,6 +494,30 @@ pub(crate) fn search_overlapping(job: &Job, mut data: Value) -> Value {
         data["truncated"] = true.into();
     }
     data["matches"] = Value::Array(out);
+    data
+}
+
+/// [`Fault::SearchPrefixAsSent`]: a directory search named in an adapter-side form (`./`,
+/// `dir/`) builds its match paths from the path as sent, `<sent> + "/" + <rel>`, so `dir/`
+/// gives `dir//a.txt` and `./` gives `.//hello.txt` (the canonical forms are left alone).
+pub(crate) fn search_prefix_as_sent(sent: &str, mut data: Value) -> Value {
+    if !sent.ends_with('/') || sent.ends_with("//") {
+        return data;
+    }
+    let canonical = if sent == "./" { "" } else { &sent[..sent.len() - 1] };
+    if let Some(a) = data["matches"].as_array_mut() {
+        for m in a {
+            let path = m["path"].as_str().unwrap_or_default();
+            let rel = if canonical.is_empty() {
+                Some(path)
+            } else {
+                path.strip_prefix(canonical).and_then(|r| r.strip_prefix('/'))
+            };
+            if let Some(rel) = rel {
+                m["path"] = format!("{sent}/{rel}").into();
+            }
+        }
+    }
     data
 }
 

@@ -151,6 +151,9 @@ faults! {
     /// A line one byte over maxRequestBytes is read.
     LineLimitOnePast = "line-limit-one-past", "PC-1.2",
         "a daemon line of maxRequestBytes + 1 bytes (LF included) is read and processed instead of closing: the limit is counted without the LF";
+    /// The line limit is judged at the LF only: a partial line grows without bound.
+    LineLimitAtLfOnly = "line-limit-at-lf-only", "PC-1",
+        "a line over maxRequestBytes is closed only once its LF arrives: a partial line that already exceeds the limit is buffered without bound";
     // ---- paths and the six operations
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",
@@ -170,6 +173,9 @@ faults! {
     /// fs.list includes symlinks.
     ListIncludesSymlinks = "list-includes-symlinks", "PC-5.3.list",
         "fs.list includes symbolic links (typed by their targets)";
+    /// fs.list passes names with control characters or non-UTF-8 bytes through.
+    ListKeepsControlNames = "list-keeps-control-names", "PC-5.3.list",
+        "fs.list passes names that cannot be represented through: control characters kept, bytes that are not UTF-8 decoded lossily (U+FFFD)";
     /// fs.list includes FIFOs, sockets and devices.
     ListIncludesSpecialFiles = "list-includes-special-files", "PC-5.3.list",
         "fs.list includes FIFOs, sockets and devices (as files)";
@@ -194,6 +200,9 @@ faults! {
     /// A long line's window is clamped to the line, never shifted.
     SearchWindowClamped = "search-window-clamped", "PC-5.3.search",
         "the window of a line over 4096 characters spans 1024 before to 3072 after the match, clamped to the line instead of shifted (shorter near either end)";
+    /// A directory search builds its match paths from the path as sent.
+    SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
+        "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";
@@ -281,6 +290,12 @@ faults! {
     /// The waiters of an aborted primary are never run nor answered.
     AbortStrandsDuplicate = "abort-strands-duplicate", "PC-4.5",
         "aborting a queued write strands its in-flight duplicate: the waiter is never run nor answered";
+    /// An aborted waiting duplicate stays on its primary's waiter list.
+    AbortLeavesWaiter = "abort-leaves-waiter", "PC-4.5",
+        "an abort of a duplicate waiting on its primary answers aborted:true but leaves it waiting: the primary's outcome is replayed to it after the abort";
+    /// Every failure forgets its key: only successes are replayed.
+    ErrorsNotKept = "errors-not-kept", "PC-4.5",
+        "a mutating request that fails (digest_mismatch, already_exists, …) forgets its key: its retry under the same key and payload runs again instead of replaying the failure";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";
@@ -318,6 +333,10 @@ faults! {
     /// is checked for the whole handle.
     SecretWindowedSearch = "secret-windowed-search", "PC-4.5",
         "fs.search of a file holding the handle returns match windows; only each result line is checked for the whole handle";
+    /// fs.search results are sent without the final scan of the result line: only the content
+    /// guard runs, so a match path holding the handle goes out.
+    SearchResultUnscanned = "search-result-unscanned", "PC-4.5",
+        "fs.search result lines are not scanned for the handle (only file contents are): a match path holding the handle is sent";
     /// The handle in an invoke is looked for in the raw bytes only: an escaped spelling passes.
     HandleScanRawOnly = "handle-scan-raw-only", "PC-4.5",
         "the handle in an invoke is looked for in the raw line only, so a \\u-escaped spelling is executed";

@@ -160,6 +160,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::ListIncludesSpecialFiles) {
                 data = broken::list_add(dir, job, data, |t| !t.is_symlink() && !t.is_dir() && !t.is_file());
             }
+            if faults.has(Fault::ListKeepsControlNames) {
+                data = broken::list_keep_control_names(dir, job, data);
+            }
             if faults.has(Fault::ListUnsorted) {
                 if let Some(a) = data["entries"].as_array_mut() {
                     a.reverse();
@@ -188,6 +191,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::SearchRegex) {
                 data = broken::search_regex(dir, job, data);
+            }
+            if faults.has(Fault::SearchPrefixAsSent) {
+                data = broken::search_prefix_as_sent(path, data);
             }
             if faults.has(Fault::BudgetCutNotTruncated) {
                 data = broken::budget_cut_not_truncated(job, data, "matches", "maxResults");

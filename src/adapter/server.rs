@@ -754,7 +754,11 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
         if wr.write_all(&bound).await.is_err() {
             break 'conn;
         }
-        let limit = if faults.has(Fault::NoLineLimit) { faults::NO_LINE_LIMIT } else { session.max_line() };
+        let limit = if faults.has(Fault::NoLineLimit) || faults.has(Fault::LineLimitAtLfOnly) {
+            faults::NO_LINE_LIMIT
+        } else {
+            session.max_line()
+        };
         let mut next = LineDecoder::new(limit);
         next.push(decoder.remainder());
         let mut decoder = next;

@@ -393,6 +393,10 @@ impl Session {
         if self.closed {
             return vec![];
         }
+        if self.faults.has(Fault::LineLimitAtLfOnly) && line.len() > self.max_line() {
+            // The shell read the line whole (its decoder has no limit): judged at its LF only.
+            return self.handle_line_error();
+        }
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
@@ -656,7 +660,9 @@ impl Session {
         if self.faults.has(Fault::EscapedHandleInResults) {
             line = broken::escape_handle(&line, self.binding.handle().expose());
         }
-        if self.binding.handle().occurs_in(&line) && !self.faults.has(Fault::NoCapabilityScan) {
+        let unscanned = self.faults.has(Fault::NoCapabilityScan)
+            || (op == ToolOperation::FsSearch && self.faults.has(Fault::SearchResultUnscanned));
+        if self.binding.handle().occurs_in(&line) && !unscanned {
             let e =
                 AdapterError::new(AdapterCode::CapabilityInContent, "the result would contain the capability handle");
             line = self.result_line(request_id, key, op, Err(&e));
@@ -701,8 +707,13 @@ impl Session {
             }
         } else {
             let keep = is_mutating(f.operation);
-            let primary = idempotency::lock(&self.cache).finish(now, &f.key, request_id, &outcome, keep);
-            let retryable = outcome.as_ref().err().is_some_and(|e| e.code.retryable());
+            let forget_error = outcome.is_err() && self.faults.has(Fault::ErrorsNotKept);
+            let primary = if forget_error {
+                idempotency::lock(&self.cache).forget(&f.key, request_id)
+            } else {
+                idempotency::lock(&self.cache).finish(now, &f.key, request_id, &outcome, keep)
+            };
+            let retryable = forget_error || outcome.as_ref().err().is_some_and(|e| e.code.retryable());
             // Requests waiting on this primary (same key and fingerprint, mutating).
             let waiters: Vec<String> = if primary {
                 self.inflight
@@ -795,7 +806,9 @@ impl Session {
         }
         self.counters.aborted += 1;
         let mut out = vec![Action::Send(self.aborted_frame(&request_id, &target, true, None))];
-        if !running {
+        let leave_waiter = self.faults.has(Fault::AbortLeavesWaiter)
+            && self.inflight.get(&target).is_some_and(|f| matches!(f.stage, Stage::Waiting));
+        if !running && !leave_waiter {
             if let Some(f) = self.inflight.remove(&target) {
                 if matches!(f.stage, Stage::Queued) {
                     self.queue.retain(|q| q != &target);

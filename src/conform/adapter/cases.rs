@@ -527,6 +527,77 @@ fn invoke_oversize_line(c: &mut Ctx<'_>) -> Outcome {
     closes_after(c, f)
 }
 
+/// PC-1 [both] (audit gap 7): "A partial line that already exceeds the limit fails at once,
+/// without waiting for the LF", and PC-1.2: the adapter then closes. Bound with
+/// `maxRequestBytes` 2048: (a) the first 2049 bytes of an `fs.write` invoke, with no LF, must
+/// be closed within one step, with nothing written; (b) at the boundary, the first 2047 bytes
+/// of an invoke of exactly 2048 bytes with its LF — the whole line but its LF — must leave the
+/// connection open for a step, and the LF then gets it executed (`result:ok`): an adapter
+/// that closes too early fails too.
+fn invoke_partial_line_over_limit(c: &mut Ctx<'_>) -> Outcome {
+    const MAX: usize = 2048;
+    let mut b = c.bind_frame();
+    if b["limits"]["maxRequestBytes"].as_u64().is_some_and(|m| m < MAX as u64) {
+        return Outcome::Skip("maxRequestBytes is below 2048".into());
+    }
+    b["limits"]["maxRequestBytes"] = json!(MAX);
+    c.allow(&["partial-b.txt"]);
+    let line_of = |c: &Ctx<'_>, id: &str, file: &str, n: usize| -> Vec<u8> {
+        let mut v = serde_json::to_vec(&c.invoke(id, id, req::write(file, &"y".repeat(n)))).unwrap_or_default();
+        v.push(b'\n');
+        v
+    };
+    let base = line_of(c, "r-b1", "partial-b.txt", 0).len();
+    if base >= MAX {
+        return Outcome::Skip(format!("an empty fs.write invoke is already {base} bytes, over 2048"));
+    }
+    let at = line_of(c, "r-b1", "partial-b.txt", MAX - base);
+    let over = line_of(c, "r-a1", "partial-a.txt", MAX);
+    if at.len() != MAX || over.len() <= MAX + 1 {
+        return Outcome::Error(format!("harness: the padded invokes are {} and {} bytes", at.len(), over.len()));
+    }
+    let mut p = Vec::new();
+    // (b) first: the boundary, whole but its LF.
+    let mut conn = match c.bind_with(&b) {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    conn.note("the 2047 bytes of a 2048-byte invoke, without its LF");
+    conn.send_raw(&at[..MAX - 1]);
+    let early = conn.recv_within(c.step());
+    let mut boundary = "open";
+    if early != Recv::Timeout {
+        boundary = "early";
+        p.push(format!(
+            "after the first 2047 bytes of an invoke of exactly maxRequestBytes (2048, LF included) the adapter \
+             answered `{}` instead of waiting for the LF: the line is within the limit",
+            token(&early)
+        ));
+    } else {
+        conn.send_raw(b"\n");
+        let t = token(&conn.recv_for("r-b1"));
+        if t != "result:ok" {
+            boundary = "lf-refused";
+            p.push(format!("the invoke of exactly 2048 bytes, completed by its LF, answered {t} instead of ok"));
+        }
+    }
+    // (a) one byte over, no LF.
+    let mut conn = match c.bind_with(&b) {
+        Ok(x) => x,
+        Err(o) => return o,
+    };
+    conn.note("the first 2049 bytes of an invoke, without its LF");
+    conn.send_raw(&over[..MAX + 1]);
+    let t = token(&conn.expect_close(c.step()));
+    if t != "closed" {
+        p.push(format!(
+            "2049 bytes of a line without its LF, over maxRequestBytes 2048, must close the connection at once \
+             (a partial line that already exceeds the limit fails without waiting for the LF), got {t}"
+        ));
+    }
+    Outcome::with(format!("{boundary}+{t}"), p)
+}
+
 /// When the first `result` for `id` whose `operation` is `op` arrived.
 fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
     g.frames
@@ -757,6 +828,91 @@ fn path_trailing_slash_dir(c: &mut Ctx<'_>) -> Outcome {
 }
 fn path_trailing_slash_file(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::stat("hello.txt/")))
+}
+
+/// PC-5.1 [adapter] (audit gap 3): the adapter-side forms `./` and `dir/` name the root and
+/// `dir` for fs.search too, whose match paths must then be exactly those of `.` and `dir`
+/// (never `.//x` or `dir//a.txt`), and a trailing `/` on a file is `not_a_directory` for every
+/// operation — fs.read, fs.write and fs.edit included, which must not strip it and act on the
+/// file (nothing is allowed to change: the oracle catches a write or edit that went through).
+/// The plain forms' answers are the baseline: one refused retryably leaves nothing compared
+/// (inconclusive); any other failure of them fails the case.
+fn path_adapter_forms_every_operation(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&[]);
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    if granted(c, "fs.search") {
+        let pairs = [
+            (req::search("dir", "needle"), req::search("dir/", "needle"), "dir", "dir/"),
+            (req::search(".", "needle").max_results(1000), req::search("./", "needle").max_results(1000), ".", "./"),
+        ];
+        for (plain, form, p, f) in pairs {
+            let base = c.call(&mut conn, plain);
+            let Some(want) = data(&base).cloned() else {
+                let t = token(&base);
+                // A retryable refusal (busy, io_error) is no fault: nothing was compared.
+                let code = base.frame().and_then(|v| v.error_code()).and_then(AdapterCode::from_wire);
+                if code.is_some_and(|c| c.retryable()) {
+                    return Outcome::Error(format!(
+                        "inconclusive: fs.search of {p:?} answered `{t}` (retryable), so there is nothing to \
+                         compare {f:?} with"
+                    ));
+                }
+                return Outcome::with(format!("plain:{t}"), vec![format!("fs.search of {p:?} answered {t}, not ok")]);
+            };
+            if want["matches"].as_array().is_none_or(|m| m.is_empty()) {
+                return Outcome::with(
+                    "plain:no-match",
+                    vec![format!("fs.search of {p:?} found no `needle`, which the fixture holds")],
+                );
+            }
+            let got = c.call(&mut conn, form);
+            match data(&got) {
+                Some(d) if *d == want => {}
+                Some(d) => {
+                    let paths = |v: &Value| -> Vec<String> {
+                        v["matches"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|m| m["path"].as_str().map(str::to_string)).collect())
+                            .unwrap_or_default()
+                    };
+                    problems.push(format!(
+                        "fs.search of {f:?} differs from {p:?}: match paths {:?}, want {:?} (a search of the \
+                         adapter-side form names the same directory and returns canonical root-relative paths)",
+                        paths(d),
+                        paths(&want)
+                    ));
+                }
+                None => problems.push(format!("fs.search of {f:?} → {} (it names {p:?}: PC-5.1)", token(&got))),
+            }
+            if matches!(got, Recv::Closed | Recv::Timeout) {
+                conn = tryo!(c.bound());
+            }
+        }
+    }
+    let cells = [
+        ("fs.read", req::read("hello.txt/")),
+        ("fs.write", req::write("hello.txt/", "x")),
+        ("fs.edit", req::edit("hello.txt/", &[("hello", "x")])),
+        ("fs.search", req::search("hello.txt/", "hello")),
+        ("fs.list", req::list("hello.txt/")),
+        ("fs.stat", req::stat("hello.txt/")),
+    ];
+    let want = format!("error:{}", AdapterCode::NotADirectory.as_str());
+    for (op, call) in cells {
+        if !granted(c, op) {
+            continue;
+        }
+        let r = c.call(&mut conn, call);
+        let t = token(&r);
+        if t != want {
+            problems.push(format!("{op} of \"hello.txt/\" → {t}, want {want} (a trailing / on a file: PC-5.1)"));
+        }
+        if matches!(r, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    Outcome::with(if problems.is_empty() { "forms-held" } else { "forms-broken" }, problems)
 }
 
 /// Whether the target's descriptor grants `op` (cells of an ungranted one are skipped).
@@ -1545,6 +1701,87 @@ fn list_mixed(c: &mut Ctx<'_>) -> Outcome {
         p.push("truncated should be false".into());
     }
     Outcome::with("result:ok", p)
+}
+
+/// The directory of [`list_unrepresentable_names`] and the names it lays, as raw bytes: one
+/// representable name, then names with a tab, an LF, a C0 control, DEL, a byte that is not
+/// UTF-8, and a directory whose name holds ESC.
+const ODD_DIR: &str = "odd";
+const ODD_FILES: [&[u8]; 6] =
+    [b"ok.txt", b"tab\there.txt", b"nl\nhere.txt", b"ctl\x01.txt", b"del\x7f.txt", b"bad\xff.txt"];
+const ODD_SUBDIR: &[u8] = b"dir\x1b";
+
+/// PC-5.3.list and PC-5.2 (audit gap 1): names that cannot be represented (not UTF-8, control
+/// characters) are omitted by fs.list and fs.search, never passed through raw or lossily.
+/// `odd/` holds one representable file and six that are not (five files, and a directory
+/// holding `in.txt`); all hold `needle`. The listing must be exactly `ok.txt` and the search
+/// exactly `odd/ok.txt` (the judge refuses a control character in a name or path; a lossy
+/// name, such as U+FFFD for `\xff`, names no file). `truncated` is not judged: how a skipped
+/// name shows there is a reference-only DECISION. The runner removes `odd/` at the end.
+fn list_unrepresentable_names(c: &mut Ctx<'_>) -> Outcome {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = c.target.root.join(ODD_DIR);
+    let laid = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for n in ODD_FILES {
+            std::fs::write(dir.join(std::ffi::OsStr::from_bytes(n)), "needle\n")?;
+        }
+        let sub = dir.join(std::ffi::OsStr::from_bytes(ODD_SUBDIR));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(sub.join("in.txt"), "needle\n")
+    })();
+    let out = match laid {
+        Ok(()) => unrepresentable_names_checked(c),
+        Err(e) => {
+            Outcome::Skip(format!("the filesystem refuses names with control characters or non-UTF-8 bytes: {e}"))
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+fn unrepresentable_names_checked(c: &mut Ctx<'_>) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut p = Vec::new();
+    let mut tokens = Vec::new();
+    // Whether `rel` (a name or path the adapter returned) names a file or directory on disk.
+    let root = c.target.root.clone();
+    let exists = |rel: &str| std::fs::symlink_metadata(root.join(rel)).is_ok_and(|m| m.is_file() || m.is_dir());
+    if granted(c, "fs.list") {
+        let r = c.call(&mut conn, req::list(ODD_DIR));
+        tokens.push(token(&r));
+        if data(&r).is_some() {
+            let names: Vec<String> =
+                list_entries(&r).iter().map(|e| e["name"].as_str().unwrap_or("?").to_string()).collect();
+            if names != ["ok.txt"] {
+                p.push(format!("fs.list odd lists {names:?}, want [\"ok.txt\"]: names that are not UTF-8 or hold control characters are omitted"));
+            }
+            for n in names.iter().filter(|n| !exists(&format!("{ODD_DIR}/{n}"))) {
+                p.push(format!("fs.list odd lists {n:?}, which names no file (a lossy name?)"));
+            }
+        }
+        if matches!(r, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    if granted(c, "fs.search") {
+        let r = c.call(&mut conn, req::search(ODD_DIR, "needle"));
+        tokens.push(token(&r));
+        if data(&r).is_some() {
+            let paths: Vec<String> =
+                matches(&r).iter().map(|m| m["path"].as_str().unwrap_or("?").to_string()).collect();
+            if paths != ["odd/ok.txt"] {
+                p.push(format!("fs.search odd matches in {paths:?}, want [\"odd/ok.txt\"]: files whose path cannot be represented are not searched"));
+            }
+            for m in paths.iter().filter(|m| !exists(m)) {
+                p.push(format!("fs.search odd returns the path {m:?}, which names no file (a lossy name?)"));
+            }
+        }
+    }
+    if tokens.is_empty() {
+        return Outcome::Skip("neither fs.list nor fs.search is granted".into());
+    }
+    let t = tokens.iter().find(|t| *t != "result:ok").cloned().unwrap_or_else(|| "result:ok".into());
+    Outcome::with(t, p)
 }
 
 /// A search of `mixed/` recurses into `mixed/sub/`: matches only in its UTF-8 files without
@@ -2934,6 +3171,83 @@ fn idem_replay_write(c: &mut Ctx<'_>) -> Outcome {
     }
     Outcome::with(token(&r2), p)
 }
+/// PC-4.5 (audit gap 6): a mutating request's *failure* is its stored outcome too. Only a
+/// retryable failure (nothing kept) may run again; `digest_mismatch` and `already_exists` are
+/// not retryable, so the same key and payload under a new requestId replays them even after
+/// the file changed so that running again would succeed. Two cells on one connection:
+/// `expectedDigest` of `v1` while the file holds `v0` (the runner then writes `v1`), and
+/// `overwrite:false` on an existing file (the runner then deletes it). A first answer other
+/// than the failure provoked fails (it breaks PC-5.3.write), except a retryable refusal, which
+/// stores nothing to replay: inconclusive. The runner's files are removed at the end, so the
+/// oracle sees the tree it laid.
+fn idem_replay_failure(c: &mut Ctx<'_>) -> Outcome {
+    let (f1, f2) = ("idem-fail.txt", "idem-fail-2.txt");
+    let out = idem_replay_failure_cells(c, f1, f2);
+    let _ = std::fs::remove_file(c.target.root.join(f1));
+    let _ = std::fs::remove_file(c.target.root.join(f2));
+    out
+}
+fn idem_replay_failure_cells(c: &mut Ctx<'_>, f1: &str, f2: &str) -> Outcome {
+    c.allow(&[]);
+    let lay = |c: &Ctx<'_>, f: &str, b: &str| std::fs::write(c.target.root.join(f), b);
+    if lay(c, f1, "v0").is_err() || lay(c, f2, "v0").is_err() {
+        return Outcome::Error("cannot lay the files of the case".into());
+    }
+    let mut conn = tryo!(c.bound());
+    let mismatch = format!("error:{}", AdapterCode::DigestMismatch.as_str());
+    let exists = format!("error:{}", AdapterCode::AlreadyExists.as_str());
+    let cells: [(&str, Call, &str, &str, Option<&str>); 2] = [
+        (f1, req::write(f1, "new").expected_digest(&sha(b"v1")), &mismatch, "rewrote it to v1", Some("v1")),
+        (f2, req::write(f2, "new").overwrite(false), &exists, "deleted it", None),
+    ];
+    let mut p = Vec::new();
+    for (i, (file, call, want, change, after)) in cells.into_iter().enumerate() {
+        let key = format!("fail-key-{}", i + 1);
+        let (id1, id2) = (format!("fail-{}-a", i + 1), format!("fail-{}-b", i + 1));
+        conn.send(&c.invoke(&id1, &key, call.clone()));
+        let r1 = conn.recv_for(&id1);
+        if token(&r1) != *want {
+            // A retryable refusal (busy, io_error) may come from any correct adapter: nothing
+            // was stored, nothing tested. Any other answer breaks the rule the cell provokes.
+            if r1.frame().and_then(|f| f.error_code()).and_then(AdapterCode::from_wire).is_some_and(|c| c.retryable()) {
+                return Outcome::Error(format!(
+                    "inconclusive: {} of {file} answered `{}` (retryable), not the {want} it provokes, so no \
+                     failure was stored to replay",
+                    call.op(),
+                    token(&r1)
+                ));
+            }
+            return Outcome::with(
+                format!("first:{}", token(&r1)),
+                vec![format!("{} of {file} answered {}, not {want} (PC-5.3.write)", call.op(), token(&r1))],
+            );
+        }
+        let changed = match after {
+            Some(b) => lay(c, file, b),
+            None => std::fs::remove_file(c.target.root.join(file)),
+        };
+        if changed.is_err() {
+            return Outcome::Error(format!("cannot change {file} between the request and its retry"));
+        }
+        conn.send(&c.invoke(&id2, &key, call));
+        let r2 = conn.recv_for(&id2);
+        let t2 = token(&r2);
+        if t2 != *want {
+            p.push(format!(
+                "the retry of a {want} under the same key and payload answered {t2} after the runner {change}: the \
+                 stored failure must be replayed, not the write run again"
+            ));
+        }
+        let now = std::fs::read(c.target.root.join(file)).ok();
+        if now.as_deref() != after.map(str::as_bytes) {
+            p.push(format!("{file} was changed by the retry: the write ran again instead of replaying {want}"));
+        }
+        if matches!(r2, Recv::Closed | Recv::Timeout) {
+            conn = tryo!(c.bound());
+        }
+    }
+    Outcome::with(if p.is_empty() { "failure-replayed" } else { "failure-not-replayed" }, p)
+}
 fn idem_replay_edit(c: &mut Ctx<'_>) -> Outcome {
     c.allow(&["edit.txt"]);
     let mut conn = tryo!(c.bound());
@@ -3048,6 +3362,111 @@ fn idem_in_flight_duplicate(c: &mut Ctx<'_>) -> Outcome {
             p.push(format!("{file} does not hold the written content"));
         }
         Try::Done(Outcome::with("result:ok", p))
+    })
+}
+
+/// PC-4.5 (audit gap 4): the *waiting* duplicate is aborted, not its primary. With one slot
+/// and two queue places a write W1 (`overwrite:false`) and its duplicate W2 (same key and
+/// payload) wait behind a slow search; an abort of W2 and a probe follow. Confirmed when the
+/// abort or the probe is answered before the search's result. Then W2 had produced nothing:
+/// the abort must say `aborted:true` and W2 must never get a result (not even the primary's
+/// outcome replayed to it), and W1 must still run and be answered `ok` — aborting the waiter
+/// never cancels the primary.
+fn idem_abort_waiting_duplicate(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests < 2 {
+        return Outcome::Skip("the grant allows fewer than 2 queued requests: the duplicate cannot wait".into());
+    }
+    provoke(c, "an abort of a duplicate waiting on its primary", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(2);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let file = format!("waiter-{}.txt", i + 1);
+        c.allow(&[&file]);
+        let content = format!("written by the primary, attempt {}\n", i + 1);
+        let payload = req::write(&file, &content).overwrite(false);
+        let (bid, bkey) = c.ids();
+        let key = format!("waiter-key-{}", i + 1);
+        let (w1, w2) = (format!("waiter-{}-a", i + 1), format!("waiter-{}-b", i + 1));
+        let (aid, probe) = (format!("abort-waiter-{}", i + 1), format!("probe-{}", i + 1));
+        let frames = [
+            c.invoke(&bid, &bkey, blocker()),
+            c.invoke(&w1, &key, payload.clone()),
+            c.invoke(&w2, &key, payload),
+            c.abort(&aid, &w2),
+            c.abort(&probe, "never-sent-probe"),
+        ];
+        conn.note(&format!(
+            "bound with one slot and two queue places: {w2} waits on {w1}, both behind {bid}; {aid} aborts {w2}"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&frames);
+        let ids = [bid.as_str(), w1.as_str(), aid.as_str(), probe.as_str()];
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| ids.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = ids.iter().find(|id| g.get(id).is_none()) {
+            let why = if *id == w1 {
+                format!("no answer to {w1}, the primary: aborting the duplicate waiting on it must not cancel it")
+            } else {
+                format!("no answer to {id}")
+            };
+            return Try::Done(Outcome::with(g.end_token(), vec![why]));
+        }
+        let b_at = g.at(&bid).unwrap_or_default();
+        let first_ack = g.at(&aid).unwrap_or_default().min(g.at(&probe).unwrap_or_default());
+        if first_ack >= b_at {
+            return Try::NotReached(format!(
+                "the search ahead finished after {} ms, before the abort or the probe behind the duplicate was answered",
+                ms(b_at)
+            ));
+        }
+        // Anything more for the waiter comes within one step of the primary's result.
+        keep_reading(&mut conn, t0, c.step(), &mut g, |g| g.get(&w2).is_some());
+        let (Some((_, a)), Some((w1_at, r1))) = (g.get(&aid), g.get(&w1)) else {
+            return Try::Done(Outcome::Error("lost an answer".into()));
+        };
+        let mut p = Vec::new();
+        let token = match a.aborted() {
+            Some(true) => "waiter-aborted",
+            Some(false) => {
+                p.push(format!(
+                    "the abort of {w2}, a duplicate still waiting on {w1} (confirmed: answered before the search \
+                     ahead finished), said aborted:false; it had produced no result, so it must be cancelled \
+                     (aborted:true)"
+                ));
+                "aborted:false"
+            }
+            None => "aborted:?",
+        };
+        if let Some((w2_at, r2)) = g.get(&w2) {
+            let what = match (r2.kind(), r2.ok()) {
+                (Some("result"), Some(true)) => "the primary's outcome replayed to it".to_string(),
+                (Some("result"), _) => format!("error {}", r2.error_code().unwrap_or("?")),
+                (k, _) => k.unwrap_or("a frame").to_string(),
+            };
+            if a.aborted() == Some(true) {
+                p.push(format!(
+                    "{w2} was answered aborted:true and then got a result ({what}, {} ms after the send): no result \
+                     may follow aborted:true (PC-4.5)",
+                    ms(w2_at)
+                ));
+            } else if w2_at < w1_at {
+                p.push(format!(
+                    "{w2} was answered ({what}) before its primary {w1}: a duplicate in flight waits for the first"
+                ));
+            }
+        }
+        if r1.ok() != Some(true) {
+            p.push(format!(
+                "{w1}, the primary, answered {} instead of ok: aborting the duplicate waiting on it must leave it alone",
+                r1.error_code().unwrap_or("?")
+            ));
+        } else if read_root(c, &file) != content.as_bytes() {
+            p.push(format!("{file} does not hold the primary's content"));
+        }
+        Try::Done(Outcome::with(token, p))
     })
 }
 
@@ -3325,6 +3744,24 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// PC-4.5 (audit gap 2): the handle in a *match path*. The file's name holds the handle and
+/// its content only the query, so a content guard passes it and only a scan of the paths a
+/// search returns can refuse it.
+fn secret_search_match_path(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    let name = format!("m-{h}.txt");
+    if name.len() > 255 {
+        return Outcome::Skip("the handle is too long to be a file name".into());
+    }
+    let _ = std::fs::create_dir_all(c.target.root.join("secret"));
+    if std::fs::write(c.target.root.join("secret").join(&name), "needle here\n").is_err() {
+        return Outcome::Error("cannot lay the file whose name holds the handle".into());
+    }
+    let rel = format!("secret/{name}");
+    c.allow(&["secret", &rel]);
+    tok(c.one(req::search("secret", "needle")))
+}
+
 /// Whether `pieces` (texts an adapter returned, in order) give `h` back: one holds it whole, or
 /// one ends with a prefix of it and another starts with the rest (overlaps allowed).
 fn reassembles(pieces: &[String], h: &str) -> bool {
@@ -3463,6 +3900,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.line-at-max-request-bytes", judged!(invoke_line_at_max_request_bytes)),
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
+        ("adapter.invoke.partial-line-over-limit", judged!(invoke_partial_line_over_limit)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
@@ -3481,6 +3919,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.path.trailing-slash-dir", judged!(path_trailing_slash_dir)),
         ("adapter.path.trailing-slash-file", judged!(path_trailing_slash_file)),
         ("adapter.path.every-operation", judged!(path_every_operation)),
+        ("adapter.path.adapter-forms-every-operation", judged!(path_adapter_forms_every_operation)),
         ("adapter.invoke.payload-closed-per-operation", judged!(invoke_payload_closed_per_operation)),
         ("adapter.secret.handle-inside-values", judged!(secret_handle_inside_values)),
         ("adapter.invoke.number-spellings", judged!(invoke_number_spellings)),
@@ -3495,6 +3934,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.list.not-a-directory", judged!(list_not_a_directory)),
         ("adapter.list.not-found", judged!(list_not_found)),
         ("adapter.list.mixed-directory", judged!(list_mixed)),
+        ("adapter.list.unrepresentable-names", judged!(list_unrepresentable_names)),
         ("adapter.stat.file", judged!(stat_file)),
         ("adapter.stat.directory", judged!(stat_directory)),
         ("adapter.stat.root", judged!(stat_root)),
@@ -3579,10 +4019,12 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.abort.queued-target", judged!(abort_queued)),
         ("adapter.idempotency.replay-write", judged!(idem_replay_write)),
         ("adapter.idempotency.replay-edit", judged!(idem_replay_edit)),
+        ("adapter.idempotency.replay-failure", judged!(idem_replay_failure)),
         ("adapter.idempotency.conflict", judged!(idem_conflict)),
         ("adapter.idempotency.read-only-key-conflict", judged!(idem_read_only_key_conflict)),
         ("adapter.idempotency.in-flight-duplicate", judged!(idem_in_flight_duplicate)),
         ("adapter.idempotency.abort-primary-of-duplicate", judged!(idem_abort_primary_of_duplicate)),
+        ("adapter.idempotency.abort-waiting-duplicate", judged!(idem_abort_waiting_duplicate)),
         ("adapter.idempotency.key-capacity", judged!(idem_key_capacity)),
         ("adapter.idempotency.key-capacity-evicts", judged!(idem_key_capacity_evicts)),
         ("adapter.idempotency.ttl", judged!(idem_ttl)),
@@ -3594,6 +4036,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.file-content", judged!(secret_read)),
         ("adapter.secret.search-text", judged!(secret_search)),
         ("adapter.secret.entry-name", judged!(secret_list_name)),
+        ("adapter.secret.search-match-path", judged!(secret_search_match_path)),
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
     ]

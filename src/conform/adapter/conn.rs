@@ -102,6 +102,9 @@ pub struct Conn {
     closed: bool,
     stash: Vec<Recv>,
     judge: Option<FrameJudge>,
+    /// Bytes sent after the last LF: the head of a line sent in pieces, judged as one line
+    /// once its LF is sent.
+    unsent_tail: Vec<u8>,
 }
 
 impl Conn {
@@ -126,6 +129,7 @@ impl Conn {
             closed: false,
             stash: Vec::new(),
             judge: None,
+            unsent_tail: Vec::new(),
         };
         c.note("connected");
         Ok(c)
@@ -188,8 +192,19 @@ impl Conn {
 
     fn write_judged(&mut self, bytes: &[u8]) {
         if let Some(j) = &mut self.judge {
-            for line in bytes.split_inclusive(|b| *b == b'\n').filter_map(|l| l.strip_suffix(b"\n")) {
-                j.sent(line);
+            let mut lines = bytes.split_inclusive(|b| *b == b'\n').peekable();
+            while let Some(l) = lines.next() {
+                match l.strip_suffix(b"\n") {
+                    // A line sent in pieces is judged whole, once its LF is sent.
+                    Some(line) if !self.unsent_tail.is_empty() => {
+                        let mut whole = std::mem::take(&mut self.unsent_tail);
+                        whole.extend_from_slice(line);
+                        j.sent(&whole);
+                    }
+                    Some(line) => j.sent(line),
+                    None if lines.peek().is_none() => self.unsent_tail.extend_from_slice(l),
+                    None => {}
+                }
             }
         }
         if let Err(e) = self.stream.write_all(bytes) {
