@@ -9,7 +9,8 @@
 //! fails" is checked in full — plus (b) the fixed SAMPLE below, one or two cases of every
 //! area (bind, invoke, paths, each operation, abort, idempotency, revoke, secrets), most of
 //! them the target of *another* fault, which must still pass: the check that a fault breaks
-//! only its own rule (measured: 2.0–2.7 min for the whole test). The engine re-lays the fixture whenever a case left a trace, so a
+//! only its own rule (measured: 2.9 min for the whole test, the faults on two workers; 3.7–5.3 min
+//! on one). The engine re-lays the fixture whenever a case left a trace, so a
 //! case's outcome does not depend on which cases ran before it. The full matrix (every case
 //! under every fault) is what `pi-conform kill-matrix --expect conformance/kill-matrix.txt`
 //! checks (~3.5 min in release); set `PI_CONFORM_KILL_MATRIX_FULL=1` to make this test run
@@ -36,6 +37,9 @@ fn catalogue() -> Vec<CaseMeta> {
     assert!(no_vectors.is_none(), "{no_vectors:?}");
     cat
 }
+
+/// Workers running faults side by side (see `each_fault_kills_exactly_its_expected_cases`).
+const JOBS: usize = 2;
 
 /// Cases run under every fault besides the ones it is expected to kill.
 const SAMPLE: &[&str] = &[
@@ -116,41 +120,73 @@ fn each_fault_kills_exactly_its_expected_cases() {
         .collect();
     assert!(bad.is_empty(), "without faults the sample must pass: {bad:#?}");
 
-    for fault in Fault::ALL {
-        let want = &exp[fault.name()];
-        let selected: Vec<CaseMeta> =
-            cat.iter().filter(|m| full || want.contains(&m.id) || SAMPLE.contains(&m.id.as_str())).cloned().collect();
-        let t = std::time::Instant::now();
-        let report = match run_faulty((*fault).into(), &selected, 1.0) {
-            Ok(r) => r,
-            Err(e) => {
-                problems.push(format!("fault {fault}: the run failed: {e}"));
-                continue;
-            }
-        };
-        eprintln!("fault {fault}: {} cases in {:.1} s", selected.len(), t.elapsed().as_secs_f64());
-        for r in report.results.iter().filter(|r| r.status == Status::Error) {
-            problems.push(format!("fault {fault}: harness error in {}: {}", r.id, r.reason));
+    // The faults run on `jobs` workers (2 by default, `PI_CONFORM_KILL_MATRIX_JOBS`): each
+    // run has its own in-process adapter, root and socket, and most of a run's time is spent
+    // waiting on sockets and timers, so two overlap well on two CPUs.
+    let jobs = std::env::var("PI_CONFORM_KILL_MATRIX_JOBS")
+        .ok()
+        .and_then(|j| j.parse::<usize>().ok())
+        .filter(|j| *j > 0)
+        .unwrap_or(JOBS);
+    let next = std::sync::Mutex::new(0usize);
+    let found = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(fault) = Fault::ALL.get(i) else { break };
+                let out = judge_fault(*fault, &exp, &cat, full);
+                found.lock().unwrap().push((i, out));
+            });
         }
-        let mut got = killed_ids::<Fault>(&report);
-        // Kills that depend on timing (under not-found-retryable, adapter.confine.swap-race fails
-        // only if a read lands in the moment the directory is gone; its own fault,
-        // follow-symlinks, kills it every time) are neither required nor refused.
-        got.retain(|id| !<Fault as FaultSwitch>::TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
-        let missing: Vec<&String> = want.difference(&got).collect();
-        if !missing.is_empty() {
-            problems.push(format!("fault {fault} ({}): expected to fail but passed: {missing:?}", fault.clause()));
-        }
-        for id in got.difference(want) {
-            let r = report.results.iter().find(|r| &r.id == id).expect("a killed id is a result");
-            problems.push(format!(
-                "fault {fault} ({}): {id} failed but is not in its expected line: actual {}: {}",
-                fault.clause(),
-                r.actual,
-                r.reason
-            ));
-        }
-    }
+    });
+    let mut found = found.into_inner().unwrap();
+    found.sort_by_key(|(i, _)| *i);
+    problems.extend(found.into_iter().flat_map(|(_, p)| p));
     eprintln!("kill matrix: {} faults in {:.1} s", Fault::ALL.len(), started.elapsed().as_secs_f64());
     assert!(problems.is_empty(), "the kill matrix differs from conformance/kill-matrix.txt:\n{}", problems.join("\n"));
+}
+
+/// Run the cases `fault` is expected to kill plus the sample against the adapter with that
+/// fault; the differences from its expected line.
+fn judge_fault(fault: Fault, exp: &BTreeMap<String, BTreeSet<String>>, cat: &[CaseMeta], full: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let want = &exp[fault.name()];
+    let selected: Vec<CaseMeta> =
+        cat.iter().filter(|m| full || want.contains(&m.id) || SAMPLE.contains(&m.id.as_str())).cloned().collect();
+    let t = std::time::Instant::now();
+    let report = match run_faulty(fault.into(), &selected, 1.0) {
+        Ok(r) => r,
+        Err(e) => {
+            problems.push(format!("fault {fault}: the run failed: {e}"));
+            return problems;
+        }
+    };
+    eprintln!("fault {fault}: {} cases in {:.1} s", selected.len(), t.elapsed().as_secs_f64());
+    for r in report.results.iter().filter(|r| r.status == Status::Error) {
+        problems.push(format!("fault {fault}: harness error in {}: {}", r.id, r.reason));
+    }
+    let mut got = killed_ids::<Fault>(&report);
+    // Kills that depend on timing (under not-found-retryable, adapter.confine.swap-race fails
+    // only if a read lands in the moment the directory is gone; its own fault,
+    // follow-symlinks, kills it every time) are neither required nor refused.
+    got.retain(|id| !<Fault as FaultSwitch>::TIMING_DEPENDENT.contains(&(fault.name(), id.as_str())));
+    let missing: Vec<&String> = want.difference(&got).collect();
+    if !missing.is_empty() {
+        problems.push(format!("fault {fault} ({}): expected to fail but passed: {missing:?}", fault.clause()));
+    }
+    for id in got.difference(want) {
+        let r = report.results.iter().find(|r| &r.id == id).expect("a killed id is a result");
+        problems.push(format!(
+            "fault {fault} ({}): {id} failed but is not in its expected line: actual {}: {}",
+            fault.clause(),
+            r.actual,
+            r.reason
+        ));
+    }
+    problems
 }

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU64;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,18 +23,21 @@ use crate::contract::{CapabilityHandle, DaemonCode, Descriptor};
 
 /// A running turn's abort: a flag the turn polls between steps, and a wake-up for a turn
 /// waiting on a tool call, so an abort (the client's `abort`, a drain that timed out) ends the
-/// turn at once instead of when the call returns (SPEC PC-2.5, DECISION on drain).
+/// turn at once instead of when the call returns (SPEC PC-2.5, DECISION on drain). Plain
+/// `std` (a waker slot), so the core stays free of any runtime.
 #[derive(Debug, Default)]
 pub struct TurnAbort {
-    flag: AtomicBool,
-    wake: tokio::sync::Notify,
+    flag: std::sync::atomic::AtomicBool,
+    waker: std::sync::Mutex<Option<std::task::Waker>>,
 }
 
 impl TurnAbort {
     /// Ask the turn to abort; whether it had been asked before.
     pub fn abort(&self) -> bool {
         let before = self.flag.swap(true, std::sync::atomic::Ordering::SeqCst);
-        self.wake.notify_one();
+        if let Some(w) = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            w.wake();
+        }
         before
     }
 
@@ -44,11 +46,21 @@ impl TurnAbort {
         self.flag.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Resolves once an abort is asked (at once when it already was).
+    /// Resolves once an abort is asked (at once when it already was). The flag is read again
+    /// after the waker is stored, so an abort between the two is never missed.
     pub async fn asked(&self) {
-        while !self.requested() {
-            self.wake.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            if self.requested() {
+                return std::task::Poll::Ready(());
+            }
+            *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+            if self.requested() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
     }
 }
 

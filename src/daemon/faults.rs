@@ -217,6 +217,15 @@ faults! {
     /// Tool calls of operations the descriptor does not grant are sent.
     IgnoreOperationGrant = "ignore-operation-grant", "PC-4.2",
         "a tool call of an operation the descriptor does not grant is sent to the adapter instead of refused before dispatch";
+    /// Tombstones are kept for the connection's life.
+    TombstonesNeverExpire = "tombstones-never-expire", "PC-4.4",
+        "tombstones of aborted and timed-out calls are kept for the connection's life instead of idempotencyTtlMs, so maxIdempotencyKeys timeouts however far apart fail a healthy connection";
+    /// One adapter queue for every session.
+    SharedAdapterQueue = "shared-adapter-queue", "PC-4.4",
+        "every session's active calls count against each session's maxConcurrentRequests + maxQueuedRequests: one queue for all sessions instead of one per generation";
+    /// An abort reuses its target's requestId.
+    AbortReusesTargetId = "abort-reuses-target-id", "PC-1.2",
+        "an abort carries its target's requestId as its own instead of a fresh one";
     /// The 4096-byte path limit counts UTF-16 units.
     PathLimitInUnits = "path-limit-in-units", "PC-5.1",
         "the 4096-byte tool path limit counts UTF-16 units: a non-ASCII path over 4096 bytes but within 4096 units is sent to the adapter";
@@ -310,6 +319,12 @@ faults! {
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";
+    /// A wake under a running key is admitted as a new one (the busy session refuses it).
+    WakeJoinMissing = "wake-join-missing", "PC-2.5",
+        "the same wake sent while its turn runs is admitted as a new turn (the session answers session_busy) instead of joining the running one";
+    /// The wake journal of an earlier process is not consulted.
+    WakeJournalForgottenOnRestart = "wake-journal-forgotten-on-restart", "PC-6",
+        "after a restart a wake key settled before it is admitted as new and its turn runs again instead of replaying the journaled outcome";
     /// A wake key reused with another payload runs as a new wake.
     WakeConflictIgnored = "wake-conflict-ignored", "PC-2.5",
         "a wake under a settled key with another payload runs as a new wake instead of idempotency_conflict";

@@ -161,6 +161,9 @@ pub struct Host {
     /// Turns running; `drain` waits on it for zero (a notification, never a poll).
     active_turns: watch::Sender<usize>,
     wakes_running: Mutex<HashMap<(String, u64, String), watch::Receiver<WakeOutcome>>>,
+    /// The wake keys this process journaled; kept only under
+    /// [`DaemonFault::WakeJournalForgottenOnRestart`], which sees no other.
+    journaled_here: Mutex<std::collections::HashSet<(String, u64, String)>>,
     /// Rules broken on purpose (test aid; production: none).
     pub faults: DaemonFaults,
     /// Links kept alive unrevoked under the no-revoke faults.
@@ -229,6 +232,7 @@ impl Host {
             next_conn: AtomicU64::new(1),
             active_turns: watch::Sender::new(0),
             wakes_running: Mutex::new(HashMap::new()),
+            journaled_here: Mutex::new(std::collections::HashSet::new()),
             faults,
             leaked: Mutex::new(Vec::new()),
             handles: Mutex::new(Arc::new(Vec::new())),
@@ -528,12 +532,17 @@ impl Host {
             Err(_) if running.is_some() => None,
             Err(_) => return Err(DErr::of(DaemonCode::InternalError, "journal unreadable")),
         };
+        let record = record.filter(|_| {
+            !self.faults.has(DaemonFault::WakeJournalForgottenOnRestart)
+                || self.journaled_here.lock().is_ok_and(|j| j.contains(&rkey))
+        });
         let mut step = journal::admit_wake(&fp, record.as_ref(), running.is_some());
         let mut key = key;
         let rerun = match &step {
             WakeStep::Replay(_) => self.faults.has(DaemonFault::WakeKeyReruns),
             WakeStep::Conflict(_) => self.faults.has(DaemonFault::WakeConflictIgnored),
-            _ => false,
+            WakeStep::Join => self.faults.has(DaemonFault::WakeJoinMissing),
+            WakeStep::Start => false,
         };
         if rerun {
             // The faulty daemon runs the wake again, journaled under a key of its own.
@@ -554,6 +563,11 @@ impl Host {
             (WakeStep::Join, None) | (WakeStep::Start, _) => {}
         }
         let abort = self.core().begin_turn(&sid)?;
+        if self.faults.has(DaemonFault::WakeJournalForgottenOnRestart) {
+            if let Ok(mut j) = self.journaled_here.lock() {
+                j.insert(rkey.clone());
+            }
+        }
         let mut rec = journal::queued(&sid, generation, &key, &fp);
         let journal = |r: &WakeRecord| {
             let pending = self.store.queue_wake(r);

@@ -25,6 +25,9 @@ use crate::contract::types::tool_adapter::ToolOperation;
 use crate::contract::{Code, DaemonCode, Descriptor};
 use crate::wire::{decode_strict, encode_line, LineDecoder};
 
+/// The active calls of every runtime of the process, counted only under
+/// [`DaemonFault::SharedAdapterQueue`] (one queue for all sessions, a fault).
+static SHARED_ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Deadlines closer together than this expire together (the resolution of the shell's timer).
 pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
 
@@ -543,7 +546,13 @@ impl AdapterRuntime {
         } else if self.faults.has(DaemonFault::QueueCapacityOnePast) {
             capacity += 1;
         }
-        let full = self.active.len() + self.queue.len() >= capacity;
+        // Under the fault, every session's active calls count against this one's limits.
+        let active = if self.faults.has(DaemonFault::SharedAdapterQueue) {
+            SHARED_ACTIVE.load(std::sync::atomic::Ordering::SeqCst)
+        } else {
+            self.active.len()
+        };
+        let full = active + self.queue.len() >= capacity;
         if full && !self.faults.has(DaemonFault::NoQueueCapacity) {
             return Err(CallError {
                 code: DaemonCode::AdapterQueueCapacity.as_str().into(),
@@ -717,7 +726,9 @@ impl AdapterRuntime {
             State::Bound => {}
             _ => return,
         }
-        self.tombstones.retain(|_, t| t.expires > now);
+        if !self.faults.has(DaemonFault::TombstonesNeverExpire) {
+            self.tombstones.retain(|_, t| t.expires > now);
+        }
         let horizon = now + TIMER_GRANULARITY;
         let expired: Vec<CallId> =
             self.calls.iter().filter(|(_, c)| c.deadline <= horizon).map(|(id, _)| *id).collect();
@@ -766,7 +777,9 @@ impl AdapterRuntime {
     /// Abort a sent call: `abort` frame, tombstone, slot freed. `None` when the tombstone
     /// would overflow `maxIdempotencyKeys` (the connection has then failed).
     fn abort_active(&mut self, now: Instant, id: CallId) -> Option<()> {
-        self.tombstones.retain(|_, t| t.expires > now);
+        if !self.faults.has(DaemonFault::TombstonesNeverExpire) {
+            self.tombstones.retain(|_, t| t.expires > now);
+        }
         let mut max = self.binding.limits().max_idempotency_keys.get();
         if self.faults.has(DaemonFault::AbortCapacityOnePast) {
             max += 1;
@@ -777,7 +790,11 @@ impl AdapterRuntime {
         }
         let c = self.calls.remove(&id)?;
         self.release(&c);
-        let abort_id = uuid_v4(self.rng.as_mut());
+        let abort_id = if self.faults.has(DaemonFault::AbortReusesTargetId) {
+            c.request_id.clone()
+        } else {
+            uuid_v4(self.rng.as_mut())
+        };
         // Both ids are UUIDs this runtime drew, which the generated `RequestId` always holds;
         // were one refused, no abort could be sent and the connection fails.
         let Ok(frame) = compose::abort_of(self.binding.bind(), &abort_id, &c.request_id) else {
@@ -794,7 +811,9 @@ impl AdapterRuntime {
     }
 
     fn release(&mut self, c: &Call) {
-        self.active.remove(&c.request_id);
+        if self.active.remove(&c.request_id).is_some() && self.faults.has(DaemonFault::SharedAdapterQueue) {
+            SHARED_ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
         if let Some(p) = &c.path_lock {
             if c.dispatched.is_some() {
                 self.locked_paths.remove(p);
@@ -846,7 +865,9 @@ impl AdapterRuntime {
             self.transmit.push_back(OutLine(line));
         }
         self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
-        self.active.insert(c.request_id.clone(), id);
+        if self.active.insert(c.request_id.clone(), id).is_none() && self.faults.has(DaemonFault::SharedAdapterQueue) {
+            SHARED_ACTIVE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.high_active = self.high_active.max(self.active.len());
     }
 

@@ -2789,6 +2789,311 @@ fn wake_same_key_other_payload(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 
+/// SPEC §2.5 (**MUST** [daemon]): the same key and payload *join* a running wake. The wake's
+/// one tool call is held 1500 ms by the probe; once its invoke reached the probe (the turn
+/// runs: the provoked state, confirmed), the same wake under a new requestId and the same key
+/// with another prompt are sent on two more connections. The other prompt is
+/// `idempotency_conflict`; the same one is answered ok with the first's result; and only the
+/// one invoke reached the adapter (a second turn would have run the call again).
+fn wake_same_key_joins_running(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(30_000))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Delay(1500));
+    let out = same_key_joins_running(c, link);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    release(c, 1);
+    out
+}
+fn same_key_joins_running(c: &mut DCtx<'_>, link: usize) -> Outcome {
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let rid = w["requestId"].as_str().unwrap_or_default().to_string();
+    let before = invokes_on(c, link);
+    let mut first = tryo!(c.connect());
+    first.send(&w);
+    let t = Instant::now();
+    while invokes_on(c, link) == before && t.elapsed() < c.target.step * 2 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if invokes_on(c, link) == before {
+        return Outcome::Error(
+            "inconclusive: the wake's tool call never reached the adapter, so no turn was surely running".into(),
+        );
+    }
+    let mut again = w.clone();
+    let again_rid = c.rid();
+    again["requestId"] = json!(again_rid);
+    let mut other = w.clone();
+    let other_rid = c.rid();
+    other["requestId"] = json!(other_rid);
+    other["payload"]["prompt"] = json!(format!("{} (another payload)", w["payload"]["prompt"].as_str().unwrap_or("")));
+    let mut k2 = tryo!(c.connect());
+    k2.send(&again);
+    let mut k3 = tryo!(c.connect());
+    k3.send(&other);
+    let wait = c.target.step * 3 + Duration::from_millis(1500);
+    let conflict = response_to(&mut k3, &other_rid, wait);
+    let joined = response_to(&mut k2, &again_rid, wait);
+    let original = response_to(&mut first, &rid, wait);
+    let mut p = Vec::new();
+    let made = invokes_on(c, link) - before;
+    if made > 1 {
+        p.push(format!(
+            "the same wake sent again while its turn ran started another turn: {made} invokes reached the adapter for \
+             one tool call (the same key and payload join the running wake)"
+        ));
+    }
+    if rtoken(&original) != "ok" {
+        return Outcome::Error(format!("inconclusive: the first wake was answered {}", rtoken(&original)));
+    }
+    match joined.frame() {
+        Some(f) if f.ok() == Some(true) => {
+            if f.data()["result"] != data(&original)["result"] {
+                p.push("the same wake sent while its turn ran was answered with another result than the first".into());
+            }
+        }
+        _ => p.push(format!(
+            "the same wake (same key and payload) sent while its turn ran was answered {}, not joined to the running \
+             one",
+            rtoken(&joined)
+        )),
+    }
+    let code = rtoken(&conflict);
+    if code != format!("error:{}", AdapterCode::IdempotencyConflict.as_str()) {
+        p.push(format!("the running wake's key with another prompt was answered {code}, not idempotency_conflict"));
+    }
+    Outcome::with(if p.is_empty() { "joined" } else { "ran-again" }, p)
+}
+
+/// PC-1.2/PC-4.2: one adapter connection multiplexes requests by `requestId`, and an abort
+/// carries its own. With `requestTimeoutMs` 300 and a probe that answers neither invokes nor
+/// aborts, two wakes (one call, then two concurrent reads) time out three calls, all still in
+/// flight at the adapter (the provoked state: three invokes and three aborts on the link, else
+/// inconclusive). Every invoke `requestId` on the link is distinct, every abort's own
+/// `requestId` differs from every invoke's and every other abort's, and every abort targets an
+/// invoke sent before it on the link.
+fn tools_request_ids_unique(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Silent);
+    let first = c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w));
+    let second = c
+        .wake_calls(1, &[("fs_stat", json!({"path": "."})), ("fs_list", json!({"path": "."}))])
+        .and_then(|w| one(c, w));
+    // The aborts follow the timeouts: give the last one a step to arrive.
+    let t = Instant::now();
+    while link_frames(c, link, "abort").len() < 3 && t.elapsed() < c.target.step {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let (first, second) = (tryo!(first), tryo!(second));
+    let frames: Vec<Value> = c
+        .probe
+        .seen()
+        .frames
+        .into_iter()
+        .filter(|(n, f)| *n == link && (f["kind"] == "invoke" || f["kind"] == "abort"))
+        .map(|(_, f)| f)
+        .collect();
+    let invokes = frames.iter().filter(|f| f["kind"] == "invoke").count();
+    let aborts = frames.iter().filter(|f| f["kind"] == "abort").count();
+    if invokes < 3 || aborts < 3 {
+        return Outcome::Error(format!(
+            "inconclusive: {invokes} invoke(s) and {aborts} abort(s) reached the adapter (the wakes were answered {} \
+             and {}); three timed-out calls still in flight are what this case compares",
+            rtoken(&first),
+            rtoken(&second)
+        ));
+    }
+    let mut p = Vec::new();
+    let mut invoke_ids: Vec<&Value> = Vec::new();
+    let mut abort_ids: Vec<&Value> = Vec::new();
+    for f in &frames {
+        let id = &f["requestId"];
+        if f["kind"] == "invoke" {
+            if invoke_ids.contains(&id) {
+                p.push(format!("two invokes on one connection carry the requestId {id}"));
+            }
+            if abort_ids.contains(&id) {
+                p.push(format!("an invoke reuses the requestId {id} of an earlier abort"));
+            }
+            invoke_ids.push(id);
+        } else {
+            if invoke_ids.contains(&id) {
+                p.push(format!("an abort carries the requestId {id} of an invoke; an abort carries its own"));
+            }
+            if abort_ids.contains(&id) {
+                p.push(format!("two aborts on one connection carry the requestId {id}"));
+            }
+            if !invoke_ids.contains(&&f["targetRequestId"]) {
+                p.push(format!(
+                    "an abort targets {}, which no earlier invoke on the connection carried",
+                    f["targetRequestId"]
+                ));
+            }
+            abort_ids.push(id);
+        }
+    }
+    release(c, 1);
+    Outcome::with(if p.is_empty() { "distinct" } else { "reused" }, p)
+}
+
+/// PC-4.4: each session generation has its own adapter queue. Two sessions A and B on the
+/// probe, each with `maxConcurrentRequests` 1 and `maxQueuedRequests` 0; the probe answers each
+/// invoke 3000 ms after it arrives. Once A's call reached the probe (A's one slot is taken: the
+/// provoked state, confirmed), B's wake makes one call: its invoke must reach the probe within
+/// 2000 ms of A's, before A's result (a queue shared with A would refuse B's call
+/// `adapter_queue_capacity` or hold it until A's result), and both wakes complete.
+fn tools_queue_per_generation(c: &mut DCtx<'_>) -> Outcome {
+    let base = c.session.clone();
+    let out = queue_per_generation(c, &base);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    for s in [format!("{base}-a"), format!("{base}-b")] {
+        c.session = s;
+        release(c, 1);
+    }
+    c.session = base;
+    out
+}
+fn queue_per_generation(c: &mut DCtx<'_>, base: &str) -> Outcome {
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 0,
+        request_timeout_ms: 30_000,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let (sa, sb) = (format!("{base}-a"), format!("{base}-b"));
+    let mut links = Vec::new();
+    for s in [&sa, &sb] {
+        c.session = s.clone();
+        let d = tryo!(c.descriptor(1, Some(limits.clone())));
+        links.push(tryo!(open_with(c, &d, 1)));
+    }
+    let (la, lb) = (links[0], links[1]);
+    c.probe.set(BoundMode::Exact, InvokeMode::Delay(3000));
+    c.session = sa;
+    let wa = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let ra = wa["requestId"].as_str().unwrap_or_default().to_string();
+    let mut ka = tryo!(c.connect());
+    ka.send(&wa);
+    let t = Instant::now();
+    while link_frames(c, la, "invoke").is_empty() && t.elapsed() < c.target.step * 2 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if link_frames(c, la, "invoke").is_empty() {
+        return Outcome::Error("inconclusive: session A's tool call never reached the adapter".into());
+    }
+    let a_seen = Instant::now();
+    c.session = sb;
+    let wb = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let rb = wb["requestId"].as_str().unwrap_or_default().to_string();
+    let mut kb = tryo!(c.connect());
+    kb.send(&wb);
+    while link_frames(c, lb, "invoke").is_empty() && a_seen.elapsed() < Duration::from_millis(2000) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b_after = a_seen.elapsed();
+    let b_sent = !link_frames(c, lb, "invoke").is_empty();
+    let wait = c.target.step * 3 + Duration::from_millis(3000);
+    let answer_b = response_to(&mut kb, &rb, wait);
+    let answer_a = response_to(&mut ka, &ra, wait);
+    let mut p = Vec::new();
+    let refused = per_call(&answer_b)
+        .and_then(|calls| calls.first().and_then(|x| x.code.clone()))
+        .filter(|code| code == DaemonCode::AdapterQueueCapacity.as_str());
+    if let Some(code) = refused {
+        p.push(format!(
+            "session B's only call was refused {code} while session A's call held A's one slot: the sessions share a \
+             queue"
+        ));
+    } else if !b_sent {
+        p.push(format!(
+            "session B's only call did not reach the adapter within {} ms while session A's call held A's one slot \
+             (for 3000 ms): the sessions share a queue",
+            b_after.as_millis()
+        ));
+    }
+    if p.is_empty() && (rtoken(&answer_a) != "ok" || rtoken(&answer_b) != "ok") {
+        return Outcome::Error(format!(
+            "inconclusive: the wakes were answered {} (A) and {} (B)",
+            rtoken(&answer_a),
+            rtoken(&answer_b)
+        ));
+    }
+    Outcome::with(if p.is_empty() { "separate" } else { "shared" }, p)
+}
+
+/// PC-4.4: aborted and timed-out requests are tombstoned *for `idempotencyTtlMs`*, at most
+/// `maxIdempotencyKeys` of them. With `maxIdempotencyKeys` 1, `idempotencyTtlMs` 1000,
+/// `requestTimeoutMs` 300 and an adapter that answers neither invokes nor aborts: a first
+/// call times out (its abort on the wire: one tombstone, the provoked state, confirmed); after
+/// the TTL has passed, a second call times out with an abort of its own (its tombstone fits:
+/// the first expired), and a third call still reaches the adapter on the same connection. A
+/// daemon keeping tombstones forever fails the connection `adapter_abort_capacity` at the
+/// second timeout.
+fn tools_tombstone_expires(c: &mut DCtx<'_>) -> Outcome {
+    let limits = AdapterLimits {
+        max_idempotency_keys: std::num::NonZeroU64::MIN,
+        idempotency_ttl_ms: 1000,
+        request_timeout_ms: 300,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Silent);
+    let out = tombstone_expires(c, link);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    release(c, 1);
+    out
+}
+fn tombstone_expires(c: &mut DCtx<'_>, link: usize) -> Outcome {
+    let count = |c: &DCtx<'_>, kind: &str| link_frames(c, link, kind).len();
+    let wait_for = |c: &DCtx<'_>, kind: &str, n: usize| {
+        let t = Instant::now();
+        while count(c, kind) < n && t.elapsed() < c.target.step {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        count(c, kind) >= n
+    };
+    let first = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w)));
+    if !wait_for(c, "abort", 1) || count(c, "invoke") != 1 {
+        return Outcome::Error(format!(
+            "inconclusive: the first call's invoke and abort were not both seen ({} invoke(s), {} abort(s); the wake \
+             was answered {})",
+            count(c, "invoke"),
+            count(c, "abort"),
+            rtoken(&first)
+        ));
+    }
+    // Past the tombstone's TTL (1000 ms from the abort), with a margin.
+    std::thread::sleep(Duration::from_millis(1000) + c.target.step / 2);
+    let second = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w)));
+    let mut p = Vec::new();
+    if !wait_for(c, "invoke", 2) {
+        return Outcome::Error(format!(
+            "inconclusive: the second call never reached the adapter (the wake was answered {})",
+            rtoken(&second)
+        ));
+    }
+    if !wait_for(c, "abort", 2) {
+        p.push(format!(
+            "the second call timed out {} ms after the first one's tombstone expired (idempotencyTtlMs 1000) and no \
+             abort was sent for it: the expired tombstone still filled maxIdempotencyKeys 1",
+            1000 + (c.target.step / 2).as_millis()
+        ));
+    }
+    let third = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})).and_then(|w| one(c, w)));
+    if !wait_for(c, "invoke", 3) {
+        p.push(format!(
+            "a third call never reached the adapter on the connection (the wake was answered {}): the connection \
+             failed although every tombstone but one had expired",
+            rtoken(&third)
+        ));
+    }
+    Outcome::with(if p.is_empty() { "expired" } else { "kept" }, p)
+}
+
 /// SPEC §2.5: `status` with a `sessionId` answers that resident session: its id and the
 /// generation just opened, as `data.session` or as `data` itself.
 fn status_resident_session(c: &mut DCtx<'_>) -> Outcome {
@@ -4348,6 +4653,55 @@ fn drain_waits_for_turns(c: &mut DCtx<'_>) -> Outcome {
     })
 }
 
+/// PC-2.5/PC-6: the wake journal is durable. A wake settled before a restart (one fs_stat,
+/// answered ok) is, after the restart and a reprovisioning open (confirmed ok), replayed when
+/// sent again under its key and payload — ok, the same result, no invoke on the new binding —
+/// and the key with another prompt is `idempotency_conflict`.
+fn restart_wake_key_survives(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let (w, first, _, _) = tryo!(settled_wake(c));
+    tryo!(c.restart());
+    let d = tryo!(c.descriptor(1, None));
+    let link = tryo!(open_with(c, &d, 1));
+    let before = invokes_on(c, link);
+    let mut again = w.clone();
+    again["requestId"] = json!(c.rid());
+    let replay = tryo!(one(c, again));
+    let mut other = w.clone();
+    other["requestId"] = json!(c.rid());
+    other["payload"]["prompt"] = json!(format!("{} (another payload)", w["payload"]["prompt"].as_str().unwrap_or("")));
+    let conflict = tryo!(one(c, other));
+    let mut p = Vec::new();
+    let ran = invokes_on(c, link) - before;
+    if ran > 0 {
+        p.push(format!(
+            "the wake settled before the restart ran its turn again when sent under its key after the restart ({ran} \
+             invoke(s)): the journaled outcome is replayed"
+        ));
+    }
+    match replay.frame() {
+        Some(f) if f.ok() == Some(true) => {
+            if f.data()["result"] != data(&first)["result"] {
+                p.push("the wake settled before the restart was answered with another result after it".into());
+            }
+        }
+        _ => p.push(format!(
+            "the wake settled before the restart, sent again under its key and payload, was answered {}",
+            rtoken(&replay)
+        )),
+    }
+    let code = rtoken(&conflict);
+    if code != format!("error:{}", AdapterCode::IdempotencyConflict.as_str()) {
+        p.push(format!(
+            "after the restart the settled key with another prompt was answered {code}, not idempotency_conflict"
+        ));
+    }
+    release(c, 1);
+    Outcome::with(if p.is_empty() { "replayed" } else { "forgotten" }, p)
+}
+
 /// Whether the handshake's host snapshot lists generation 1 of `session` as quarantined.
 fn quarantine_listed(c: &mut DCtx<'_>, session: &str) -> Result<bool, Outcome> {
     let v = c.handshake(None)?;
@@ -4572,6 +4926,9 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.path-over-4096-bytes-refused", path_over_4096),
         ("daemon.tools.path-dot-dot-refused", path_dot_dot),
         ("daemon.tools.ungranted-operation-not-dispatched", tools_ungranted_operation),
+        ("daemon.tools.request-ids-unique", tools_request_ids_unique),
+        ("daemon.tools.queue-per-generation", tools_queue_per_generation),
+        ("daemon.tools.tombstone-expires", tools_tombstone_expires),
         ("daemon.tools.invoke-at-max-request-bytes", invoke_at_max_request_bytes),
         ("daemon.tools.invoke-one-past-max-request-bytes", invoke_one_past_max_request_bytes),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
@@ -4599,6 +4956,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.status.queue-telemetry", status_queue_telemetry),
         ("daemon.wake.same-key-replays", wake_same_key_replays),
         ("daemon.wake.same-key-other-payload-conflict", wake_same_key_other_payload),
+        ("daemon.wake.same-key-joins-running", wake_same_key_joins_running),
         ("daemon.restart.quarantine-listed", restart_quarantine_listed),
         ("daemon.restart.no-tools-reopen-refused", restart_no_tools_refused),
         ("daemon.restart.old-host-descriptor-refused", restart_old_host_refused),
@@ -4610,6 +4968,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.failed-reprovision-keeps-quarantine", restart_failed_reprovision),
         ("daemon.restart.no-tools-session-not-quarantined", restart_no_tools_not_quarantined),
         ("daemon.restart.closed-session-gone", restart_closed_session_gone),
+        ("daemon.restart.wake-key-survives", restart_wake_key_survives),
         ("daemon.drain.refuses-wakes", drain_refuses_wakes),
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
