@@ -217,6 +217,8 @@ pub struct HostCore<L> {
     /// The session generations each open connection is attached to (event delivery).
     attachments: HashMap<u64, HashSet<(String, u64)>>,
     faults: DaemonFaults,
+    /// The host-wide event counter of [`DaemonFault::GlobalEventSequence`] (unused otherwise).
+    global_seq: u64,
     /// Sessions closed with `retainSession:true`: their `closed` records stay in the catalog.
     retained_closed: HashSet<String>,
     /// The most sessions kept, `sessions` and `retained_closed` together.
@@ -319,6 +321,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             counters: BTreeMap::new(),
             attachments: HashMap::new(),
             faults,
+            global_seq: 0,
             retained_closed,
             max_sessions: MAX_SESSIONS,
             leaked_endpoint: None,
@@ -389,7 +392,11 @@ impl<L: LinkState + Clone> HostCore<L> {
         data: Value,
     ) -> Option<(Vec<u8>, Vec<u64>)> {
         let sess = self.sessions.get_mut(sid).filter(|x| x.generation == generation)?;
-        if !self.faults.has(DaemonFault::EventSequenceFrozen) {
+        if self.faults.has(DaemonFault::GlobalEventSequence) {
+            // Under the fault: one counter for every session of the host.
+            self.global_seq = self.global_seq.max(sess.seq) + 1;
+            sess.seq = self.global_seq;
+        } else if !self.faults.has(DaemonFault::EventSequenceFrozen) {
             sess.seq += 1;
         }
         let fixed = self.faults.has(DaemonFault::EventsVersionFixed);

@@ -307,6 +307,9 @@ faults! {
     /// A session's event sequence never moves on.
     EventSequenceFrozen = "event-sequence-frozen", "PC-2.3",
         "every event of a session carries sequence 1: the sequence is not raised per event";
+    /// One event sequence for the whole host.
+    GlobalEventSequence = "global-event-sequence", "PC-2.3",
+        "events take their sequence from one host-wide counter instead of one per session";
     /// status with a sessionId answers session_not_found for a resident session.
     SessionStatusNotFound = "session-status-not-found", "PC-2.5",
         "status with the sessionId of a resident session is answered session_not_found";

@@ -3342,6 +3342,65 @@ fn attached_conn(c: &mut DCtx<'_>, generation: u64) -> Result<Conn, Outcome> {
     Ok(conn)
 }
 
+/// PC-2.3 MUST [daemon]: `sequence` is per session, monotonic, starting at 1 with `opened`
+/// first. Sessions A and B are opened; A is attached (its answer's `sequence` is 1: only
+/// `opened` so far) and woken (its events take 2, 3, …); then B is attached: its answer's
+/// `sequence` is still 1, and B's first wake event is 2 — a counter shared by the sessions
+/// would have moved on with A's events. The provoked state: A's wake produced events (else
+/// inconclusive).
+fn events_sequence_per_session(c: &mut DCtx<'_>) -> Outcome {
+    let base = c.session.clone();
+    let out = sequence_per_session(c, &base);
+    for s in [format!("{base}-a"), format!("{base}-b")] {
+        c.session = s;
+        release(c, 1);
+    }
+    c.session = base;
+    out
+}
+fn sequence_per_session(c: &mut DCtx<'_>, base: &str) -> Outcome {
+    let (sa, sb) = (format!("{base}-a"), format!("{base}-b"));
+    for s in [&sa, &sb] {
+        c.session = s.clone();
+        tryo!(open_plain(c));
+    }
+    let attach_seq = |c: &mut DCtx<'_>| -> Result<(Conn, Option<u64>), Outcome> {
+        let mut conn = c.connect()?;
+        let a = c.attach(1)?;
+        let ar = c.call(&mut conn, a);
+        if ar.frame().is_none_or(|f| f.ok() != Some(true)) {
+            return Err(Outcome::Error(format!("inconclusive: the attach was answered {}", rtoken(&ar))));
+        }
+        Ok((conn, data(&ar)["sequence"].as_u64()))
+    };
+    let mut p = Vec::new();
+    c.session = sa;
+    let (mut ka, seq_a) = tryo!(attach_seq(c));
+    if seq_a != Some(1) {
+        p.push(format!("right after its open, session A's attach answered sequence {seq_a:?}, not 1 (opened is 1)"));
+    }
+    let events_a = tryo!(wake_and_gather(c, &mut ka, 1));
+    if events_a.is_empty() {
+        return Outcome::Error("inconclusive: session A's wake produced no event on its attached connection".into());
+    }
+    c.session = sb;
+    let (mut kb, seq_b) = tryo!(attach_seq(c));
+    if seq_b != Some(1) {
+        p.push(format!(
+            "after session A's wake ({} events), session B — opened, never woken — answered its attach with sequence \
+             {seq_b:?}, not 1: the sequence is per session",
+            events_a.len()
+        ));
+    }
+    let events_b = tryo!(wake_and_gather(c, &mut kb, 1));
+    if let Some(first) = events_b.first().and_then(|e| e["sequence"].as_u64()) {
+        if first != 2 {
+            p.push(format!("session B's first event after opened carries sequence {first}, not 2"));
+        }
+    }
+    Outcome::with(if p.is_empty() { "per-session" } else { "shared" }, p)
+}
+
 /// Send a 2.0 wake of `generation` of the case session on `conn`, and gather the events of
 /// that session generation that arrive on it until the wake is answered (or nothing comes for
 /// three steps).
@@ -4950,6 +5009,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.admission.fit-one-past", adm_fit_one_past),
         ("daemon.events.attached-only", events_attached_only),
         ("daemon.events.sequence-increasing", events_sequence_increasing),
+        ("daemon.events.sequence-per-session", events_sequence_per_session),
         ("daemon.events.version-of-open", events_version_of_open),
         ("daemon.events.replaced-generation-inert", events_replaced_generation_inert),
         ("daemon.status.resident-session", status_resident_session),
