@@ -94,6 +94,12 @@ faults! {
     /// A bind whose limits cannot hold its own normalized frames is accepted.
     BindFitUnchecked = "bind-fit-unchecked", "PC-3.3",
         "a bind that fails the fit check is accepted, its too small maxRequestBytes/maxResponseBytes raised to fit (and so echoed)";
+    /// The nested `limits` of a bind are compared with the grant's ceilings only.
+    BindLimitsUnchecked = "bind-limits-unchecked", "PC-4.2",
+        "a bind's limits are only compared with the grant's ceilings: an unknown limit key is dropped, a missing one taken from the ceiling, a value that is not an integer read leniently (a string parsed, a fraction truncated, anything else the ceiling) and clamped into its range (and so echoed)";
+    /// The nested `operations` of a bind are compared with the grant only.
+    BindOperationsUnchecked = "bind-operations-unchecked", "PC-4.2",
+        "a bind's operations are only compared with the grant: names are matched ignoring case, duplicates and items that are not strings dropped, a lone string read as a list of one, and an empty list or null taken as the grant's operations (and so echoed)";
     // ---- invoke hygiene
     /// Unknown keys of an invoke frame are stripped and the invoke processed.
     AcceptUnknownFrameKeys = "accept-unknown-frame-keys", "PC-4.5",

@@ -120,7 +120,11 @@ pub fn handle_bind_with(
     if faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
         return Err(BindRefusal::Malformed);
     }
-    let rewritten = broken::lenient_bind_line(line, faults);
+    let grant_of = |handle: &str| {
+        let digest = handle_digest(handle);
+        grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))
+    };
+    let rewritten = broken::lenient_bind_line(line, faults, &grant_of);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
     let digest = handle_digest(req.handle().expose());

@@ -754,6 +754,99 @@ fn bind_escaped_unknown_key(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(token(&conn.expect_close(c.step())))
 }
 
+/// PC-4.2, PC-3.2.9, PC-3.2.10: the nested `operations` and `limits` of a `bind` have the
+/// descriptor's structure whatever the grant: 1–6 unique operation names of the six, exactly
+/// the seven limits, each an integer within its range. Every bind below breaks that in one
+/// place and is otherwise the descriptor's; each is outside any grant, so closing it without
+/// `bound` is a MUST (the above-ceiling cases are SHOULD because a wider grant may take them).
+fn bind_malformed_operations_and_limits(c: &mut Ctx<'_>) -> Outcome {
+    let base = c.bind_frame();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = base.clone();
+        f(&mut b);
+        b
+    };
+    let mut cells: Vec<(String, Value)> = Vec::new();
+    for (name, min, max) in crate::contract::descriptor::LIMITS {
+        let below = min as i64 - 1;
+        cells.push((
+            format!("limits.{name} {below} (one below its minimum {min})"),
+            with(&|b| b["limits"][name] = json!(below)),
+        ));
+        cells.push((
+            format!("limits.{name} {} (one above its maximum {max})", max + 1),
+            with(&|b| b["limits"][name] = json!(max + 1)),
+        ));
+        cells.push((
+            format!("limits.{name} missing"),
+            with(&|b| {
+                if let Some(l) = b["limits"].as_object_mut() {
+                    l.remove(name);
+                }
+            }),
+        ));
+    }
+    let cur = base["limits"]["maxConcurrentRequests"].clone();
+    let as_string = cur.as_u64().unwrap_or(1).to_string();
+    for (what, v) in [
+        ("1.5 (not an integer)".to_string(), json!(1.5)),
+        (format!("{as_string:?} (a string)"), json!(as_string)),
+        ("true".to_string(), json!(true)),
+        ("null".to_string(), Value::Null),
+    ] {
+        cells.push((
+            format!("limits.maxConcurrentRequests {what}"),
+            with(&|b| b["limits"]["maxConcurrentRequests"] = v.clone()),
+        ));
+    }
+    cells.push((
+        "an eighth key limits.maxBytesPerSecond 1".into(),
+        with(&|b| b["limits"]["maxBytesPerSecond"] = json!(1)),
+    ));
+    cells.push(("limits null".into(), with(&|b| b["limits"] = Value::Null)));
+    cells.push(("limits an empty array".into(), with(&|b| b["limits"] = json!([]))));
+    let first = base["operations"][0].as_str().unwrap_or("fs.stat").to_string();
+    for (what, v) in [
+        ("[] (empty)".to_string(), json!([])),
+        (format!("[{first:?}, {first:?}] (a duplicate)"), json!([first, first])),
+        (format!("[{:?}] (wrongly cased)", first.to_ascii_uppercase()), json!([first.to_ascii_uppercase()])),
+        ("[null]".to_string(), json!([null])),
+        (format!("{first:?} (a string, not an array)"), json!(first)),
+        ("null".to_string(), Value::Null),
+    ] {
+        cells.push((format!("operations {what}"), with(&|b| b["operations"] = v.clone())));
+    }
+    let mut bound = Vec::new();
+    for (what, b) in cells {
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind with {what}"));
+        conn.send(&b);
+        match conn.expect_close(c.step()) {
+            Recv::Closed => {}
+            r if r.frame().is_some_and(|v| v.kind() == Some("bound")) => bound.push(what),
+            r => {
+                return Outcome::with(
+                    token(&r),
+                    vec![format!("the bind with {what} was answered `{}` instead of a close", token(&r))],
+                )
+            }
+        }
+    }
+    if bound.is_empty() {
+        Outcome::token("closed")
+    } else {
+        Outcome::with(
+            "bound",
+            vec![format!(
+                "a bind with {} was bound: operations must be 1-6 unique names of the six and limits exactly the \
+                 seven keys, each an integer within its range (PC-3.2.9, PC-3.2.10), whatever the grant, so the \
+                 bind must be closed without bound",
+                bound.join("; ")
+            )],
+        )
+    }
+}
+
 /// A payload key repeated under another spelling (`path` and `p\u0061th`) is a duplicate key:
 /// the line is not strict JSON, so the invoke cannot be attributed: close, nothing run.
 fn invoke_escaped_duplicate_key(c: &mut Ctx<'_>) -> Outcome {
@@ -3892,6 +3985,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
         ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
         ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
+        ("adapter.bind.malformed-operations-and-limits", judged!(bind_malformed_operations_and_limits)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.unknown-frame-key.closes", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.handle-in-payload", judged!(invoke_handle_in_payload)),
