@@ -128,6 +128,49 @@ fn lenient_limits(asked: Option<&Value>, ceilings: &Value) -> Value {
     Value::Object(out)
 }
 
+/// The byte spans of the whole JSON values a line starts with, as a stream decoder (Go's
+/// `json.Decoder`, Python's `raw_decode`) reads them under [`Fault::TrailingValuesRun`]:
+/// `None` unless the line holds something after its first value (another value, or bytes
+/// that are not one).
+pub(crate) fn stream_values(line: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let mut values = serde_json::Deserializer::from_slice(line).into_iter::<serde::de::IgnoredAny>();
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while let Some(Ok(_)) = values.next() {
+        let end = values.byte_offset();
+        spans.push((start, end));
+        start = end;
+    }
+    let rest_blank = line[start..].iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
+    (spans.len() > 1 || (spans.len() == 1 && !rest_blank)).then_some(spans)
+}
+
+/// The bytes of a connection as [`Fault::EmptyLineCloses`] watches them: whether an empty
+/// line (nothing, or one CR, before an LF) has come, which such an adapter refuses as a line
+/// that is not JSON instead of skipping it.
+#[derive(Default)]
+pub(crate) struct EmptyLines {
+    len: usize,
+    cr_only: bool,
+}
+
+impl EmptyLines {
+    /// Whether `bytes`, received after everything seen so far, complete an empty line.
+    pub(crate) fn seen_in(&mut self, bytes: &[u8]) -> bool {
+        let mut seen = false;
+        for &b in bytes {
+            if b == b'\n' {
+                seen |= self.len == 0 || (self.len == 1 && self.cr_only);
+                self.len = 0;
+            } else {
+                self.cr_only = self.len == 0 && b == b'\r';
+                self.len += 1;
+            }
+        }
+        seen
+    }
+}
+
 /// An invoke a faulty adapter accepts although the contract refused it.
 pub(crate) struct LenientInvoke {
     /// Its `requestId` as sent.

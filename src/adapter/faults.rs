@@ -160,6 +160,15 @@ faults! {
     /// The line limit is judged at the LF only: a partial line grows without bound.
     LineLimitAtLfOnly = "line-limit-at-lf-only", "PC-1",
         "a line over maxRequestBytes is closed only once its LF arrives: a partial line that already exceeds the limit is buffered without bound";
+    /// Lines are decoded lossily: invalid UTF-8 becomes U+FFFD.
+    LossyUtf8Lines = "lossy-utf8-lines", "PC-1",
+        "a line that is not UTF-8 is decoded lossily (U+FFFD for each bad sequence) and processed instead of closing the connection";
+    /// A line is read as a stream of JSON values.
+    TrailingValuesRun = "trailing-values-run", "PC-1",
+        "a line holding more than one JSON value, or a value and trailing bytes, is read as a stream: each whole value is processed as a frame and the rest ignored, instead of closing the connection";
+    /// An empty line closes the connection.
+    EmptyLineCloses = "empty-line-closes", "PC-1",
+        "an empty line (or one of a lone CR) closes the connection, before the bind too, as a line that is not JSON, instead of being skipped";
     // ---- paths and the six operations
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",

@@ -401,6 +401,17 @@ impl Session {
             // The shell read the line whole (its decoder has no limit): judged at its LF only.
             return self.handle_line_error();
         }
+        if self.faults.has(Fault::LossyUtf8Lines) && std::str::from_utf8(line).is_err() {
+            // Valid UTF-8 once decoded lossily, so this recurses once.
+            let lossy = String::from_utf8_lossy(line).into_owned();
+            return self.handle_line(now, lossy.as_bytes());
+        }
+        if self.faults.has(Fault::TrailingValuesRun) && decode_strict(line).is_err() {
+            if let Some(spans) = broken::stream_values(line) {
+                // Each span is one whole value: `stream_values` finds nothing more in it.
+                return spans.into_iter().flat_map(|(a, b)| self.handle_line(now, &line[a..b])).collect();
+            }
+        }
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
