@@ -31,18 +31,31 @@ const IN_PLACE_PAUSE: std::time::Duration = std::time::Duration::from_millis(15)
 const IDENTITY_KEYS: [&str; 6] =
     ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
 
+/// What a faulty adapter knows of the grant a handle names: its operations and its limit
+/// ceilings (as JSON, keys in canonical order).
+pub(crate) type GrantOf<'a> = &'a dyn Fn(&str) -> Option<(Vec<ToolOperation>, Value)>;
+
 /// The first line as a faulty adapter reads it under [`Fault::AcceptBindUnknownKeys`]: the
-/// bind with its unknown keys dropped.
-pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> {
+/// bind with its unknown keys dropped (and so on for the other bind faults below).
+pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults, grant_of: GrantOf<'_>) -> Option<Vec<u8>> {
     if !faults.has(Fault::AcceptBindUnknownKeys)
         && !faults.has(Fault::AcceptAnyHandle)
         && !faults.has(Fault::IgnoreBindProtocolVersion)
         && !faults.has(Fault::BindFitUnchecked)
+        && !faults.has(Fault::BindLimitsUnchecked)
+        && !faults.has(Fault::BindOperationsUnchecked)
     {
         return None;
     }
     let mut v = decode_strict(line).ok()?;
     let obj = v.as_object_mut()?;
+    let grant = obj.get("capabilityHandle").and_then(Value::as_str).and_then(grant_of);
+    if let (true, Some((ops, _))) = (faults.has(Fault::BindOperationsUnchecked), &grant) {
+        obj.insert("operations".into(), lenient_operations(obj.get("operations"), ops));
+    }
+    if let (true, Some((_, ceilings))) = (faults.has(Fault::BindLimitsUnchecked), &grant) {
+        obj.insert("limits".into(), lenient_limits(obj.get("limits"), ceilings));
+    }
     if faults.has(Fault::AcceptBindUnknownKeys) {
         obj.retain(|k, _| {
             k == "kind"
@@ -74,6 +87,88 @@ pub(crate) fn lenient_bind_line(line: &[u8], faults: Faults) -> Option<Vec<u8>> 
         }
     }
     serde_json::to_vec(&v).ok()
+}
+
+/// A bind's `operations` as [`Fault::BindOperationsUnchecked`] reads them: names matched
+/// ignoring case, duplicates and non-strings dropped, a lone string a list of one, and an
+/// empty list (or anything else) the grant's operations.
+fn lenient_operations(asked: Option<&Value>, granted: &[ToolOperation]) -> Value {
+    let items = match asked {
+        Some(Value::Array(a)) => a.clone(),
+        Some(s @ Value::String(_)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let mut ops: Vec<String> = Vec::new();
+    for item in items {
+        let Some(name) = item.as_str().map(str::to_ascii_lowercase) else { continue };
+        if !ops.contains(&name) {
+            ops.push(name);
+        }
+    }
+    if ops.is_empty() {
+        ops = granted.iter().map(ToString::to_string).collect();
+    }
+    json!(ops)
+}
+
+/// A bind's `limits` as [`Fault::BindLimitsUnchecked`] reads them: only the seven known keys,
+/// each read leniently (a string parsed, a fraction truncated, anything else or a missing key
+/// the grant's ceiling) and clamped into its range.
+fn lenient_limits(asked: Option<&Value>, ceilings: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for (name, min, max) in crate::contract::descriptor::LIMITS {
+        let ceiling = ceilings.get(name).and_then(Value::as_f64).unwrap_or(max as f64);
+        let v = match asked.and_then(|l| l.get(name)) {
+            Some(Value::Number(n)) => n.as_f64().unwrap_or(ceiling),
+            Some(Value::String(s)) => s.trim().parse::<f64>().unwrap_or(ceiling),
+            _ => ceiling,
+        };
+        out.insert(name.into(), json!((v.trunc().max(min as f64).min(max as f64)) as u64));
+    }
+    Value::Object(out)
+}
+
+/// The byte spans of the whole JSON values a line starts with, as a stream decoder (Go's
+/// `json.Decoder`, Python's `raw_decode`) reads them under [`Fault::TrailingValuesRun`]:
+/// `None` unless the line holds something after its first value (another value, or bytes
+/// that are not one).
+pub(crate) fn stream_values(line: &[u8]) -> Option<Vec<(usize, usize)>> {
+    let mut values = serde_json::Deserializer::from_slice(line).into_iter::<serde::de::IgnoredAny>();
+    let mut spans = Vec::new();
+    let mut start = 0;
+    while let Some(Ok(_)) = values.next() {
+        let end = values.byte_offset();
+        spans.push((start, end));
+        start = end;
+    }
+    let rest_blank = line[start..].iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'));
+    (spans.len() > 1 || (spans.len() == 1 && !rest_blank)).then_some(spans)
+}
+
+/// The bytes of a connection as [`Fault::EmptyLineCloses`] watches them: whether an empty
+/// line (nothing, or one CR, before an LF) has come, which such an adapter refuses as a line
+/// that is not JSON instead of skipping it.
+#[derive(Default)]
+pub(crate) struct EmptyLines {
+    len: usize,
+    cr_only: bool,
+}
+
+impl EmptyLines {
+    /// Whether `bytes`, received after everything seen so far, complete an empty line.
+    pub(crate) fn seen_in(&mut self, bytes: &[u8]) -> bool {
+        let mut seen = false;
+        for &b in bytes {
+            if b == b'\n' {
+                seen |= self.len == 0 || (self.len == 1 && self.cr_only);
+                self.len = 0;
+            } else {
+                self.cr_only = self.len == 0 && b == b'\r';
+                self.len += 1;
+            }
+        }
+        seen
+    }
 }
 
 /// An invoke a faulty adapter accepts although the contract refused it.

@@ -94,6 +94,12 @@ faults! {
     /// A bind whose limits cannot hold its own normalized frames is accepted.
     BindFitUnchecked = "bind-fit-unchecked", "PC-3.3",
         "a bind that fails the fit check is accepted, its too small maxRequestBytes/maxResponseBytes raised to fit (and so echoed)";
+    /// The nested `limits` of a bind are compared with the grant's ceilings only.
+    BindLimitsUnchecked = "bind-limits-unchecked", "PC-4.2",
+        "a bind's limits are only compared with the grant's ceilings: an unknown limit key is dropped, a missing one taken from the ceiling, a value that is not an integer read leniently (a string parsed, a fraction truncated, anything else the ceiling) and clamped into its range (and so echoed)";
+    /// The nested `operations` of a bind are compared with the grant only.
+    BindOperationsUnchecked = "bind-operations-unchecked", "PC-4.2",
+        "a bind's operations are only compared with the grant: names are matched ignoring case, duplicates and items that are not strings dropped, a lone string read as a list of one, and an empty list or null taken as the grant's operations (and so echoed)";
     // ---- invoke hygiene
     /// Unknown keys of an invoke frame are stripped and the invoke processed.
     AcceptUnknownFrameKeys = "accept-unknown-frame-keys", "PC-4.5",
@@ -154,6 +160,15 @@ faults! {
     /// The line limit is judged at the LF only: a partial line grows without bound.
     LineLimitAtLfOnly = "line-limit-at-lf-only", "PC-1",
         "a line over maxRequestBytes is closed only once its LF arrives: a partial line that already exceeds the limit is buffered without bound";
+    /// Lines are decoded lossily: invalid UTF-8 becomes U+FFFD.
+    LossyUtf8Lines = "lossy-utf8-lines", "PC-1",
+        "a line that is not UTF-8 is decoded lossily (U+FFFD for each bad sequence) and processed instead of closing the connection";
+    /// A line is read as a stream of JSON values.
+    TrailingValuesRun = "trailing-values-run", "PC-1",
+        "a line holding more than one JSON value, or a value and trailing bytes, is read as a stream: each whole value is processed as a frame and the rest ignored, instead of closing the connection";
+    /// An empty line closes the connection.
+    EmptyLineCloses = "empty-line-closes", "PC-1",
+        "an empty line (or one of a lone CR) closes the connection, before the bind too, as a line that is not JSON, instead of being skipped";
     // ---- paths and the six operations
     /// `..` paths are resolved with plain std::fs against the root path.
     DotdotAllowed = "dotdot-allowed", "PC-5.1",

@@ -14,6 +14,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::broken::EmptyLines;
 use super::faults::{self, Fault, Faults};
 use super::fs::{GrantDigests, Guard, PinError, Root};
 use super::grants;
@@ -644,6 +645,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     let (mut rd, mut wr) = stream.into_split();
     let mut decoder = LineDecoder::new(MAX_BIND_LINE);
     let mut buf = vec![0u8; PRE_BIND_READ];
+    let mut empty = EmptyLines::default();
     let deadline = tokio::time::sleep(bind_deadline);
     tokio::pin!(deadline);
     // The first line must be a bind.
@@ -662,6 +664,10 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
         tokio::select! {
             n = rd.read(&mut buf) => match n {
                 Ok(0) | Err(_) => { debug!(conn = id, "closed before bind"); return; }
+                Ok(n) if faults.has(Fault::EmptyLineCloses) && empty.seen_in(&buf[..n]) => {
+                    info!(conn = id, reason = "empty_line", "bind refused");
+                    return;
+                }
                 Ok(n) => decoder.push(&buf[..n]),
             },
             _ = stop.changed() => return,
@@ -815,6 +821,11 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
             tokio::select! {
                 n = rd.read(&mut buf), if !eof => match n {
                     Ok(0) | Err(_) => eof = true,
+                    Ok(n) if faults.has(Fault::EmptyLineCloses) && empty.seen_in(&buf[..n]) => {
+                        info!(conn = id, reason = "empty_line", "closed");
+                        let _ = wr.shutdown().await;
+                        break 'conn;
+                    }
                     Ok(n) => decoder.push(&buf[..n]),
                 },
                 Some((rid, outcome, started)) = done_rx.recv() => {

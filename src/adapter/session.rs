@@ -120,7 +120,11 @@ pub fn handle_bind_with(
     if faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
         return Err(BindRefusal::Malformed);
     }
-    let rewritten = broken::lenient_bind_line(line, faults);
+    let grant_of = |handle: &str| {
+        let digest = handle_digest(handle);
+        grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))
+    };
+    let rewritten = broken::lenient_bind_line(line, faults, &grant_of);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
     let digest = handle_digest(req.handle().expose());
@@ -396,6 +400,17 @@ impl Session {
         if self.faults.has(Fault::LineLimitAtLfOnly) && line.len() > self.max_line() {
             // The shell read the line whole (its decoder has no limit): judged at its LF only.
             return self.handle_line_error();
+        }
+        if self.faults.has(Fault::LossyUtf8Lines) && std::str::from_utf8(line).is_err() {
+            // Valid UTF-8 once decoded lossily, so this recurses once.
+            let lossy = String::from_utf8_lossy(line).into_owned();
+            return self.handle_line(now, lossy.as_bytes());
+        }
+        if self.faults.has(Fault::TrailingValuesRun) && decode_strict(line).is_err() {
+            if let Some(spans) = broken::stream_values(line) {
+                // Each span is one whole value: `stream_values` finds nothing more in it.
+                return spans.into_iter().flat_map(|(a, b)| self.handle_line(now, &line[a..b])).collect();
+            }
         }
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));

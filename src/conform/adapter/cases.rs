@@ -598,6 +598,118 @@ fn invoke_partial_line_over_limit(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with(format!("{boundary}+{t}"), p)
 }
 
+/// PC-1 [both] (audit gap 9): a line is valid only if it is UTF-8 and exactly one strict JSON
+/// text; a line that is not cannot be attributed, so the adapter closes (PC-4.5), with no side
+/// effect. And the other way round: one CR before the LF is stripped, a further CR is JSON
+/// whitespace, empty lines are skipped (before the bind too), whitespace around the value is
+/// allowed. One connection per cell; every broken line is an `fs.write` of `strict-x.txt` (or
+/// two), so an adapter that runs it anyway also fails the side-effect oracle.
+fn invoke_strict_lines(c: &mut Ctx<'_>) -> Outcome {
+    const FILE: &str = "strict-x.txt";
+    const MARK: &str = "strict-lines-content";
+    if !c.target.admitted.operations().contains(&ToolOperation::FsStat) {
+        return Outcome::Skip("the descriptor does not grant fs.stat, which the lines that must be read use".into());
+    }
+    let text = |c: &mut Ctx<'_>, call: Call| -> Vec<u8> {
+        let (id, key) = c.ids();
+        serde_json::to_vec(&c.invoke(&id, &key, call)).unwrap_or_default()
+    };
+    let replace = |line: &[u8], from: &str, to: &[u8]| -> Vec<u8> {
+        let from = from.as_bytes();
+        match line.windows(from.len()).position(|w| w == from) {
+            Some(i) => [&line[..i], to, &line[i + from.len()..]].concat(),
+            None => line.to_vec(),
+        }
+    };
+    // Fresh ids for every cell: an adapter that runs the lines anyway must not see one key
+    // reused with another payload.
+    let cells = |c: &mut Ctx<'_>| -> Vec<(&'static str, Vec<u8>)> {
+        let write = text(c, req::write(FILE, MARK));
+        let write2 = text(c, req::write("strict-y.txt", MARK));
+        let list = text(c, req::list("."));
+        let quoted = format!("\"{MARK}\"");
+        vec![
+            ("the byte FF inside the content", replace(&write, MARK, b"a\xffb")),
+            ("the overlong encoding C0 AF (`/`) inside the content", replace(&write, MARK, b"a\xc0\xafb")),
+            ("an encoded surrogate ED A0 80 inside the content", replace(&write, MARK, b"a\xed\xa0\x80b")),
+            ("a raw U+0001 inside the content string", replace(&write, MARK, b"a\x01b")),
+            ("a raw TAB inside the content string", replace(&write, MARK, b"a\tb")),
+            ("the content in single quotes", replace(&write, &quoted, format!("'{MARK}'").as_bytes())),
+            ("a trailing comma inside the payload", replace(&write, &quoted, format!("{quoted},").as_bytes())),
+            (
+                "\"maxEntries\":NaN in an fs.list payload",
+                replace(&list, "\"path\":\".\"", b"\"path\":\".\",\"maxEntries\":NaN"),
+            ),
+            ("the invoke followed by {} on the same line", [&write[..], b"{}"].concat()),
+            ("two fs.write invokes on one line", [&write[..], &write2[..]].concat()),
+            ("the invoke followed by ` x`", [&write[..], b" x"].concat()),
+            ("the invoke cut before its last `}`", write[..write.len() - 1].to_vec()),
+        ]
+    };
+    let count = cells(c).len();
+    let mut p = Vec::new();
+    let mut close_token = "closed".to_string();
+    for n in 0..count {
+        let (what, mut line) = cells(c).swap_remove(n);
+        let mut conn = tryo!(c.bound());
+        conn.note(&format!("{what}: not a UTF-8 line of one strict JSON text, so the connection must be closed"));
+        line.push(b'\n');
+        conn.send_raw(&line);
+        let t = token(&conn.expect_close(c.step()));
+        if t != "closed" {
+            p.push(format!(
+                "a line with {what} was answered `{t}` instead of a close: it is not a UTF-8 line of exactly one strict \
+                 JSON text (PC-1), so it cannot be attributed and the adapter must close the connection (PC-4.5)"
+            ));
+            if close_token == "closed" {
+                close_token = t;
+            }
+        }
+    }
+    // Lines that must be read: empty lines and CRs around valid frames.
+    let mut refused = false;
+    let stat = |c: &mut Ctx<'_>| -> (String, Vec<u8>) {
+        let (id, key) = c.ids();
+        let line = serde_json::to_vec(&c.invoke(&id, &key, req::stat("hello.txt"))).unwrap_or_default();
+        (id, line)
+    };
+    let executed: Vec<(&str, &[u8], &[u8])> = vec![
+        ("an empty line, a line of one CR, then the invoke ending in CR LF", b"\n\r\n", b"\r\n"),
+        ("the invoke ending in CR CR LF (one CR stripped, the other JSON whitespace)", b"", b"\r\r\n"),
+        ("the invoke with a space and a TAB before and after it", b" \t", b" \t\n"),
+    ];
+    for (what, before, after) in executed {
+        let mut conn = tryo!(c.bound());
+        let (id, line) = stat(c);
+        conn.note(&format!("{what}: must be executed"));
+        conn.send_raw(&[before, &line[..], after].concat());
+        let t = token(&conn.recv_for(&id));
+        if t != "result:ok" {
+            refused = true;
+            p.push(format!(
+                "{what} was answered `{t}` instead of executed (an fs.stat of hello.txt, ok): a receiver strips one CR \
+                 before the LF, skips empty lines and allows whitespace around the value (PC-1)"
+            ));
+        }
+    }
+    // Before the bind: empty lines are skipped there too.
+    let mut conn = tryo!(c.connect());
+    conn.note("an empty line and a line of one CR before the bind: skipped, then the bind is bound");
+    let mut bind = serde_json::to_vec(&c.bind_frame()).unwrap_or_default();
+    bind.push(b'\n');
+    conn.send_raw(&[&b"\n\r\n"[..], &bind[..]].concat());
+    let r = conn.recv();
+    if r.frame().is_none_or(|v| v.kind() != Some("bound")) {
+        refused = true;
+        p.push(format!(
+            "a bind after an empty line and a line of one CR was answered `{}` instead of bound: empty lines are skipped \
+             (PC-1), before the bind too",
+            token(&r)
+        ));
+    }
+    Outcome::with(format!("{close_token}+{}", if refused { "refused" } else { "executed" }), p)
+}
+
 /// When the first `result` for `id` whose `operation` is `op` arrived.
 fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
     g.frames
@@ -752,6 +864,99 @@ fn bind_escaped_unknown_key(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.connect());
     conn.send_raw(format!("{body},\"\\u0074oken\":\"x\"}}\n").as_bytes());
     Outcome::token(token(&conn.expect_close(c.step())))
+}
+
+/// PC-4.2, PC-3.2.9, PC-3.2.10: the nested `operations` and `limits` of a `bind` have the
+/// descriptor's structure whatever the grant: 1–6 unique operation names of the six, exactly
+/// the seven limits, each an integer within its range. Every bind below breaks that in one
+/// place and is otherwise the descriptor's; each is outside any grant, so closing it without
+/// `bound` is a MUST (the above-ceiling cases are SHOULD because a wider grant may take them).
+fn bind_malformed_operations_and_limits(c: &mut Ctx<'_>) -> Outcome {
+    let base = c.bind_frame();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = base.clone();
+        f(&mut b);
+        b
+    };
+    let mut cells: Vec<(String, Value)> = Vec::new();
+    for (name, min, max) in crate::contract::descriptor::LIMITS {
+        let below = min as i64 - 1;
+        cells.push((
+            format!("limits.{name} {below} (one below its minimum {min})"),
+            with(&|b| b["limits"][name] = json!(below)),
+        ));
+        cells.push((
+            format!("limits.{name} {} (one above its maximum {max})", max + 1),
+            with(&|b| b["limits"][name] = json!(max + 1)),
+        ));
+        cells.push((
+            format!("limits.{name} missing"),
+            with(&|b| {
+                if let Some(l) = b["limits"].as_object_mut() {
+                    l.remove(name);
+                }
+            }),
+        ));
+    }
+    let cur = base["limits"]["maxConcurrentRequests"].clone();
+    let as_string = cur.as_u64().unwrap_or(1).to_string();
+    for (what, v) in [
+        ("1.5 (not an integer)".to_string(), json!(1.5)),
+        (format!("{as_string:?} (a string)"), json!(as_string)),
+        ("true".to_string(), json!(true)),
+        ("null".to_string(), Value::Null),
+    ] {
+        cells.push((
+            format!("limits.maxConcurrentRequests {what}"),
+            with(&|b| b["limits"]["maxConcurrentRequests"] = v.clone()),
+        ));
+    }
+    cells.push((
+        "an eighth key limits.maxBytesPerSecond 1".into(),
+        with(&|b| b["limits"]["maxBytesPerSecond"] = json!(1)),
+    ));
+    cells.push(("limits null".into(), with(&|b| b["limits"] = Value::Null)));
+    cells.push(("limits an empty array".into(), with(&|b| b["limits"] = json!([]))));
+    let first = base["operations"][0].as_str().unwrap_or("fs.stat").to_string();
+    for (what, v) in [
+        ("[] (empty)".to_string(), json!([])),
+        (format!("[{first:?}, {first:?}] (a duplicate)"), json!([first, first])),
+        (format!("[{:?}] (wrongly cased)", first.to_ascii_uppercase()), json!([first.to_ascii_uppercase()])),
+        ("[null]".to_string(), json!([null])),
+        (format!("{first:?} (a string, not an array)"), json!(first)),
+        ("null".to_string(), Value::Null),
+    ] {
+        cells.push((format!("operations {what}"), with(&|b| b["operations"] = v.clone())));
+    }
+    let mut bound = Vec::new();
+    for (what, b) in cells {
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind with {what}"));
+        conn.send(&b);
+        match conn.expect_close(c.step()) {
+            Recv::Closed => {}
+            r if r.frame().is_some_and(|v| v.kind() == Some("bound")) => bound.push(what),
+            r => {
+                return Outcome::with(
+                    token(&r),
+                    vec![format!("the bind with {what} was answered `{}` instead of a close", token(&r))],
+                )
+            }
+        }
+    }
+    if bound.is_empty() {
+        Outcome::token("closed")
+    } else {
+        Outcome::with(
+            "bound",
+            vec![format!(
+                "a bind with {} was bound: operations must be 1-6 unique names of the six and limits exactly the \
+                 seven keys, each an integer within its range (PC-3.2.9, PC-3.2.10), whatever the grant, so the \
+                 bind must be closed without bound",
+                bound.join("; ")
+            )],
+        )
+    }
 }
 
 /// A payload key repeated under another spelling (`path` and `p\u0061th`) is a duplicate key:
@@ -3892,6 +4097,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
         ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
         ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
+        ("adapter.bind.malformed-operations-and-limits", judged!(bind_malformed_operations_and_limits)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.unknown-frame-key.closes", judged!(invoke_unknown_frame_key)),
         ("adapter.invoke.handle-in-payload", judged!(invoke_handle_in_payload)),
@@ -3901,6 +4107,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.ungranted-operation", judged!(invoke_ungranted_operation)),
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
         ("adapter.invoke.partial-line-over-limit", judged!(invoke_partial_line_over_limit)),
+        ("adapter.invoke.strict-lines", judged!(invoke_strict_lines)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
