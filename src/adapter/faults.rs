@@ -484,7 +484,11 @@ mod tests {
         for f in Fault::ALL {
             assert_eq!(f.name().parse::<Fault>(), Ok(*f));
             assert!(seen.insert(f.name()), "{} twice", f.name());
-            assert!(f.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{}", f.name());
+            assert!(
+                f.name().bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{}",
+                f.name()
+            );
             assert!(f.clause().starts_with("PC-"));
             assert!(!f.description().is_empty());
         }
