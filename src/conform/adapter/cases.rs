@@ -204,12 +204,27 @@ fn bind_each_limit_above_grant(c: &mut Ctx<'_>) -> Outcome {
 /// One connection per variant: a `bind` whose `field` is set to the variant's value (and
 /// otherwise the descriptor's) is closed without `bound`, within a step.
 fn each_bind_closed(c: &mut Ctx<'_>, field: &str, variants: Vec<(String, Value)>) -> Outcome {
+    let cells = variants
+        .into_iter()
+        .map(|(what, v)| {
+            let mut b = c.bind_frame();
+            b[field] = v;
+            (format!("{field} {what}"), b)
+        })
+        .collect();
+    binds_closed(c, cells, ", ", |bound| {
+        format!("a bind with {bound} was bound: it is not the binding's, so the bind must be closed without bound")
+    })
+}
+
+/// Send each `(what, bind)` of `cells` on a connection of its own: each must be closed without
+/// `bound` within a step. Token `closed`, or `bound` with `why` of the binds (joined by `sep`)
+/// that were bound; another answer ends the case with its token.
+fn binds_closed(c: &mut Ctx<'_>, cells: Vec<(String, Value)>, sep: &str, why: impl Fn(&str) -> String) -> Outcome {
     let mut bound = Vec::new();
-    for (what, v) in variants {
-        let mut b = c.bind_frame();
-        b[field] = v;
+    for (what, b) in cells {
         let mut conn = tryo!(c.connect());
-        conn.note(&format!("the bind with {field} {what}"));
+        conn.note(&format!("the bind with {what}"));
         conn.send(&b);
         match conn.expect_close(c.step()) {
             Recv::Closed => {}
@@ -217,7 +232,7 @@ fn each_bind_closed(c: &mut Ctx<'_>, field: &str, variants: Vec<(String, Value)>
             r => {
                 return Outcome::with(
                     token(&r),
-                    vec![format!("the bind with {field} {what} was answered `{}` instead of a close", token(&r))],
+                    vec![format!("the bind with {what} was answered `{}` instead of a close", token(&r))],
                 )
             }
         }
@@ -225,14 +240,7 @@ fn each_bind_closed(c: &mut Ctx<'_>, field: &str, variants: Vec<(String, Value)>
     if bound.is_empty() {
         Outcome::token("closed")
     } else {
-        Outcome::with(
-            "bound",
-            vec![format!(
-                "a bind whose {field} is {} was bound: it is not the binding's, so the bind must be closed \
-                 without bound",
-                bound.join(", ")
-            )],
-        )
+        Outcome::with("bound", vec![why(&bound.join(sep))])
     }
 }
 
@@ -928,35 +936,13 @@ fn bind_malformed_operations_and_limits(c: &mut Ctx<'_>) -> Outcome {
     ] {
         cells.push((format!("operations {what}"), with(&|b| b["operations"] = v.clone())));
     }
-    let mut bound = Vec::new();
-    for (what, b) in cells {
-        let mut conn = tryo!(c.connect());
-        conn.note(&format!("the bind with {what}"));
-        conn.send(&b);
-        match conn.expect_close(c.step()) {
-            Recv::Closed => {}
-            r if r.frame().is_some_and(|v| v.kind() == Some("bound")) => bound.push(what),
-            r => {
-                return Outcome::with(
-                    token(&r),
-                    vec![format!("the bind with {what} was answered `{}` instead of a close", token(&r))],
-                )
-            }
-        }
-    }
-    if bound.is_empty() {
-        Outcome::token("closed")
-    } else {
-        Outcome::with(
-            "bound",
-            vec![format!(
-                "a bind with {} was bound: operations must be 1-6 unique names of the six and limits exactly the \
-                 seven keys, each an integer within its range (PC-3.2.9, PC-3.2.10), whatever the grant, so the \
-                 bind must be closed without bound",
-                bound.join("; ")
-            )],
+    binds_closed(c, cells, "; ", |bound| {
+        format!(
+            "a bind with {bound} was bound: operations must be 1-6 unique names of the six and limits exactly the \
+             seven keys, each an integer within its range (PC-3.2.9, PC-3.2.10), whatever the grant, so the bind \
+             must be closed without bound"
         )
-    }
+    })
 }
 
 /// A payload key repeated under another spelling (`path` and `p\u0061th`) is a duplicate key:

@@ -122,12 +122,13 @@ fn refusal_of(r: Result<Recv, Outcome>, code: &str, member: Option<&str>) -> Out
     }
 }
 
-/// Add a problem to an observed refusal whose `error.retryable` is not `want` (the contract
-/// fixes it for the code the case provoked). Outcomes that are not an observed refusal are
-/// returned as they are.
-fn retryable_must_be(out: Outcome, r: &Recv, want: bool) -> Outcome {
+/// Add a problem to an observed `code` refusal whose `error.retryable` is not the one the
+/// contract fixes for that code (`DaemonCode::default_retryable`). Other outcomes and refusals
+/// with another code are returned as they are.
+fn retryable_as_contract(out: Outcome, r: &Recv, code: DaemonCode) -> Outcome {
     let Outcome::Observed { token, mut problems } = out else { return out };
-    if let Some(f) = r.frame().filter(|f| f.ok() == Some(false)) {
+    let want = code.default_retryable();
+    if let Some(f) = r.frame().filter(|f| f.ok() == Some(false) && f.error_code() == Some(code.as_str())) {
         let got = &f["error"]["retryable"];
         if got != &Value::Bool(want) {
             problems.push(format!(
@@ -1364,7 +1365,11 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     }
     let v = tryo!(c.open(1, json!("none")));
     let r = tryo!(one(c, v));
-    retryable_must_be(refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None), &r, true)
+    retryable_as_contract(
+        refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None),
+        &r,
+        DaemonCode::ToolAdapterReprovisionRequired,
+    )
 }
 /// SPEC §3.4: a re-open at the same generation with a different summary is
 /// `session_policy_conflict`. A generation opened without tools has no summary; re-opened
@@ -2937,15 +2942,11 @@ fn tools_request_ids_unique(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with(if p.is_empty() { "distinct" } else { "reused" }, p)
 }
 
-/// PC-4.4: each session generation has its own adapter queue. Two sessions A and B on the
-/// probe, each with `maxConcurrentRequests` 1 and `maxQueuedRequests` 0; the probe answers each
-/// invoke 3000 ms after it arrives. Once A's call reached the probe (A's one slot is taken: the
-/// provoked state, confirmed), B's wake makes one call: its invoke must reach the probe within
-/// 2000 ms of A's, before A's result (a queue shared with A would refuse B's call
-/// `adapter_queue_capacity` or hold it until A's result), and both wakes complete.
-fn tools_queue_per_generation(c: &mut DCtx<'_>) -> Outcome {
+/// Run `body` with the case session's base id (it opens `<base>-a` and `<base>-b`); then put
+/// the probe back to normal, give both sessions back and restore the case session.
+fn with_sessions_a_b(c: &mut DCtx<'_>, body: fn(&mut DCtx<'_>, &str) -> Outcome) -> Outcome {
     let base = c.session.clone();
-    let out = queue_per_generation(c, &base);
+    let out = body(c, &base);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     for s in [format!("{base}-a"), format!("{base}-b")] {
         c.session = s;
@@ -2953,6 +2954,16 @@ fn tools_queue_per_generation(c: &mut DCtx<'_>) -> Outcome {
     }
     c.session = base;
     out
+}
+
+/// PC-4.4: each session generation has its own adapter queue. Two sessions A and B on the
+/// probe, each with `maxConcurrentRequests` 1 and `maxQueuedRequests` 0; the probe answers each
+/// invoke 3000 ms after it arrives. Once A's call reached the probe (A's one slot is taken: the
+/// provoked state, confirmed), B's wake makes one call: its invoke must reach the probe within
+/// 2000 ms of A's, before A's result (a queue shared with A would refuse B's call
+/// `adapter_queue_capacity` or hold it until A's result), and both wakes complete.
+fn tools_queue_per_generation(c: &mut DCtx<'_>) -> Outcome {
+    with_sessions_a_b(c, queue_per_generation)
 }
 fn queue_per_generation(c: &mut DCtx<'_>, base: &str) -> Outcome {
     let limits = AdapterLimits {
@@ -3349,14 +3360,7 @@ fn attached_conn(c: &mut DCtx<'_>, generation: u64) -> Result<Conn, Outcome> {
 /// would have moved on with A's events. The provoked state: A's wake produced events (else
 /// inconclusive).
 fn events_sequence_per_session(c: &mut DCtx<'_>) -> Outcome {
-    let base = c.session.clone();
-    let out = sequence_per_session(c, &base);
-    for s in [format!("{base}-a"), format!("{base}-b")] {
-        c.session = s;
-        release(c, 1);
-    }
-    c.session = base;
-    out
+    with_sessions_a_b(c, sequence_per_session)
 }
 fn sequence_per_session(c: &mut DCtx<'_>, base: &str) -> Outcome {
     let (sa, sb) = (format!("{base}-a"), format!("{base}-b"));
@@ -4382,7 +4386,11 @@ fn restart_no_tools_refused(c: &mut DCtx<'_>) -> Outcome {
     let _ = tryo!(restart_flow(c));
     let v = tryo!(c.open(1, json!("none")));
     let r = tryo!(one(c, v));
-    retryable_must_be(refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None), &r, true)
+    retryable_as_contract(
+        refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None),
+        &r,
+        DaemonCode::ToolAdapterReprovisionRequired,
+    )
 }
 fn restart_old_host_refused(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
@@ -4555,7 +4563,7 @@ fn drain_refuses_wakes(c: &mut DCtx<'_>) -> Outcome {
             .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}"))));
         let r = tryo!(one(c, w));
         release(c, 1);
-        retryable_must_be(Outcome::with(rtoken(&r), p), &r, true)
+        retryable_as_contract(Outcome::with(rtoken(&r), p), &r, DaemonCode::HostDraining)
     })
 }
 
@@ -4572,7 +4580,7 @@ fn drain_refuses_opens(c: &mut DCtx<'_>) -> Outcome {
         if rtoken(&r) == "ok" {
             release(c, 1);
         }
-        retryable_must_be(Outcome::token(rtoken(&r)), &r, true)
+        retryable_as_contract(Outcome::token(rtoken(&r)), &r, DaemonCode::HostDraining)
     })
 }
 
