@@ -3436,7 +3436,7 @@ fn wake_and_gather(c: &mut DCtx<'_>, conn: &mut Conn, generation: u64) -> Result
 /// a session only to look at it gives the slot back (a daemon keeps a bounded number of
 /// resident sessions, 128 in Pi Daemon 0.3.3, and the suite opens many). Best effort: the
 /// verdict never depends on it.
-fn release(c: &mut DCtx<'_>, generation: u64) {
+pub(super) fn release(c: &mut DCtx<'_>, generation: u64) {
     if let Ok(v) = c.close_retaining(generation, false) {
         let _ = one(c, v);
     }

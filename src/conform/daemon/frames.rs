@@ -38,7 +38,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::cases::{abort_then_call, call_then_call, open_then_call, open_with};
+use super::cases::{abort_then_call, call_then_call, open_then_call, open_with, release};
 use super::probe::ScriptAt;
 use super::DCtx;
 use crate::conform::case::{CaseMeta, Level, Outcome};
@@ -64,7 +64,8 @@ fn frame_kind(v: &Vector) -> Option<String> {
 
 /// Where the frame of `v` is sent.
 fn stage(v: &Vector) -> ScriptAt {
-    if v.base.as_deref() == Some("bound") {
+    // A raw or inline `bound` (its kind decoded, whatever its spelling) answers the bind too.
+    if v.base.as_deref() == Some("bound") || (v.base.is_none() && frame_kind(v).as_deref() == Some("bound")) {
         return ScriptAt::Bound;
     }
     match frame_kind(v).as_deref() {
@@ -205,25 +206,30 @@ pub fn rewrite_doc(doc: &mut Value, rw: &Rewrite<'_>) {
             ("generation", json!(a.generation), json!(b.generation)),
         ];
         for (k, from, to) in ids {
-            if m.get(k) == Some(&from) {
-                m.insert(k.into(), to);
-            }
+            replace_member(m, k, &from, to);
         }
         if let Some(live) = rw.live_call {
             for ((k, from), to) in CALL_KEYS.iter().zip(rw.vector_call).zip(live) {
-                if m.get(*k).and_then(Value::as_str) == Some(from) {
-                    m.insert((*k).into(), json!(to));
-                }
+                replace_member(m, k, &json!(from), json!(to));
             }
         }
         for (k, (from, to)) in ["requestId", "targetRequestId"].iter().zip(rw.abort.iter().flatten()) {
-            if m.get(*k).and_then(Value::as_str) == Some(*from) {
-                m.insert((*k).into(), json!(to));
-            }
+            replace_member(m, k, &json!(from), json!(to));
         }
     }
     let (from, to) = rw.handle();
     replace_handle(doc, from, to);
+}
+
+/// Give each member named `key` — in any letter case, so that a vector spelling a key
+/// `RequestId` still answers the live call and is refused only for its spelling — whose value
+/// is `from` the value `to`.
+fn replace_member(m: &mut Map<String, Value>, key: &str, from: &Value, to: Value) {
+    for (k, v) in m.iter_mut() {
+        if k.eq_ignore_ascii_case(key) && v == from {
+            *v = to.clone();
+        }
+    }
 }
 
 fn replace_handle(v: &mut Value, from: &str, to: &str) {
@@ -390,8 +396,10 @@ fn prepare_with(set: &VectorSet, v: &Vector, vd: Value, mut d: Value) -> Result<
     let ops: Vec<String> = vector_binding.operations().iter().map(|o| o.to_string()).collect();
     // The operation the live invoke must have for the frame to answer it.
     let named = loose.as_ref().and_then(|d| d["operation"].as_str().map(str::to_string));
+    // (Named in any letter case: a vector spelling `FS.read` answers a live `fs.read` call,
+    // so that only its spelling can be refused.)
     let op = named
-        .filter(|o| ops.contains(o))
+        .and_then(|o| ops.iter().find(|x| x.eq_ignore_ascii_case(&o)).cloned())
         .or_else(|| ops.iter().find(|o| *o == "fs.stat").cloned())
         .or_else(|| ops.first().cloned())
         .ok_or("the vector's descriptor grants no operation")?;
@@ -407,7 +415,16 @@ fn prepare_with(set: &VectorSet, v: &Vector, vd: Value, mut d: Value) -> Result<
     })
 }
 
+/// [`replay_at`], then the case's session is closed: the replay only looks at it, and a
+/// daemon keeps a bounded number of resident sessions (128 in Pi Daemon 0.3.3).
 fn replay(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
+    let generation = p.generation;
+    let outcome = replay_at(c, v, p);
+    release(c, generation);
+    outcome
+}
+
+fn replay_at(c: &mut DCtx<'_>, v: &Vector, p: Prepared) -> Outcome {
     let at = stage(v);
     let (tool, args) = tool_for(&p.op);
     let vec_owned = v.clone();
