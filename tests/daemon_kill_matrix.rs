@@ -92,8 +92,6 @@ const FRAME_LIMIT: &str = "rewritten to the live binding the frame no longer fit
 const ACCEPTED: &str = "a document the contract accepts (token `accepted`): the reference daemon accepts it through the contract's own parse_command, and only a fault in that validator — whose verdicts tests/vectors.rs pins — would make it refuse one; these cases guard against a daemon stricter than the protocol (the few that also check a version echo are killed by no-minor-echo)";
 /// Why: the line decoder's invalid_utf8 refusal.
 const INVALID_UTF8: &str = "the line decoder's invalid_utf8 refusal: no daemon fault breaks it yet (its hook would sit in the server's line loop, which is being rewritten as a sans-I/O core); tests/vectors.rs pins the decoder's verdicts";
-/// Why: a mis-cased `bound`.
-const MISCASED_BOUND: &str = "a bind answered with kind `Bound`: the reference fails the open; ignore-bound-echo accepts only frames whose kind is exactly `bound`, and keep-connection-on-invalid-frame acts only after the bind, so no fault makes the reference accept it";
 
 /// Replayed vector cases no daemon fault kills, by pattern (`*` any run), each with why. Every
 /// other `vector:` case is killed by some fault of `conformance/daemon-kill-matrix.txt`.
@@ -126,7 +124,6 @@ const UNKILLED_VECTORS: &[(&str, &str)] = &[
     ("vector:desc.protocol-version.exact-1-0", ACCEPTED),
     ("vector:desc.mismatch.none-with-other-context", ACCEPTED),
     ("vector:framing.invalid-utf8.*", INVALID_UTF8),
-    ("vector:frame.kind.wrong-case", MISCASED_BOUND),
 ];
 
 fn glob(p: &str, s: &str) -> bool {

@@ -132,6 +132,9 @@ impl Connection {
             value
         } else {
             let mut v = value;
+            if self.faults.has(DaemonFault::KeysCaseInsensitive) {
+                faults::fold_letter_case(&mut v);
+            }
             faults::lenient_value(&mut v, self.faults);
             v
         };

@@ -70,6 +70,9 @@ faults! {
     /// The connection stays open after invalid JSON.
     KeepOpenOnInvalidJson = "keep-open-on-invalid-json", "PC-1.1",
         "after answering invalid_json the connection stays open instead of closing";
+    /// Keys and enumerated values are matched ignoring letter case.
+    KeysCaseInsensitive = "keys-case-insensitive", "PC-4.1",
+        "keys, and the values of kinds, adapter operations, modes, the transport and resource policies, are matched ignoring letter case (as Go's encoding/json matches keys): a command, descriptor or adapter frame spelled Operations, Ok or FS.read is taken for the valid one";
     /// The client line limit counts the LF.
     LineLimitCountsLf = "line-limit-counts-lf", "PC-1.1",
         "a client line of exactly maxLineBytes (LF excluded) is refused line_too_large: the limit counts the LF";
@@ -444,6 +447,44 @@ pub(crate) fn lenient_value(value: &mut Value, faults: DaemonFaults) {
         if let Some(o) = value.as_object_mut() {
             o.entry("payload").or_insert_with(|| json!({}));
         }
+    }
+}
+
+/// Under [`DaemonFault::KeysCaseInsensitive`]: `value` as a decoder that ignores letter case
+/// sees it. Every key gets a lower-case first letter (`Operations`, `MaxRequestBytes`, `Ok`
+/// become the protocol's keys), and the values of `kind`, `mode`, `transport`, an adapter
+/// `operation` (`fs.*`), an `operations` array and the resource policies are lower-cased.
+/// Command operations (`followUp`) are left alone: they are camel case.
+pub(crate) fn fold_letter_case(value: &mut Value) {
+    const LOWERED: [&str; 8] =
+        ["kind", "mode", "transport", "extensions", "skills", "promptTemplates", "themes", "contextFiles"];
+    fn lower(v: &mut Value) {
+        if let Some(s) = v.as_str() {
+            *v = Value::String(s.to_ascii_lowercase());
+        }
+    }
+    match value {
+        Value::Object(map) => {
+            let taken = std::mem::take(map);
+            for (k, mut v) in taken {
+                let mut chars = k.chars();
+                let key = match chars.next() {
+                    Some(c) => c.to_ascii_lowercase().to_string() + chars.as_str(),
+                    None => k,
+                };
+                fold_letter_case(&mut v);
+                let adapter_operation =
+                    key == "operation" && v.as_str().is_some_and(|s| s.to_ascii_lowercase().starts_with("fs."));
+                if LOWERED.contains(&key.as_str()) || key == "tools" && v.is_string() || adapter_operation {
+                    lower(&mut v);
+                } else if key == "operations" {
+                    v.as_array_mut().into_iter().flatten().for_each(lower);
+                }
+                map.insert(key, v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(fold_letter_case),
+        _ => {}
     }
 }
 

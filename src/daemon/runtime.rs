@@ -659,6 +659,15 @@ impl AdapterRuntime {
         if self.faults.has(DaemonFault::UncheckedRevoked) && decode_strict(line).is_ok_and(|v| v["kind"] == "revoked") {
             return;
         }
+        let folded;
+        let line = match self.faults.has(DaemonFault::KeysCaseInsensitive).then(|| decode_strict(line)) {
+            Some(Ok(mut v)) => {
+                super::faults::fold_letter_case(&mut v);
+                folded = encode_line(&v);
+                &folded[..folded.len() - 1]
+            }
+            _ => line,
+        };
         let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e)
