@@ -193,6 +193,9 @@ faults! {
     /// Responses over maxResponseBytes are sent.
     NoResponseCap = "no-response-cap", "PC-1.1",
         "a response over maxResponseBytes is sent as it is instead of replaced by outbound_record_too_large";
+    /// A reader that does not read is never disconnected.
+    UnboundedOutbound = "unbounded-outbound", "PC-1.1",
+        "a connection's outbound queue has no bound: a client that stops reading gets its responses queued without end instead of being disconnected past maxOutboundBytesPerConnection";
     /// The invoke size check counts the LF twice.
     InvokeLimitOneShort = "invoke-limit-one-short", "PC-1.1",
         "an invoke line of exactly maxRequestBytes (LF included) is refused adapter_request_too_large instead of sent: the size check counts the LF twice";

@@ -66,6 +66,8 @@ pub struct ConnActivity {
     /// When the outbound queue last made progress: a line written, or the first line queued
     /// on an empty queue.
     progress_ms: AtomicU64,
+    /// Under [`DaemonFault::UnboundedOutbound`]: the queue has no bound.
+    unbounded: bool,
 }
 
 impl ConnActivity {
@@ -80,6 +82,7 @@ impl ConnActivity {
             reclaimed: tokio::sync::Notify::new(),
             queued: AtomicUsize::new(0),
             progress_ms: AtomicU64::new(now),
+            unbounded: false,
         }
     }
 
@@ -98,7 +101,7 @@ impl ConnActivity {
         if before == 0 {
             self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
         }
-        before + n <= MAX_OUTBOUND_BYTES
+        before + n <= MAX_OUTBOUND_BYTES || self.unbounded
     }
 
     /// The writer wrote `n` queued bytes to the socket.
@@ -286,7 +289,9 @@ impl Host {
 
     /// A new connection's activity record.
     pub fn new_activity(&self) -> Arc<ConnActivity> {
-        Arc::new(ConnActivity::new(self.started))
+        let mut a = ConnActivity::new(self.started);
+        a.unbounded = self.faults.has(DaemonFault::UnboundedOutbound);
+        Arc::new(a)
     }
 
     /// Forget a connection.

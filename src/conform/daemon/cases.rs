@@ -709,6 +709,146 @@ fn env_response_over_max_bytes(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("replaced", p)
 }
 
+/// SPEC §1.1 (MUST [daemon]): a client that stops reading is disconnected once the bytes
+/// queued for it pass `maxOutboundBytesPerConnection` (advertised; 4 MiB). The provoked state:
+/// one raw connection pipelines handshakes whose answers together pass the bound plus
+/// [`KERNEL_SLACK`] by 2 MiB even if each answer were 128 bytes, and reads nothing until the
+/// daemon has had time to answer them all (100 µs each, 2–10 s); then it reads what the connection holds, up to its end
+/// or a silence. What conforms: the connection ended (disconnected), or the daemon stopped
+/// reading the pipeline and held no more than the bound (back-pressure: the bound is never
+/// passed). What never conforms: more than the bound plus what the kernel buffers, unread,
+/// on a connection that stayed open or ended only after handing it all over. Either way the
+/// daemon must go on serving other connections.
+fn env_slow_reader_disconnected(c: &mut DCtx<'_>) -> Outcome {
+    use std::io::{ErrorKind, Read, Write};
+    /// What the kernel may hold for an unread Unix stream on top of a daemon's own queue (the
+    /// sender's socket buffer, 208 KiB by default), with a wide margin.
+    const KERNEL_SLACK: usize = 4 * 1024 * 1024;
+    let mut conn = tryo!(c.connect());
+    let h = tryo!(c.handshake(None));
+    let t0 = Instant::now();
+    let hs = c.call(&mut conn, h);
+    let round_trip = t0.elapsed();
+    let Recv::Frame(_, answer) = &hs else {
+        return Outcome::Error(format!("inconclusive: the handshake was answered {}", rtoken(&hs)));
+    };
+    if rtoken(&hs) != "ok" {
+        return Outcome::Error(format!("inconclusive: the handshake was answered {}", rtoken(&hs)));
+    }
+    let advertised = data(&hs)["limits"]["maxOutboundBytesPerConnection"].as_u64();
+    let bound = advertised.unwrap_or(4 * 1024 * 1024) as usize;
+    if bound > 32 * 1024 * 1024 {
+        return Outcome::Skip(format!(
+            "the daemon advertises maxOutboundBytesPerConnection {bound}: the case provokes at most 32 MiB"
+        ));
+    }
+    // Enough requests that even answers of SMALLEST bytes each pass the bound (a daemon may
+    // answer most of the pipeline with short connection_busy refusals: Pi Daemon 0.3.3 does).
+    const SMALLEST: usize = 128;
+    let per = answer.len();
+    let n = (bound + KERNEL_SLACK + 2 * 1024 * 1024) / SMALLEST + 1;
+    let mut pipeline = Vec::with_capacity(n * 96);
+    for i in 0..n {
+        let h = tryo!(c.handshake(Some(&format!("pc-slow-{i}"))));
+        pipeline.extend_from_slice(&crate::wire::encode_line(&h));
+    }
+    let mut s = match std::os::unix::net::UnixStream::connect(&c.target.socket) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Error(format!("cannot connect to the daemon: {e}")),
+    };
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    let (mut sent, mut blocked, mut refused, started) = (0, false, false, Instant::now());
+    while sent < pipeline.len() {
+        match s.write(&pipeline[sent..]) {
+            Ok(0) => break,
+            Ok(k) => sent += k,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                blocked = true;
+                break;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            // The daemon closed the connection while the pipeline was being sent.
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            blocked = true;
+            break;
+        }
+    }
+    // Time to answer every request sent: 100 µs each (Pi Daemon 0.3.3 needs under 10), at
+    // least 2 s and the measured round trip, at most 10 s.
+    // A daemon that closed the connection or stopped reading has answered what it will.
+    let settle = if refused {
+        Duration::ZERO
+    } else if blocked {
+        Duration::from_secs(2)
+    } else {
+        (Duration::from_micros(100) * u32::try_from(n).unwrap_or(u32::MAX))
+            .max(round_trip)
+            .clamp(Duration::from_secs(2), Duration::from_secs(10))
+    };
+    std::thread::sleep(settle);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let (mut held, mut ended, mut buf) = (0usize, false, vec![0u8; 256 * 1024]);
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(k) => held += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(_) => {
+                ended = true;
+                break;
+            }
+        }
+        if held > 64 * 1024 * 1024 {
+            break;
+        }
+    }
+    drop(s);
+    let what = format!(
+        "{n} pipelined handshakes ({} of {} bytes sent{}), answers of about {per} bytes each; {held} bytes held for the \
+         connection after {} ms unread, then {}",
+        sent,
+        pipeline.len(),
+        if blocked { ", then the daemon stopped reading" } else { "" },
+        settle.as_millis(),
+        if ended { "the connection ended" } else { "silence with the connection open" }
+    );
+    let mut p = Vec::new();
+    let h = tryo!(c.handshake(None));
+    let after = tryo!(one(c, h));
+    if rtoken(&after) != "ok" {
+        p.push(format!(
+            "after the slow reader, a handshake on a new connection was answered {}: the daemon must go on serving",
+            rtoken(&after)
+        ));
+    }
+    if held > bound + KERNEL_SLACK {
+        p.push(format!(
+            "{what}: the daemon queued more than maxOutboundBytesPerConnection ({bound}) plus {KERNEL_SLACK} bytes the \
+             kernel may buffer for a client that did not read: past the bound the slow reader must be disconnected"
+        ));
+        return Outcome::with("queued-past-bound", p);
+    }
+    if ended {
+        return Outcome::with("disconnected", p);
+    }
+    if blocked {
+        return Outcome::with("back-pressure", p);
+    }
+    Outcome::Error(format!(
+        "inconclusive: {what}: the answers to the whole pipeline exceed the bound, yet the connection neither ended \
+         nor held them (the daemon may not have answered them all in time)"
+    ))
+}
+
 // ---------------------------------------------------------------- v1 / v2 resources
 
 fn v1_tools_object(c: &mut DCtx<'_>) -> Outcome {
@@ -4940,6 +5080,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.envelope.in-flight-limit", env_in_flight_limit),
         ("daemon.envelope.connection-limit", env_connection_limit),
         ("daemon.envelope.response-over-max-bytes", env_response_over_max_bytes),
+        ("daemon.envelope.slow-reader-disconnected", env_slow_reader_disconnected),
         ("daemon.v1.tools-object", v1_tools_object),
         ("daemon.v2.no-tools-storage", v2_no_tools_storage),
         ("daemon.admission.check-1-closed-descriptor", adm_1),
