@@ -298,9 +298,12 @@ faults! {
     /// stale_generation carries no details.
     StaleGenerationWithoutDetails = "stale-generation-without-details", "PC-2.5",
         "stale_generation is answered without details {currentGeneration, receivedGeneration}";
-    /// The host snapshot names an adapter endpoint.
+    /// The host snapshot names an adapter endpoint's directory.
     SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
-        "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
+        "the handshake's host snapshot names the directory of the last host-adapter open's endpoint (adapterEndpointDir)";
+    /// A session status names the session's adapter endpoint.
+    EndpointInStatus = "endpoint-in-status", "PC-6",
+        "the status of a session opened with a host adapter names its endpoint path (adapterEndpoint) instead of keeping the endpoint off every answer";
     /// No bound ever times out.
     NoBindTimeout = "no-bind-timeout", "PC-3.4",
         "a bind without bound never times out: the open waits on a silent adapter for ever instead of failing after requestTimeoutMs";
