@@ -259,6 +259,12 @@ impl<L: LinkState + Clone> HostCore<L> {
                 retained_closed.insert(r.session_id);
                 continue;
             }
+            if faults.has(DaemonFault::PersistDescriptor) {
+                // The raw policy it wrote is read back as its summary (only the disk is broken).
+                if let Some(d) = r.policy.as_ref().and_then(|p| p.get("descriptor")) {
+                    r.policy = crate::contract::admit_descriptor(d, None).ok().map(|d| d.policy_summary());
+                }
+            }
             let tools = r.policy.is_some() || faults.has(DaemonFault::QuarantinesPlainSessions);
             if tools && !faults.has(DaemonFault::NoQuarantine) {
                 r.recovery = Some(quarantine_condition());
@@ -657,7 +663,12 @@ impl<L: LinkState + Clone> HostCore<L> {
         };
         // The retained policy is recorded before binding (SPEC §3.4): the shell queues the
         // record now, in order with every other write, and waits for it before answering.
-        let record = durable_record(&sess);
+        let mut record = durable_record(&sess);
+        if self.faults.has(DaemonFault::PersistDescriptor) && descriptor.is_some() {
+            if let Some(r) = record.as_mut() {
+                r.policy = open.payload.resources.as_ref().and_then(|x| serde_json::to_value(&x.tools).ok());
+            }
+        }
         if record.is_some() {
             // Its record replaces the retained `closed` one.
             self.retained_closed.remove(&sid);

@@ -341,6 +341,9 @@ faults! {
     /// A durable session's close writes nothing.
     CloseNotPersisted = "close-not-persisted", "PC-6",
         "the close of a durable session is answered ok without its record being removed or marked closed: a restart brings the session back";
+    /// A session record stores the raw tools policy.
+    PersistDescriptor = "persist-descriptor", "PC-6",
+        "a new host-adapter session's record stores the raw tools policy (the descriptor, endpoint and capability handle included) instead of the nonsecret summary";
     /// Sessions without tools are quarantined too.
     QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
         "a restart quarantines every retained session, tools:\"none\" ones included";

@@ -4928,6 +4928,106 @@ fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 
+// ---------------------------------------------------------------- at rest
+
+/// One search of the scan paths for every handle the runner minted and the endpoint, after a
+/// moment for what the daemon writes just after answering to reach its files.
+fn at_rest_scan(c: &DCtx<'_>) -> super::at_rest::Scan {
+    std::thread::sleep(c.target.step / 4);
+    let handles = c.probe.minted();
+    let endpoint = c.probe.socket.to_string_lossy().into_owned();
+    let needles = super::at_rest::Needles::new(&handles, &endpoint);
+    super::at_rest::scan(&c.target.scan_paths, &needles, super::at_rest::SCAN_BUDGET)
+}
+
+/// Hits listed one by one in the case's findings; more are counted.
+const AT_REST_LISTED: usize = 10;
+
+/// PC-6 (Persistence, MUST) and PC-7.1: the endpoint and the handle never touch disk or logs.
+/// With `--scan-path` (the daemon's state directory, its log file), this case runs after every
+/// other one ([`super::RUN_LAST`]): it opens a durable session of its own with a descriptor
+/// (bound, answered ok) and wakes it with one tool call, so that at least one host-adapter
+/// session and one journaled wake are on disk (when that open is refused — a daemon full after
+/// the run — the sessions the earlier cases bound stand in for it; with none, inconclusive).
+/// Before the wake and after it, it searches every
+/// regular file under the paths (symlinks not followed, at most 256 MiB) for every capability
+/// handle the runner minted during the run — raw or in any JSON spelling — and for the probe's
+/// endpoint path. A file
+/// holding one fails the case, named with what it holds, never the secret. Nothing read (no
+/// regular file, an unreadable one, or the cap reached) with nothing found is inconclusive.
+/// The case cannot stop the daemon gracefully (a `--restart-cmd` kills it), so a daemon that
+/// buffers its log is judged on what it has written by then.
+fn secrets_at_rest(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.scan_paths.is_empty() {
+        return Outcome::Skip(
+            "no --scan-path given (the daemon's state directory and log file, searched for handles and the endpoint)"
+                .into(),
+        );
+    }
+    for p in &c.target.scan_paths {
+        if let Err(e) = std::fs::symlink_metadata(p) {
+            return Outcome::Error(format!("inconclusive: --scan-path {}: {e}", p.display()));
+        }
+    }
+    let scan = match open_bound(c, 1) {
+        Ok(_) => {
+            // Searched twice: with the session just opened, and once it has journaled a wake
+            // (a daemon may write a record again then; a secret written first was on disk
+            // all the same).
+            let mut scan = at_rest_scan(c);
+            let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+            let _ = w.and_then(|w| one(c, w));
+            scan.merge(at_rest_scan(c));
+            release(c, 1);
+            scan
+        }
+        // A daemon full after the run (Pi Daemon 0.3.3 keeps 128 sessions, and the replayed
+        // vectors keep theirs): the sessions the earlier cases bound are what is searched.
+        Err(_) if c.probe.seen().frames.iter().any(|(_, f)| f["kind"] == "bind") => at_rest_scan(c),
+        Err(o) => return o,
+    };
+    let mut p: Vec<String> = scan
+        .hits
+        .iter()
+        .take(AT_REST_LISTED)
+        .map(|(path, held)| {
+            let what = match (held.handle, held.endpoint) {
+                (true, true) => "a capability handle the runner minted and the adapter endpoint path",
+                (true, false) => "a capability handle the runner minted",
+                _ => "the adapter endpoint path",
+            };
+            format!("{} holds {what}", path.display())
+        })
+        .collect();
+    if scan.hits.len() > AT_REST_LISTED {
+        p.push(format!("… and {} more such files", scan.hits.len() - AT_REST_LISTED));
+    }
+    if !p.is_empty() {
+        return Outcome::with("at-rest", p);
+    }
+    let read = format!("{} files, {} bytes read", scan.files, scan.bytes);
+    if scan.files == 0 {
+        return Outcome::Error(format!(
+            "inconclusive: the scan paths hold no regular file ({read}), so nothing the daemon keeps was searched"
+        ));
+    }
+    if let Some((path, why)) = scan.unread.first() {
+        return Outcome::Error(format!(
+            "inconclusive: nothing found, but {} could not be read ({why}; {} unread in all, {read})",
+            path.display(),
+            scan.unread.len()
+        ));
+    }
+    if scan.truncated {
+        return Outcome::Error(format!(
+            "inconclusive: nothing found, but the scan stopped at its cap ({} MiB or {} entries; {read})",
+            super::at_rest::SCAN_BUDGET >> 20,
+            super::at_rest::MAX_ENTRIES
+        ));
+    }
+    Outcome::token("clean")
+}
+
 /// Every daemon case implementation by id.
 pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
@@ -5041,6 +5141,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
         ("daemon.drain.waits-for-running-turns", drain_waits_for_turns),
+        ("daemon.secrets.at-rest", secrets_at_rest),
     ]
 }
 
