@@ -147,6 +147,9 @@ faults! {
     /// A replaced generation's binding is not revoked.
     NoRevokeOnReplacement = "no-revoke-on-replacement", "PC-3.4",
         "opening a newer generation does not revoke the old generation's binding (it is leaked open)";
+    /// A close while a turn runs leaves its binding (and the call in flight) alive.
+    CloseLeavesCallRunning = "close-leaves-call-running", "PC-3.4",
+        "a close answered ok while the session's turn waits on a tool call neither revokes the binding nor ends the call: it runs on until requestTimeoutMs";
     /// After `revoke`, the adapter connection stays open until the adapter closes it.
     RevokeKeepsConnection = "revoke-keeps-connection", "PC-3.4",
         "after revoke the daemon leaves the adapter connection open until the adapter ends it: no close backstop for an adapter that neither answers revoked nor closes";

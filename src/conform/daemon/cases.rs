@@ -1338,6 +1338,106 @@ fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::with("replaced", p)
 }
+/// `requestTimeoutMs` of the close-in-flight case.
+const CLOSE_TIMEOUT_MS: u64 = 3000;
+
+/// SPEC §3.4 (`close` sends `revoke`) and lifecycle: `close` of a generation whose turn waits
+/// on a tool call in flight (its invoke reached the probe, which never answers it). Two
+/// behaviours are allowed, as for a replacement. A daemon may refuse the close `session_busy`
+/// while the turn runs (Pi Daemon 0.3.3): then nothing is revoked, the turn goes on to its own
+/// end (the call times out at `requestTimeoutMs`, 3 s, and the wake is answered), and the
+/// session still works: a close once the wake is answered is ok and revokes. Or it accepts the
+/// close: then the connection gets `revoke` (an `abort` of the call before it is allowed,
+/// nothing after it) and the closed generation's call fails at once: its wake is answered in
+/// less than half of `requestTimeoutMs`. A close refused for another reason is inconclusive.
+fn bind_close_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let out = close_in_flight(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(CLOSE_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let mut conn = tryo!(c.connect());
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    conn.send(&w);
+    // The provoked state: the turn's call in flight on the wire.
+    let t = Instant::now();
+    let in_flight = loop {
+        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == link && f["kind"] == "invoke");
+        if seen || t.elapsed() > c.target.step * 2 {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !in_flight {
+        release(c, 1);
+        return Outcome::Error(
+            "inconclusive: the wake made no tool call through the adapter, so no call was in flight at the close"
+                .into(),
+        );
+    }
+    let closed_at = Instant::now();
+    let v = tryo!(c.close_retaining(1, false));
+    let r = tryo!(one(c, v));
+    let mut p = Vec::new();
+    if r.frame().and_then(|f| f.error_code()) == Some(DaemonCode::SessionBusy.as_str()) {
+        if revoke_seen_within(c, link, c.target.step / 2) {
+            p.push("the close was refused session_busy, yet the running generation's connection was revoked".into());
+        }
+        let r = conn.recv_for(&rid);
+        let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(CLOSE_TIMEOUT_MS) * 2) } else { r };
+        if r.frame().is_none() {
+            p.push(format!("the running wake was never answered after the refused close ({})", rtoken(&r)));
+        }
+        // The session still works: once its turn ended, it closes (and revokes).
+        c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+        let v = tryo!(c.close_retaining(1, false));
+        let again = tryo!(one(c, v));
+        if rtoken(&again) != "ok" {
+            p.push(format!(
+                "after the refused close and the end of its turn, the session's close was answered {}, not ok",
+                rtoken(&again)
+            ));
+        } else if !revoke_seen_within(c, link, c.target.step) {
+            p.push("the close after the turn ended was answered ok but sent no revoke".into());
+        }
+        return Outcome::with("busy-refused", p);
+    }
+    if rtoken(&r) != "ok" {
+        release(c, 1);
+        return Outcome::Error(format!(
+            "inconclusive: the close was answered {}, neither ok nor session_busy (the refusal this case allows)",
+            rtoken(&r)
+        ));
+    }
+    if !revoke_seen_within(c, link, c.target.step) {
+        p.push("the closed generation's connection got no revoke".into());
+    }
+    let r = conn.recv_for(&rid);
+    let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(CLOSE_TIMEOUT_MS)) } else { r };
+    let took = closed_at.elapsed();
+    if r.frame().is_none() {
+        p.push(format!("the closed session's wake was not answered after the close ({})", rtoken(&r)));
+    } else if took >= Duration::from_millis(CLOSE_TIMEOUT_MS / 2) {
+        p.push(format!(
+            "the closed generation's call in flight ended only {} ms after the close: a revoked binding's calls fail \
+             at once, not at requestTimeoutMs ({CLOSE_TIMEOUT_MS} ms)",
+            took.as_millis()
+        ));
+    }
+    let after_revoke = link_frames_after_revoke(c, link);
+    if after_revoke > 0 {
+        p.push(format!("{after_revoke} frame(s) were sent on the closed generation's connection after its revoke"));
+    }
+    Outcome::with("closed", p)
+}
+/// How many frames the daemon sent on probe connection `link` after its `revoke`.
+fn link_frames_after_revoke(c: &DCtx<'_>, link: usize) -> usize {
+    c.probe.seen().frames.iter().filter(|(n, _)| *n == link).skip_while(|(_, f)| f["kind"] != "revoke").skip(1).count()
+}
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let conns = c.probe.seen().connections;
@@ -5067,6 +5167,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
         ("daemon.bind.revoke-closes-connection", revoke_closes_connection),
         ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
+        ("daemon.bind.close-with-call-in-flight", bind_close_in_flight),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.tools-added-on-reopen", policy_tools_added_on_reopen),
