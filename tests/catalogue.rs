@@ -45,13 +45,20 @@ fn daemon_catalogue_and_implementations_are_one_to_one() {
     let reg = pi_conform::conform::daemon::cases::registry();
     let cat_ids: Vec<&str> = cat.iter().map(|m| m.id.as_str()).collect();
     // Implemented in Rust (the registry, in catalogue order) or as a session vector
-    // (vectors/sessions/daemon.json, listed after them), never both.
+    // (vectors/sessions/daemon.json, listed after them), never both; the cases that judge the
+    // whole run (RUN_LAST) come after everything.
     let sessions = pi_conform::conform::daemon::script::sessions();
-    let mut impl_ids: Vec<&str> = reg.iter().map(|(id, _)| *id).collect();
+    let last = pi_conform::conform::daemon::RUN_LAST;
+    let mut impl_ids: Vec<&str> = reg.iter().map(|(id, _)| *id).filter(|id| !last.contains(id)).collect();
     impl_ids.extend(sessions.iter().map(|s| s.meta.id.as_str()));
+    impl_ids.extend(last.iter().copied());
     assert!(!sessions.is_empty());
+    assert!(last.iter().all(|id| reg.iter().any(|(r, _)| r == id)), "RUN_LAST names Rust cases");
     assert_eq!(cat_ids.iter().collect::<BTreeSet<_>>().len(), cat.len(), "duplicate ids in the daemon catalogue");
-    assert_eq!(cat_ids, impl_ids, "the daemon catalogue lists the Rust cases, then the session vectors");
+    assert_eq!(
+        cat_ids, impl_ids,
+        "the daemon catalogue lists the Rust cases, then the session vectors, then the RUN_LAST cases"
+    );
 }
 
 #[test]

@@ -54,6 +54,10 @@ fn the_reference_daemon_passes_every_case_including_restart() {
         d.join("cwd").to_str().unwrap(),
         "--restart-cmd",
         script.to_str().unwrap(),
+        "--scan-path",
+        d.join("state").to_str().unwrap(),
+        "--scan-path",
+        d.join("log").to_str().unwrap(),
         "--format",
         "json",
         "--junit",
@@ -64,8 +68,8 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     let v: Value = serde_json::from_str(&out).unwrap();
     let results = v["results"].as_array().unwrap();
     assert!(results.iter().filter(|r| !r["id"].as_str().unwrap().starts_with("vector:")).count() >= 50);
-    // With --restart-cmd no case is skipped; only vectors that cannot apply on a live socket
-    // are, each with its reason.
+    // With --restart-cmd and --scan-path no case is skipped; only vectors that cannot apply on
+    // a live socket are, each with its reason.
     for r in results.iter().filter(|r| r["status"] == "skip") {
         assert!(r["id"].as_str().unwrap().starts_with("vector:"), "{r}");
         assert!(!r["reason"].as_str().unwrap().is_empty(), "{r}");

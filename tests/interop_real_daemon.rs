@@ -298,6 +298,11 @@ fn daemon_suite_against_real_pi_daemon() {
         .args(["--model", "fakellm/fake-model"])
         .arg("--restart-cmd")
         .arg(script("restart"))
+        // Where the rig keeps Pi Daemon's state and its log (daemon.secrets.at-rest).
+        .arg("--scan-path")
+        .arg(rig.dir.join("state"))
+        .arg("--scan-path")
+        .arg(rig.dir.join("daemon.log"))
         .args(["--format", "json"]);
     // Without the baseline the run still happens and is printed in full, then the test fails.
     if baseline.is_file() {

@@ -28,13 +28,18 @@ pub struct Args {
     /// `payload.model` for opens, as PROVIDER/ID (e.g. openai/pi-conform-fake).
     #[arg(long, value_name = "PROVIDER/ID")]
     model: Option<String>,
+    /// A file or directory where the daemon keeps its state or its log (repeatable): the last
+    /// case, daemon.secrets.at-rest, searches it for every capability handle the run minted
+    /// and for the probe's endpoint path (symlinks not followed, at most 256 MiB read).
+    #[arg(long = "scan-path", value_name = "PATH")]
+    scan_paths: Vec<PathBuf>,
     #[command(flatten)]
     run: RunnerOpts,
 }
 
 /// `daemon`: the daemon suite against a running daemon.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let Args { socket, cwd, wake_template, restart_cmd, model, run } = args;
+    let Args { socket, cwd, wake_template, restart_cmd, model, scan_paths, run } = args;
     use pi_conform::conform::run as engine;
     let filter = runner_filter(&run)?;
     let vectors = pi_conform::vectors::default_dir();
@@ -42,7 +47,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if let Some(why) = no_vectors {
         eprintln!("pi-conform: {why}");
     }
-    let (catalogue, sessions) = with_sessions(&run, "daemon.", catalogue)?;
+    let (mut catalogue, sessions) = with_sessions(&run, "daemon.", catalogue)?;
+    pi_conform::conform::daemon::run_last_at_end(&mut catalogue);
     if !catalogue.iter().any(|m| filter.keeps(m)) {
         anyhow::bail!("no case matches the filters");
     }
@@ -86,6 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         step: std::time::Duration::from_secs_f64((2.0 * run.time_scale).max(0.05)),
         vectors,
         sessions,
+        scan_paths,
     };
     let baseline = load_baseline(&run)?;
     let progress = progress_printer(&run);

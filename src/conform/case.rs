@@ -162,7 +162,7 @@ pub fn visible(text: &str) -> String {
 
 /// The JSON string literals of one line (`"…"`, quotes included) that carry an escape, with
 /// their byte ranges; an unterminated literal ends the scan.
-fn escaped_literals(line: &[u8]) -> Vec<(usize, usize)> {
+pub(crate) fn escaped_literals(line: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(p) = memchr::memchr(b'"', &line[i..]) {

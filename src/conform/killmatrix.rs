@@ -473,7 +473,8 @@ impl FaultyDaemon {
         Ok(daemon)
     }
 
-    /// The runner's target: `cwd` inside the private directory, the restart script.
+    /// The runner's target: `cwd` inside the private directory, the restart script, the state
+    /// directory and the log as scan paths.
     pub fn target(&self, time_scale: f64) -> DaemonTarget {
         DaemonTarget {
             socket: self.socket.clone(),
@@ -484,6 +485,8 @@ impl FaultyDaemon {
             step: Duration::from_secs_f64((2.0 * time_scale).max(0.05)),
             vectors: crate::vectors::default_dir(),
             sessions: Vec::new(),
+            // Where the restart script keeps the daemon's state and its output.
+            scan_paths: vec![self.dir.path().join("state"), self.dir.path().join("log")],
         }
     }
 }

@@ -455,6 +455,7 @@ pub fn run_daemon<R: Into<Flow>>(
         .map_err(|e| RunError::Harness(format!("cannot create the session cwd: {e}")))?;
     let probe = super::daemon::probe::Probe::start(&target.cwd)
         .map_err(|e| RunError::Harness(format!("cannot start the probe adapter: {e}")))?;
+    let endpoint = probe.socket.to_string_lossy().into_owned();
     let reg = super::daemon::cases::registry();
     let daemon_sessions = super::daemon::script::sessions();
     let selected: Vec<&CaseMeta> = catalogue.iter().filter(|m| filter.keeps(m)).collect();
@@ -493,6 +494,16 @@ pub fn run_daemon<R: Into<Flow>>(
         let received = ctx.received.borrow().clone();
         if ctx.handles.iter().any(|h| holds_handle(&received, h)) {
             oracle.push("the daemon sent a capability handle to a client".into());
+        }
+        // PC-6: the endpoint never reaches a status, event, error or response either. The
+        // probe's socket path is the runner's own (a private directory of its own name, never
+        // part of the cwd or of anything else a client sends), so it cannot appear by chance.
+        if holds_handle(&received, &endpoint) {
+            oracle.push(
+                "PC-6 (MUST): the daemon sent a client the adapter endpoint path (it must never reach a response, \
+                 event, error or status)"
+                    .into(),
+            );
         }
         // Every frame the daemon sent, to a client or to the probe, is judged by the contract.
         oracle.extend(super::daemon::judge_client_lines(&received));

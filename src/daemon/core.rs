@@ -223,8 +223,11 @@ pub struct HostCore<L> {
     retained_closed: HashSet<String>,
     /// The most sessions kept, `sessions` and `retained_closed` together.
     max_sessions: usize,
-    /// Under [`DaemonFault::SnapshotLeaksEndpoint`]: the endpoint of the last host-adapter open.
+    /// Under [`DaemonFault::SnapshotLeaksEndpoint`]: the directory of the last host-adapter
+    /// open's endpoint.
     leaked_endpoint: Option<String>,
+    /// Under [`DaemonFault::EndpointInStatus`]: each session's endpoint of its last host-adapter open.
+    status_endpoints: HashMap<String, String>,
 }
 
 /// A restarted host: its core and the wake records to rewrite, in order. No session record
@@ -255,6 +258,12 @@ impl<L: LinkState + Clone> HostCore<L> {
             if r.state == "closed" {
                 retained_closed.insert(r.session_id);
                 continue;
+            }
+            if faults.has(DaemonFault::PersistDescriptor) {
+                // The raw policy it wrote is read back as its summary (only the disk is broken).
+                if let Some(d) = r.policy.as_ref().and_then(|p| p.get("descriptor")) {
+                    r.policy = crate::contract::admit_descriptor(d, None).ok().map(|d| d.policy_summary());
+                }
             }
             let tools = r.policy.is_some() || faults.has(DaemonFault::QuarantinesPlainSessions);
             if tools && !faults.has(DaemonFault::NoQuarantine) {
@@ -325,6 +334,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             retained_closed,
             max_sessions: MAX_SESSIONS,
             leaked_endpoint: None,
+            status_endpoints: HashMap::new(),
         };
         Recovered { core, wakes: wake_writes }
     }
@@ -501,7 +511,7 @@ impl<L: LinkState + Clone> HostCore<L> {
         let both_names = !self.faults.has(DaemonFault::SupportedVersions033);
         let mut hs = record::handshake(v2, limits, &self.snapshot_of(now, active_turns), both_names);
         if let Some(e) = &self.leaked_endpoint {
-            hs["host"]["adapterEndpoint"] = Value::String(e.clone());
+            hs["host"]["adapterEndpointDir"] = Value::String(e.clone());
         }
         hs
     }
@@ -516,7 +526,11 @@ impl<L: LinkState + Clone> HostCore<L> {
                 if let Some(l) = x.link.as_ref().filter(|_| !self.faults.has(DaemonFault::StatusWithoutTelemetry)) {
                     session.tool_queue = object(&l.telemetry());
                 }
-                Ok(data(&v2::SessionStatusData { session }))
+                let mut answer = data(&v2::SessionStatusData { session });
+                if let Some(e) = self.status_endpoints.get(sid) {
+                    answer["session"]["adapterEndpoint"] = Value::String(e.clone());
+                }
+                Ok(answer)
             }
             None if self.faults.has(DaemonFault::QuarantinedAsReprovision)
                 && self.sessions.get(sid).is_some_and(|x| x.recovery.is_some()) =>
@@ -544,7 +558,15 @@ impl<L: LinkState + Clone> HostCore<L> {
         let summary = descriptor.map(Descriptor::policy_summary);
         if self.faults.has(DaemonFault::SnapshotLeaksEndpoint) {
             if let Some(d) = descriptor {
-                self.leaked_endpoint = Some(d.endpoint_path().to_string());
+                // Its directory, not the whole path: the runner looks for the whole path in every
+                // line a client gets, the directory only in the host snapshot.
+                let path = d.endpoint_path();
+                self.leaked_endpoint = Some(path.rsplit_once('/').map_or(path, |(dir, _)| dir).to_string());
+            }
+        }
+        if self.faults.has(DaemonFault::EndpointInStatus) {
+            if let Some(d) = descriptor {
+                self.status_endpoints.insert(open.session_id.to_string(), d.endpoint_path().to_string());
             }
         }
         let mode = open.payload.session.mode.to_string();
@@ -641,7 +663,12 @@ impl<L: LinkState + Clone> HostCore<L> {
         };
         // The retained policy is recorded before binding (SPEC §3.4): the shell queues the
         // record now, in order with every other write, and waits for it before answering.
-        let record = durable_record(&sess);
+        let mut record = durable_record(&sess);
+        if self.faults.has(DaemonFault::PersistDescriptor) && descriptor.is_some() {
+            if let Some(r) = record.as_mut() {
+                r.policy = open.payload.resources.as_ref().and_then(|x| serde_json::to_value(&x.tools).ok());
+            }
+        }
         if record.is_some() {
             // Its record replaces the retained `closed` one.
             self.retained_closed.remove(&sid);

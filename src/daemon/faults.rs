@@ -150,6 +150,9 @@ faults! {
     /// A replaced generation's binding is not revoked.
     NoRevokeOnReplacement = "no-revoke-on-replacement", "PC-3.4",
         "opening a newer generation does not revoke the old generation's binding (it is leaked open)";
+    /// A close while a turn runs leaves its binding (and the call in flight) alive.
+    CloseLeavesCallRunning = "close-leaves-call-running", "PC-3.4",
+        "a close answered ok while the session's turn waits on a tool call neither revokes the binding nor ends the call: it runs on until requestTimeoutMs";
     /// After `revoke`, the adapter connection stays open until the adapter closes it.
     RevokeKeepsConnection = "revoke-keeps-connection", "PC-3.4",
         "after revoke the daemon leaves the adapter connection open until the adapter ends it: no close backstop for an adapter that neither answers revoked nor closes";
@@ -304,9 +307,12 @@ faults! {
     /// stale_generation carries no details.
     StaleGenerationWithoutDetails = "stale-generation-without-details", "PC-2.5",
         "stale_generation is answered without details {currentGeneration, receivedGeneration}";
-    /// The host snapshot names an adapter endpoint.
+    /// The host snapshot names an adapter endpoint's directory.
     SnapshotLeaksEndpoint = "snapshot-leaks-endpoint", "PC-2.4",
-        "the handshake's host snapshot names the endpoint path of the last host-adapter open (adapterEndpoint)";
+        "the handshake's host snapshot names the directory of the last host-adapter open's endpoint (adapterEndpointDir)";
+    /// A session status names the session's adapter endpoint.
+    EndpointInStatus = "endpoint-in-status", "PC-6",
+        "the status of a session opened with a host adapter names its endpoint path (adapterEndpoint) instead of keeping the endpoint off every answer";
     /// No bound ever times out.
     NoBindTimeout = "no-bind-timeout", "PC-3.4",
         "a bind without bound never times out: the open waits on a silent adapter for ever instead of failing after requestTimeoutMs";
@@ -344,6 +350,9 @@ faults! {
     /// A durable session's close writes nothing.
     CloseNotPersisted = "close-not-persisted", "PC-6",
         "the close of a durable session is answered ok without its record being removed or marked closed: a restart brings the session back";
+    /// A session record stores the raw tools policy.
+    PersistDescriptor = "persist-descriptor", "PC-6",
+        "a new host-adapter session's record stores the raw tools policy (the descriptor, endpoint and capability handle included) instead of the nonsecret summary";
     /// Sessions without tools are quarantined too.
     QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
         "a restart quarantines every retained session, tools:\"none\" ones included";

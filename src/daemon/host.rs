@@ -728,14 +728,17 @@ impl Host {
             Some(request_id),
             data(&protocol_v2::SessionClosedEventData { retained: retain }),
         );
-        let link = {
+        let (link, busy) = {
             let mut core = self.core();
+            let busy = core.sessions.get(sid).is_some_and(|x| x.generation == generation && x.turn.is_some());
             let link = core.finish_close(sid, generation, retain);
             self.publish_handles(&core);
-            link
+            (link, busy)
         };
         if let Some(l) = link {
-            if self.faults.has(DaemonFault::NoRevokeOnClose) {
+            if self.faults.has(DaemonFault::NoRevokeOnClose)
+                || (busy && self.faults.has(DaemonFault::CloseLeavesCallRunning))
+            {
                 self.leak(l);
             } else {
                 l.revoke().await;

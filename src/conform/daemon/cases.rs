@@ -1478,6 +1478,106 @@ fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::with("replaced", p)
 }
+/// `requestTimeoutMs` of the close-in-flight case.
+const CLOSE_TIMEOUT_MS: u64 = 3000;
+
+/// SPEC §3.4 (`close` sends `revoke`) and lifecycle: `close` of a generation whose turn waits
+/// on a tool call in flight (its invoke reached the probe, which never answers it). Two
+/// behaviours are allowed, as for a replacement. A daemon may refuse the close `session_busy`
+/// while the turn runs (Pi Daemon 0.3.3): then nothing is revoked, the turn goes on to its own
+/// end (the call times out at `requestTimeoutMs`, 3 s, and the wake is answered), and the
+/// session still works: a close once the wake is answered is ok and revokes. Or it accepts the
+/// close: then the connection gets `revoke` (an `abort` of the call before it is allowed,
+/// nothing after it) and the closed generation's call fails at once: its wake is answered in
+/// less than half of `requestTimeoutMs`. A close refused for another reason is inconclusive.
+fn bind_close_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let out = close_in_flight(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(CLOSE_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let mut conn = tryo!(c.connect());
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let rid = w["requestId"].as_str().unwrap_or("").to_string();
+    conn.send(&w);
+    // The provoked state: the turn's call in flight on the wire.
+    let t = Instant::now();
+    let in_flight = loop {
+        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == link && f["kind"] == "invoke");
+        if seen || t.elapsed() > c.target.step * 2 {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !in_flight {
+        release(c, 1);
+        return Outcome::Error(
+            "inconclusive: the wake made no tool call through the adapter, so no call was in flight at the close"
+                .into(),
+        );
+    }
+    let closed_at = Instant::now();
+    let v = tryo!(c.close_retaining(1, false));
+    let r = tryo!(one(c, v));
+    let mut p = Vec::new();
+    if r.frame().and_then(|f| f.error_code()) == Some(DaemonCode::SessionBusy.as_str()) {
+        if revoke_seen_within(c, link, c.target.step / 2) {
+            p.push("the close was refused session_busy, yet the running generation's connection was revoked".into());
+        }
+        let r = conn.recv_for(&rid);
+        let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(CLOSE_TIMEOUT_MS) * 2) } else { r };
+        if r.frame().is_none() {
+            p.push(format!("the running wake was never answered after the refused close ({})", rtoken(&r)));
+        }
+        // The session still works: once its turn ended, it closes (and revokes).
+        c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+        let v = tryo!(c.close_retaining(1, false));
+        let again = tryo!(one(c, v));
+        if rtoken(&again) != "ok" {
+            p.push(format!(
+                "after the refused close and the end of its turn, the session's close was answered {}, not ok",
+                rtoken(&again)
+            ));
+        } else if !revoke_seen_within(c, link, c.target.step) {
+            p.push("the close after the turn ended was answered ok but sent no revoke".into());
+        }
+        return Outcome::with("busy-refused", p);
+    }
+    if rtoken(&r) != "ok" {
+        release(c, 1);
+        return Outcome::Error(format!(
+            "inconclusive: the close was answered {}, neither ok nor session_busy (the refusal this case allows)",
+            rtoken(&r)
+        ));
+    }
+    if !revoke_seen_within(c, link, c.target.step) {
+        p.push("the closed generation's connection got no revoke".into());
+    }
+    let r = conn.recv_for(&rid);
+    let r = if r == Recv::Timeout { conn.recv_within(Duration::from_millis(CLOSE_TIMEOUT_MS)) } else { r };
+    let took = closed_at.elapsed();
+    if r.frame().is_none() {
+        p.push(format!("the closed session's wake was not answered after the close ({})", rtoken(&r)));
+    } else if took >= Duration::from_millis(CLOSE_TIMEOUT_MS / 2) {
+        p.push(format!(
+            "the closed generation's call in flight ended only {} ms after the close: a revoked binding's calls fail \
+             at once, not at requestTimeoutMs ({CLOSE_TIMEOUT_MS} ms)",
+            took.as_millis()
+        ));
+    }
+    let after_revoke = link_frames_after_revoke(c, link);
+    if after_revoke > 0 {
+        p.push(format!("{after_revoke} frame(s) were sent on the closed generation's connection after its revoke"));
+    }
+    Outcome::with("closed", p)
+}
+/// How many frames the daemon sent on probe connection `link` after its `revoke`.
+fn link_frames_after_revoke(c: &DCtx<'_>, link: usize) -> usize {
+    c.probe.seen().frames.iter().filter(|(n, _)| *n == link).skip_while(|(_, f)| f["kind"] != "revoke").skip(1).count()
+}
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     let (d, _) = tryo!(open_bound(c, 1));
     let conns = c.probe.seen().connections;
@@ -5068,6 +5168,106 @@ fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     }
 }
 
+// ---------------------------------------------------------------- at rest
+
+/// One search of the scan paths for every handle the runner minted and the endpoint, after a
+/// moment for what the daemon writes just after answering to reach its files.
+fn at_rest_scan(c: &DCtx<'_>) -> super::at_rest::Scan {
+    std::thread::sleep(c.target.step / 4);
+    let handles = c.probe.minted();
+    let endpoint = c.probe.socket.to_string_lossy().into_owned();
+    let needles = super::at_rest::Needles::new(&handles, &endpoint);
+    super::at_rest::scan(&c.target.scan_paths, &needles, super::at_rest::SCAN_BUDGET)
+}
+
+/// Hits listed one by one in the case's findings; more are counted.
+const AT_REST_LISTED: usize = 10;
+
+/// PC-6 (Persistence, MUST) and PC-7.1: the endpoint and the handle never touch disk or logs.
+/// With `--scan-path` (the daemon's state directory, its log file), this case runs after every
+/// other one ([`super::RUN_LAST`]): it opens a durable session of its own with a descriptor
+/// (bound, answered ok) and wakes it with one tool call, so that at least one host-adapter
+/// session and one journaled wake are on disk (when that open is refused — a daemon full after
+/// the run — the sessions the earlier cases bound stand in for it; with none, inconclusive).
+/// Before the wake and after it, it searches every
+/// regular file under the paths (symlinks not followed, at most 256 MiB) for every capability
+/// handle the runner minted during the run — raw or in any JSON spelling — and for the probe's
+/// endpoint path. A file
+/// holding one fails the case, named with what it holds, never the secret. Nothing read (no
+/// regular file, an unreadable one, or the cap reached) with nothing found is inconclusive.
+/// The case cannot stop the daemon gracefully (a `--restart-cmd` kills it), so a daemon that
+/// buffers its log is judged on what it has written by then.
+fn secrets_at_rest(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.scan_paths.is_empty() {
+        return Outcome::Skip(
+            "no --scan-path given (the daemon's state directory and log file, searched for handles and the endpoint)"
+                .into(),
+        );
+    }
+    for p in &c.target.scan_paths {
+        if let Err(e) = std::fs::symlink_metadata(p) {
+            return Outcome::Error(format!("inconclusive: --scan-path {}: {e}", p.display()));
+        }
+    }
+    let scan = match open_bound(c, 1) {
+        Ok(_) => {
+            // Searched twice: with the session just opened, and once it has journaled a wake
+            // (a daemon may write a record again then; a secret written first was on disk
+            // all the same).
+            let mut scan = at_rest_scan(c);
+            let w = c.wake(1, "fs_stat", &json!({"path": "."}));
+            let _ = w.and_then(|w| one(c, w));
+            scan.merge(at_rest_scan(c));
+            release(c, 1);
+            scan
+        }
+        // A daemon full after the run (Pi Daemon 0.3.3 keeps 128 sessions, and the replayed
+        // vectors keep theirs): the sessions the earlier cases bound are what is searched.
+        Err(_) if c.probe.seen().frames.iter().any(|(_, f)| f["kind"] == "bind") => at_rest_scan(c),
+        Err(o) => return o,
+    };
+    let mut p: Vec<String> = scan
+        .hits
+        .iter()
+        .take(AT_REST_LISTED)
+        .map(|(path, held)| {
+            let what = match (held.handle, held.endpoint) {
+                (true, true) => "a capability handle the runner minted and the adapter endpoint path",
+                (true, false) => "a capability handle the runner minted",
+                _ => "the adapter endpoint path",
+            };
+            format!("{} holds {what}", path.display())
+        })
+        .collect();
+    if scan.hits.len() > AT_REST_LISTED {
+        p.push(format!("… and {} more such files", scan.hits.len() - AT_REST_LISTED));
+    }
+    if !p.is_empty() {
+        return Outcome::with("at-rest", p);
+    }
+    let read = format!("{} files, {} bytes read", scan.files, scan.bytes);
+    if scan.files == 0 {
+        return Outcome::Error(format!(
+            "inconclusive: the scan paths hold no regular file ({read}), so nothing the daemon keeps was searched"
+        ));
+    }
+    if let Some((path, why)) = scan.unread.first() {
+        return Outcome::Error(format!(
+            "inconclusive: nothing found, but {} could not be read ({why}; {} unread in all, {read})",
+            path.display(),
+            scan.unread.len()
+        ));
+    }
+    if scan.truncated {
+        return Outcome::Error(format!(
+            "inconclusive: nothing found, but the scan stopped at its cap ({} MiB or {} entries; {read})",
+            super::at_rest::SCAN_BUDGET >> 20,
+            super::at_rest::MAX_ENTRIES
+        ));
+    }
+    Outcome::token("clean")
+}
+
 /// Every daemon case implementation by id.
 pub fn registry() -> Vec<(&'static str, DCaseFn)> {
     vec![
@@ -5108,6 +5308,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.revoke-on-replacement", revoke_on_replacement),
         ("daemon.bind.revoke-closes-connection", revoke_closes_connection),
         ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
+        ("daemon.bind.close-with-call-in-flight", bind_close_in_flight),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.tools-added-on-reopen", policy_tools_added_on_reopen),
@@ -5182,6 +5383,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
         ("daemon.drain.waits-for-running-turns", drain_waits_for_turns),
+        ("daemon.secrets.at-rest", secrets_at_rest),
     ]
 }
 

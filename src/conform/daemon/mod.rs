@@ -1,6 +1,7 @@
 //! The daemon suite: the runner plays a client of the daemon and hosts a probe adapter
 //! that records every frame the daemon sends (SPEC §1–§4, §6).
 
+pub mod at_rest;
 pub mod cases;
 pub mod frames;
 pub mod probe;
@@ -35,7 +36,21 @@ pub const CATALOGUE: &str = include_str!("../../../conformance/daemon-cases.json
 pub fn catalogue() -> Vec<CaseMeta> {
     let mut cat: Vec<CaseMeta> = serde_json::from_str(CATALOGUE).expect("the built-in daemon catalogue is valid");
     cat.extend(script::catalogue());
+    run_last_at_end(&mut cat);
     cat
+}
+
+/// The cases that judge the whole run, so run after every other case, replayed vectors and
+/// `--session` files included: `daemon.secrets.at-rest` searches the daemon's files for every
+/// handle the run minted.
+pub const RUN_LAST: &[&str] = &["daemon.secrets.at-rest"];
+
+/// Move the [`RUN_LAST`] cases of `cat` to its end (the others keep their order).
+pub fn run_last_at_end(cat: &mut Vec<CaseMeta>) {
+    let (last, rest): (Vec<CaseMeta>, Vec<CaseMeta>) =
+        std::mem::take(cat).into_iter().partition(|m| RUN_LAST.contains(&m.id.as_str()));
+    *cat = rest;
+    cat.extend(last);
 }
 
 /// The catalogue of a daemon run: the built-in cases, then one `vector:<id>` case per golden
@@ -46,6 +61,7 @@ pub fn catalogue_with_vectors(dir: &Path) -> (Vec<CaseMeta>, Option<String>) {
     match crate::vectors::VectorSet::load(dir) {
         Ok(set) => {
             cat.extend(replay::catalogue(&set));
+            run_last_at_end(&mut cat);
             (cat, None)
         }
         Err(e) => (cat, Some(format!("no vector is replayed: {e}"))),
@@ -71,6 +87,9 @@ pub struct DaemonTarget {
     pub vectors: PathBuf,
     /// Session vectors loaded from files (`--session`), run as cases beside the built-in ones.
     pub sessions: Vec<crate::conform::script::Session>,
+    /// Files and directories where the daemon keeps its state and logs (`--scan-path`), searched
+    /// by `daemon.secrets.at-rest` for the handles and the endpoint (skipped when empty).
+    pub scan_paths: Vec<PathBuf>,
 }
 
 /// Everything one daemon case may use.
@@ -156,6 +175,7 @@ impl<'a> DCtx<'a> {
         let _ = getrandom::fill(&mut b);
         let handle = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
         self.handles.push(handle.clone());
+        self.probe.remember_minted(&handle);
         let id = Identity {
             protocol_version: "1.0",
             adapter_id: "pi-conform-probe",

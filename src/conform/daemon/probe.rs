@@ -138,6 +138,9 @@ pub struct Probe {
     /// When set, `revoke` is neither answered nor followed by a close: the probe keeps
     /// reading until the daemon ends the connection (the daemon's close backstop).
     pub revoke_silent: Arc<AtomicBool>,
+    /// Every capability handle the runner minted for this probe during the run, in order
+    /// (`daemon.secrets.at-rest` looks for them where the daemon keeps its state).
+    minted: Mutex<Vec<String>>,
     root: PathBuf,
 }
 
@@ -157,6 +160,7 @@ impl Probe {
             log: Arc::default(),
             script: Arc::default(),
             revoke_silent: Arc::default(),
+            minted: Mutex::default(),
             root: root.to_path_buf(),
         };
         let (bound, invoke, log, root) = (p.bound.clone(), p.invoke.clone(), p.log.clone(), p.root.clone());
@@ -179,6 +183,18 @@ impl Probe {
             }
         });
         Ok(p)
+    }
+
+    /// Remember `handle`, minted by the runner for a descriptor naming this probe.
+    pub fn remember_minted(&self, handle: &str) {
+        if let Ok(mut m) = self.minted.lock() {
+            m.push(handle.to_string());
+        }
+    }
+
+    /// Every handle the runner minted for this probe so far (never a vector's fixed handle).
+    pub fn minted(&self) -> Vec<String> {
+        self.minted.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
     /// Snapshot of the log.
