@@ -279,6 +279,9 @@ faults! {
     /// The queue is treated as 0: busy as soon as every slot runs.
     BusyEarly = "busy-early", "PC-4.5",
         "maxQueuedRequests is treated as 0: busy as soon as maxConcurrentRequests run";
+    /// Every admitted request runs at once: nothing waits in the queue.
+    ConcurrencyUnbounded = "concurrency-unbounded", "PC-4.5",
+        "maxConcurrentRequests is not held: every admitted request (up to maxConcurrentRequests + maxQueuedRequests) starts at once instead of waiting in the queue (fs.search is slowed to 300 ms)";
     /// A busy refusal is stored as the key's outcome and replayed to its retry.
     BusyRemembered = "busy-remembered", "PC-4.5",
         "a write refused busy is remembered under its idempotency key: its retry is refused busy again";
@@ -463,6 +466,13 @@ impl fmt::Debug for Faults {
 /// How long `fs.write` waits before running under [`Fault::AbortSendsResult`], so that an
 /// abort sent right behind it always lands while it is in flight.
 pub const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long `fs.search` waits (cancellably) before running under
+/// [`Fault::ConcurrencyUnbounded`]: as long as a slower adapter's search of the runner's
+/// haystack takes, so that a request run beside it is answered well before it ends (this
+/// adapter searches the 32 MiB haystack in a few milliseconds, too close to the runner's
+/// 100 ms tolerance to tell a request run beside it from one started as it ended).
+pub const SLOW_SEARCH: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How long `fs.write` ignores cancellation under [`Fault::AbortResultLate`]: longer than
 /// half a step (what the runner once waited after `aborted:true`), shorter than a step.

@@ -549,11 +549,14 @@ impl Session {
             q if self.faults.has(Fault::BusyOneLate) => q + 1,
             q => q,
         };
-        if !waiting
-            && !self.faults.has(Fault::NoBusy)
-            && self.running >= l.max_concurrent_requests.get() as usize
-            && self.queue.len() >= queue_cap
-        {
+        let concurrent = l.max_concurrent_requests.get() as usize;
+        let full = if self.faults.has(Fault::ConcurrencyUnbounded) {
+            // Nothing waits: every admitted request runs, so only their total is held.
+            self.running + self.queue.len() >= concurrent + queue_cap
+        } else {
+            self.running >= concurrent && self.queue.len() >= queue_cap
+        };
+        if !waiting && !self.faults.has(Fault::NoBusy) && full {
             self.counters.busy += 1;
             let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
             if is_new && self.faults.has(Fault::BusyRemembered) {
@@ -580,7 +583,12 @@ impl Session {
     /// Start queued requests while slots are free.
     fn pump(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
-        while self.running < self.binding.limits().max_concurrent_requests.get() as usize {
+        let l = *self.binding.limits();
+        let slots = match l.max_concurrent_requests.get() as usize {
+            c if self.faults.has(Fault::ConcurrencyUnbounded) => c + l.max_queued_requests as usize,
+            c => c,
+        };
+        while self.running < slots {
             let Some(id) = self.queue.pop_front() else { break };
             let budget = self.data_budget(&id);
             let Some(f) = self.inflight.get_mut(&id) else { continue };

@@ -2645,6 +2645,125 @@ fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
     }
 }
 
+/// How much earlier than the running request's result a request sent behind it may be
+/// answered before [`limits_concurrency_held`] calls it run beside it: a correct adapter
+/// frees the slot when its work ends and may still be writing that result when the next
+/// one, started in the slot, answers.
+const OVERTAKE_TOLERANCE: Duration = Duration::from_millis(100);
+
+/// PC-4.5: at most maxConcurrentRequests execute; the next admitted request waits. Bound with
+/// one slot and one queue place, the runner sends a slow search B with an abort probe behind
+/// it, and once the probe is answered and B is not (B was admitted alone, the slot free: it
+/// holds the slot), an fs.stat T with a second probe. The state is confirmed when the second
+/// probe is answered before B's result (T was read while B held the slot); T's result must
+/// then follow B's. T answered 100 ms or more before B's result ran beside it (a failure,
+/// whatever the probes show: its answer proves it was read); `busy` for T is busy-early (the
+/// queue place was free). T answered less than 100 ms before B's result, or the state never
+/// confirmed: inconclusive, with a larger haystack next.
+fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests == 0 {
+        return Outcome::Skip("the grant allows no queue (maxQueuedRequests 0): no request can wait".into());
+    }
+    if !granted(c, "fs.stat") {
+        return Outcome::Skip("the descriptor does not grant fs.stat, the quick request that must wait".into());
+    }
+    provoke(c, "a request waiting while another holds the only slot", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(1);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let (bid, bkey) = c.ids();
+        let (tid, tkey) = c.ids();
+        let (p1, p2) = (format!("probe-{}-a", i + 1), format!("probe-{}-b", i + 1));
+        conn.note(&format!(
+            "bound with one slot and one queue place: the search {bid} takes the slot, abort {p1} is the probe"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&[c.invoke(&bid, &bkey, blocker()), c.abort(&p1, "never-sent-probe")]);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| g.get(&p1).is_some() || g.get(&bid).is_some());
+        if let Some(b_at) = g.at(&bid) {
+            if b_at >= SERIAL_AFTER && g.get(&p1).is_none() {
+                return Try::Done(Outcome::Error(format!(
+                    "inconclusive: the search ran {} ms and the probe sent with it was answered only after it, so \
+                     no request could be sent while it ran ({READ_AS_THEY_ARRIVE}; adapter.limits.busy-beyond-queue \
+                     judges that)",
+                    ms(b_at)
+                )));
+            }
+            return Try::NotReached(format!(
+                "the search finished after {} ms, before the probe sent with it was answered",
+                ms(b_at)
+            ));
+        }
+        if g.get(&p1).is_none() {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to the abort probe {p1}")]));
+        }
+        conn.note(&format!(
+            "{p1} answered while {bid} runs: {tid} (an fs.stat) must wait for the slot; abort {p2} is the probe"
+        ));
+        let t1 = t0.elapsed();
+        conn.send_all(&[c.invoke(&tid, &tkey, req::stat("hello.txt")), c.abort(&p2, "never-sent-probe")]);
+        let all = [bid.clone(), tid.clone(), p2.clone()];
+        keep_reading(&mut conn, t0, c.step() * 20, &mut g, |g| all.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = all.iter().find(|id| g.get(id).is_none()) {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to {id}")]));
+        }
+        let (Some((b_at, bv)), Some((t_at, tv)), Some(p_at)) = (g.get(&bid), g.get(&tid), g.at(&p2)) else {
+            return Try::Done(Outcome::Error("an answer went missing".into()));
+        };
+        if tv.error_code() == Some(AdapterCode::Busy.as_str()) {
+            return Try::Done(Outcome::with(
+                "busy-early",
+                vec![format!(
+                    "{tid} was refused busy while only {bid} was in flight: with maxQueuedRequests 1 it must wait \
+                     for the slot"
+                )],
+            ));
+        }
+        if bv.ok() != Some(true) {
+            return Try::Done(Outcome::with(
+                format!("blocker-{}", bv.error_code().unwrap_or("?")),
+                vec![format!("the search {bid} of the haystack failed")],
+            ));
+        }
+        if tv.ok() != Some(true) {
+            return Try::Done(Outcome::token(format!("error:{}", tv.error_code().unwrap_or("?"))));
+        }
+        if t_at + OVERTAKE_TOLERANCE <= b_at {
+            return Try::Done(Outcome::with(
+                "ran-beside",
+                vec![format!(
+                    "{tid} was answered at {} ms, {} ms before the result of {bid} (at {} ms), which held the only \
+                     slot (bound with maxConcurrentRequests 1): sent at {} ms, after {bid} was admitted alone with \
+                     the slot free and the probe behind it answered, it must wait in the queue until {bid} ends; at \
+                     most maxConcurrentRequests requests execute",
+                    ms(t_at),
+                    ms(b_at - t_at),
+                    ms(b_at),
+                    ms(t1)
+                )],
+            ));
+        }
+        if t_at < b_at {
+            return Try::NotReached(format!(
+                "{tid} was answered {} ms before the search's result: too close to tell a request run beside it \
+                 from one started as the search ended",
+                ms(b_at - t_at)
+            ));
+        }
+        if p_at >= b_at {
+            return Try::NotReached(format!(
+                "the search finished after {} ms, before the probe sent behind {tid} was answered",
+                ms(b_at)
+            ));
+        }
+        Try::Done(Outcome::token("held"))
+    })
+}
+
 // ---------------------------------------------------------------- limits met exactly
 
 /// `maxEntries` equal to the number of entries: all of them, `truncated:false`; one less:
@@ -4205,6 +4324,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
+        ("adapter.limits.concurrency-held", judged!(limits_concurrency_held)),
         ("adapter.abort.unknown-target", judged!(abort_unknown)),
         ("adapter.abort.finished-target", judged!(abort_finished)),
         ("adapter.abort.in-flight", judged!(abort_in_flight)),
