@@ -128,6 +128,39 @@ fn lenient_limits(asked: Option<&Value>, ceilings: &Value) -> Value {
     Value::Object(out)
 }
 
+/// A frame line as an adapter matching keys and names ignoring letter case reads it under
+/// [`Fault::KeysCaseInsensitive`] (Go's `encoding/json` does so by default): every key of the
+/// frame and of its payload (nested objects too) with its first letter lower-cased, and the
+/// `kind` and `operation` values lower-cased. `None` when that changes nothing.
+pub(crate) fn fold_key_case(line: &[u8]) -> Option<Vec<u8>> {
+    fn lower_first(k: &str) -> String {
+        let mut cs = k.chars();
+        cs.next().map(|f| f.to_lowercase().chain(cs).collect()).unwrap_or_default()
+    }
+    fn fold_keys(v: Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (lower_first(&k), fold_keys(v))).collect()),
+            Value::Array(a) => Value::Array(a.into_iter().map(fold_keys).collect()),
+            v => v,
+        }
+    }
+    let Value::Object(frame) = decode_strict(line).ok()? else { return None };
+    let folded: serde_json::Map<String, Value> = frame
+        .clone()
+        .into_iter()
+        .map(|(k, v)| {
+            let k = lower_first(&k);
+            let v = match (k.as_str(), v) {
+                ("kind" | "operation", Value::String(s)) => Value::String(s.to_lowercase()),
+                ("payload", v) => fold_keys(v),
+                (_, v) => v,
+            };
+            (k, v)
+        })
+        .collect();
+    (folded != frame).then(|| serde_json::to_vec(&Value::Object(folded)).unwrap_or_default())
+}
+
 /// The byte spans of the whole JSON values a line starts with, as a stream decoder (Go's
 /// `json.Decoder`, Python's `raw_decode`) reads them under [`Fault::TrailingValuesRun`]:
 /// `None` unless the line holds something after its first value (another value, or bytes

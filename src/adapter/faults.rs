@@ -112,6 +112,9 @@ faults! {
     /// Unknown payload keys are stripped and the invoke processed.
     AcceptUnknownPayloadKeys = "accept-unknown-payload-keys", "PC-4.5",
         "extra payload keys are stripped and the invoke executed instead of invalid_request";
+    /// Keys, kinds and operation names are matched ignoring letter case.
+    KeysCaseInsensitive = "keys-case-insensitive", "PC-4.2",
+        "keys, kinds and operation names are matched ignoring letter case (as Go's encoding/json does): Path is read as path, Invoke as invoke, FS.read as fs.read, in a bind as in an invoke";
     /// Payload numbers and booleans given as strings are converted.
     CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
         "payload integers/booleans given as strings are converted instead of invalid_request";

@@ -124,6 +124,8 @@ pub fn handle_bind_with(
         let digest = handle_digest(handle);
         grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))
     };
+    let folded = faults.has(Fault::KeysCaseInsensitive).then(|| broken::fold_key_case(line)).flatten();
+    let line = folded.as_deref().unwrap_or(line);
     let rewritten = broken::lenient_bind_line(line, faults, &grant_of);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
@@ -414,6 +416,12 @@ impl Session {
         }
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
+        }
+        if self.faults.has(Fault::KeysCaseInsensitive) {
+            if let Some(folded) = broken::fold_key_case(line) {
+                // Folding twice changes nothing, so this recurses once.
+                return self.handle_line(now, &folded);
+            }
         }
         let truncated;
         let line = if self.faults.has(Fault::FractionTruncated) {

@@ -718,6 +718,140 @@ fn invoke_strict_lines(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with(format!("{close_token}+{}", if refused { "refused" } else { "executed" }), p)
 }
 
+/// `s` with its first character upper-cased: the same key or name in another letter case.
+fn capitalized(s: &str) -> String {
+    let mut cs = s.chars();
+    cs.next().map(|f| f.to_uppercase().chain(cs).collect()).unwrap_or_default()
+}
+
+/// The object `v` with its member `key` renamed `to` (nested: `key` inside every object of
+/// the array member `inside`).
+fn renamed(mut v: Value, inside: Option<&str>, key: &str, to: &str) -> Value {
+    let rename = |o: &mut Value| {
+        if let Some(m) = o.as_object_mut() {
+            if let Some(x) = m.remove(key) {
+                m.insert(to.into(), x);
+            }
+        }
+    };
+    match inside {
+        Some(arr) => v.get_mut(arr).and_then(Value::as_array_mut).into_iter().flatten().for_each(rename),
+        None => rename(&mut v),
+    }
+    v
+}
+
+/// An operation's wire name in other letter cases: its prefix upper-cased (`FS.read`), and
+/// each dotted part capitalized (`Fs.Read`).
+fn operation_case_variants(op: &str) -> [String; 2] {
+    let (prefix, rest) = op.split_once('.').unwrap_or((op, ""));
+    [format!("{}.{rest}", prefix.to_uppercase()), op.split('.').map(capitalized).collect::<Vec<_>>().join(".")]
+}
+
+/// PC-4.2, PC-5.2, PC-4.1, PC-4.5: keys, kinds and operation names are case-sensitive (JSON
+/// object keys and enum strings are exact). A payload key in another letter case is an
+/// unknown key (and leaves a required one missing): `invalid_request`, with nothing done —
+/// `Path`, `MaxEntries`, `MaxBytes`, `Query`, `Overwrite` (on an existing file: a write run
+/// anyway changes it), `Edits` and a nested `OldText`, each for a granted operation. A frame
+/// whose kind is `Invoke`, whose operation is `FS.read`/`Fs.Read`/`FS.stat`/`Fs.Stat` (outside
+/// the six) or whose `requestId` is `RequestId` cannot be attributed: closed. `Payload` for
+/// `payload` leaves an attributable invoke with an extra frame key and no payload: closed or
+/// `invalid_request`, both allowed. A bind keyed `Kind`, or of kind `Bind`, is no bind: closed
+/// without `bound`.
+fn invoke_case_variants(c: &mut Ctx<'_>) -> Outcome {
+    let mut p = Vec::new();
+    let kept = ["hello.txt", "edit.txt"];
+    let before: Vec<Vec<u8>> = kept.iter().map(|f| read_root(c, f)).collect();
+    let calls = [
+        (req::stat("hello.txt"), None, "path"),
+        (req::list(".").max_entries(1), None, "maxEntries"),
+        (req::read("hello.txt").max_bytes(1), None, "maxBytes"),
+        (req::search("hello.txt", "hello"), None, "query"),
+        (req::write("hello.txt", "changed by a key in another case\n").overwrite(false), None, "overwrite"),
+        (req::edit("edit.txt", &[("unique line", "changed line")]), None, "edits"),
+        (req::edit("edit.txt", &[("unique line", "changed line")]), Some("edits"), "oldText"),
+    ];
+    let cells: Vec<(String, Value)> = calls
+        .into_iter()
+        .map(|(call, inside, key)| (call.op().to_string(), renamed(call.payload(), inside, key, &capitalized(key))))
+        .collect();
+    let cells: Vec<(&str, Value)> = cells.iter().map(|(op, v)| (op.as_str(), v.clone())).collect();
+    let invalid = format!("error:{}", AdapterCode::InvalidRequest.as_str());
+    let wrong = tryo!(cells_not(c, &cells, &invalid));
+    if !wrong.is_empty() {
+        p.push(format!(
+            "{} payloads with a key in another letter case were not refused invalid_request (keys are \
+             case-sensitive: such a key is unknown, and a required one is then missing; PC-5.2): {}",
+            wrong.len(),
+            wrong.join("; ")
+        ));
+    }
+    for (f, was) in kept.iter().zip(&before) {
+        if read_root(c, f) != *was {
+            p.push(format!("{f} was changed by a payload whose keys were in another letter case"));
+        }
+    }
+    // Frames: each on a bound connection of its own.
+    let written = "case-variant.txt";
+    let mut frames: Vec<(String, Value, Vec<String>)> = Vec::new();
+    let closed = vec!["closed".to_string()];
+    let mut f = c.invoke("case-1", "case-1", req::write(written, "x"));
+    f["kind"] = json!(capitalized(f["kind"].as_str().unwrap_or_default()));
+    frames.push((format!("kind {}", f["kind"]), f, closed.clone()));
+    for (i, call) in [req::read("hello.txt"), req::stat("hello.txt")].into_iter().enumerate() {
+        for (j, op) in operation_case_variants(call.op()).into_iter().enumerate() {
+            let id = format!("case-op-{i}-{j}");
+            let mut f = c.invoke(&id, &id, call.clone());
+            f["operation"] = json!(op);
+            frames.push((format!("operation {op:?}"), f, closed.clone()));
+        }
+    }
+    let f = c.invoke("case-2", "case-2", req::write(written, "x"));
+    frames.push(("requestId keyed RequestId".into(), renamed(f, None, "requestId", "RequestId"), closed.clone()));
+    let f = c.invoke("case-3", "case-3", req::write(written, "x"));
+    let either = vec!["closed".to_string(), invalid.clone()];
+    frames.push(("payload keyed Payload".into(), renamed(f, None, "payload", "Payload"), either));
+    for (what, f, accepted) in frames {
+        let mut conn = tryo!(c.bound());
+        conn.note(&format!("an invoke with {what}"));
+        conn.send(&f);
+        let t = token(&conn.recv_within(c.step()));
+        if !accepted.contains(&t) {
+            p.push(format!(
+                "the invoke with {what} was answered `{t}`: keys, kinds and operation names are case-sensitive, so it \
+                 must be {}",
+                if accepted.len() > 1 {
+                    "closed or refused invalid_request"
+                } else {
+                    "closed (it cannot be attributed)"
+                }
+            ));
+        }
+    }
+    if c.target.root.join(written).exists() {
+        p.push(format!("{written} was written by an invoke whose kind, ids or payload key were in another case"));
+    }
+    // Binds.
+    let b = c.bind_frame();
+    let mut of_kind = b.clone();
+    of_kind["kind"] = json!(capitalized(b["kind"].as_str().unwrap_or_default()));
+    let binds = vec![
+        ("kind keyed Kind".to_string(), renamed(b, None, "kind", "Kind")),
+        (format!("kind {}", of_kind["kind"]), of_kind),
+    ];
+    match binds_closed(c, binds, " and ", |bound| {
+        format!("the bind with {bound} was bound: kinds and keys are case-sensitive, so it is no bind and is closed")
+    }) {
+        Outcome::Observed { token: t, problems } => {
+            if t != "closed" {
+                p.extend(problems);
+            }
+        }
+        o => return o,
+    }
+    Outcome::with(if p.is_empty() { "refused" } else { "case-folded" }, p)
+}
+
 /// When the first `result` for `id` whose `operation` is `op` arrived.
 fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
     g.frames
@@ -4213,6 +4347,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
         ("adapter.invoke.partial-line-over-limit", judged!(invoke_partial_line_over_limit)),
         ("adapter.invoke.strict-lines", judged!(invoke_strict_lines)),
+        ("adapter.invoke.case-variants", judged!(invoke_case_variants)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
