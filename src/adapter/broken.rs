@@ -720,6 +720,15 @@ pub(crate) fn error_body(e: &AdapterError, faults: Faults) -> Value {
     body
 }
 
+/// [`Fault::ErrorMessageQuotesContent`]: `e` with the first 64 characters of the file it is
+/// about quoted in its message (as a "helpful" adapter shows where an edit failed).
+pub(crate) fn quoting_content(dir: &Path, path: &str, e: AdapterError) -> AdapterError {
+    let head: String = std::fs::read(dir.join(path))
+        .map(|b| String::from_utf8_lossy(&b).chars().take(64).collect())
+        .unwrap_or_default();
+    AdapterError::new(e.code, format!("{} (the file begins {head:?})", e.message))
+}
+
 /// [`Fault::ModifiedAtOffset`]: every `modifiedAt` of stat/list data ends in `+00:00`.
 pub(crate) fn modified_at_offset(mut data: Value) -> Value {
     let fix = |m: &mut Value| {

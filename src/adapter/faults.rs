@@ -248,6 +248,9 @@ faults! {
     /// fs.edit ignores expectedDigest.
     EditIgnoresDigest = "edit-ignores-digest", "PC-5.3.edit",
         "fs.edit ignores expectedDigest (no digest_mismatch guard)";
+    /// Edit failures quote the file's beginning in their message.
+    ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
+        "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";
     /// not_found is reported as io_error.
     WrongNotFoundCode = "wrong-not-found-code", "PC-5.3",
         "a missing file or parent is reported as io_error instead of not_found";

@@ -2440,6 +2440,64 @@ fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
 fn edit_ambiguous(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("foo", "x")])))
 }
+/// PC-5.3.errors: error messages are content-free. The runner lays a file whose every line
+/// holds a random marker (and, for not_utf8, a copy with a byte FF after the first line), then
+/// asks an fs.edit whose oldText occurs twice (`edit_ambiguous`), one whose oldText does not
+/// occur (`edit_not_found`) and an edit of the non-UTF-8 copy (`not_utf8`). No message may hold
+/// any 12 characters of the marker, which no request carries: only the file does. An answer
+/// other than the code provoked is that answer's token (the failure codes are PC-5.3.edit's
+/// own cases; a retryable refusal stores nothing: inconclusive). The files are removed at the
+/// end, so the oracle sees the tree it laid.
+fn edit_content_free_messages(c: &mut Ctx<'_>) -> Outcome {
+    let (text, bin) = ("content-free.txt", "content-free-bin.txt");
+    let out = edit_content_free_cells(c, text, bin);
+    let _ = std::fs::remove_file(c.target.root.join(text));
+    let _ = std::fs::remove_file(c.target.root.join(bin));
+    out
+}
+fn edit_content_free_cells(c: &mut Ctx<'_>, text: &str, bin: &str) -> Outcome {
+    let marker = uuid::Uuid::new_v4().simple().to_string();
+    let body = format!("{marker} one\nrepeated {marker}\n{marker} two\nrepeated {marker}\n{marker} end\n");
+    let mut bad = format!("{marker} one\n").into_bytes();
+    bad.extend_from_slice(b"\xff ");
+    bad.extend_from_slice(body.as_bytes());
+    let lay = |c: &Ctx<'_>, f: &str, b: &[u8]| std::fs::write(c.target.root.join(f), b);
+    if lay(c, text, body.as_bytes()).is_err() || lay(c, bin, &bad).is_err() {
+        return Outcome::Error("cannot lay the files of the case".into());
+    }
+    let code = |a: AdapterCode| format!("error:{}", a.as_str());
+    let cells = [
+        (req::edit(text, &[("repeated", "x")]), code(AdapterCode::EditAmbiguous)),
+        (req::edit(text, &[("zq-not-in-the-file", "x")]), code(AdapterCode::EditNotFound)),
+        (req::edit(bin, &[("one", "x")]), code(AdapterCode::NotUtf8)),
+    ];
+    let windows: Vec<&str> = (0..=marker.len() - 12).map(|i| &marker[i..i + 12]).collect();
+    let mut conn = tryo!(c.bound());
+    let mut p = Vec::new();
+    for (call, want) in cells {
+        let what = format!("{} of {}", call.op(), call.payload()["path"].as_str().unwrap_or("?"));
+        let r = c.call(&mut conn, call);
+        let t = token(&r);
+        let Some(v) = r.frame() else { return Outcome::with(t, vec![format!("no answer to the {what}")]) };
+        if t != want {
+            if v.error_code().and_then(AdapterCode::from_wire).is_some_and(|c| c.retryable()) {
+                return Outcome::Error(format!(
+                    "inconclusive: the {what} answered `{t}` (retryable), not the {want} it provokes, so no message \
+                     about the file was seen"
+                ));
+            }
+            return Outcome::with(t.clone(), vec![format!("the {what} answered `{t}`, not the {want} it provokes")]);
+        }
+        let msg = v.error_message().unwrap_or_default();
+        if windows.iter().any(|w| msg.contains(w)) {
+            p.push(format!(
+                "the {want} message of the {what} quotes the file (it holds part of a marker only the file \
+                 carries): messages are content-free, no file content"
+            ));
+        }
+    }
+    Outcome::with(if p.is_empty() { "content-free" } else { "content-in-message" }, p)
+}
 fn edit_overlapping(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("aa", "b")])))
 }
@@ -4446,6 +4504,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
+        ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
         ("adapter.edit.overlapping-occurrences", judged!(edit_overlapping)),
         ("adapter.edit.all-or-nothing", judged!(edit_all_or_nothing)),
         ("adapter.edit.not-utf8", judged!(edit_not_utf8)),
