@@ -365,6 +365,24 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     Some(LenientInvoke { request_id, key, op, payload })
 }
 
+/// An abort a faulty adapter answers under [`Fault::AbortIdsUnchecked`] although its ids break
+/// the frame-id pattern or length: its `(requestId, targetRequestId)` when the frame with both
+/// ids replaced by good ones passes every other rule. `None`: refuse as usual.
+pub(crate) fn lenient_abort(line: &[u8], binding: &Binding) -> Option<(String, String)> {
+    let v = decode_strict(line).ok()?;
+    let obj = v.as_object()?;
+    if obj.get("kind")?.as_str()? != "abort" {
+        return None;
+    }
+    let request_id = obj.get("requestId")?.as_str()?.to_string();
+    let target = obj.get("targetRequestId")?.as_str()?.to_string();
+    let mut check = obj.clone();
+    check.insert("requestId".into(), "fault-abort".into());
+    check.insert("targetRequestId".into(), "fault-target".into());
+    check_adapter_frame(&Value::Object(check), binding, Direction::ToAdapter).ok()?;
+    Some((request_id, target))
+}
+
 /// Whether some string value of `v` (not a key, not part of a longer value) is exactly `h`.
 fn holds_whole_value(v: &Value, h: &str) -> bool {
     match v {

@@ -301,6 +301,9 @@ faults! {
     /// An abort of a running read-only target is answered aborted:false after its result.
     AbortRunningIgnored = "abort-running-ignored", "PC-4.5",
         "an abort of a running read-only request is treated as past a commit point: its result, then aborted:false";
+    /// An abort whose ids break the frame-id pattern is answered.
+    AbortIdsUnchecked = "abort-ids-unchecked", "PC-4.2",
+        "an abort whose requestId or targetRequestId breaks the frame-id pattern or length is answered (aborted:false, unknown_request, the bad id echoed) instead of closing";
     /// An unknown abort target gets aborted:false without unknown_request.
     AbortUnknownNoError = "abort-unknown-no-error", "PC-4.5",
         "an abort of an unknown request is answered aborted:false without the unknown_request error";

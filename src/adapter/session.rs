@@ -446,6 +446,11 @@ impl Session {
                     if let Some(i) = broken::lenient_invoke(line, &self.binding, self.faults) {
                         return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
                     }
+                    if self.faults.has(Fault::AbortIdsUnchecked) {
+                        if let Some((id, target)) = broken::lenient_abort(line, &self.binding) {
+                            return self.handle_abort(now, id, target);
+                        }
+                    }
                     if self.faults.has(Fault::ExtraFrameKeyReplies) && e.error.field() != "line" {
                         let a = decode_strict(line).ok().and_then(|v| extra_keys_only(&v, &self.binding));
                         if let Some(a) = a.filter(|a| !self.inflight.contains_key(&a.request_id)) {

@@ -3427,6 +3427,42 @@ fn abort_unknown(c: &mut Ctx<'_>) -> Outcome {
         _ => Outcome::token(token(&r)),
     }
 }
+/// PC-4.2: the ids of an `abort` (its own `requestId`, the `targetRequestId`) match the frame-id
+/// pattern, at most 128 characters. An abort breaking it cannot be answered: its `aborted`
+/// would echo the bad id, itself an invalid frame. So it is closed (PC-4.5), one bound
+/// connection each: a target with a leading dash, a space, a non-ASCII letter, 129
+/// characters, empty; and an abort whose own requestId has a leading dash.
+fn abort_bad_ids(c: &mut Ctx<'_>) -> Outcome {
+    let long = "t".repeat(129);
+    let cells: [(&str, &str, &str); 6] = [
+        ("a targetRequestId with a leading dash", "abort-1", "-target"),
+        ("a targetRequestId holding a space", "abort-1", "tar get"),
+        ("a non-ASCII targetRequestId", "abort-1", "tärget"),
+        ("a targetRequestId of 129 characters", "abort-1", &long),
+        ("an empty targetRequestId", "abort-1", ""),
+        ("a requestId with a leading dash", "-abort", "target-1"),
+    ];
+    let mut p = Vec::new();
+    for (what, id, target) in cells {
+        let mut conn = tryo!(c.bound());
+        conn.note(&format!("an abort with {what}"));
+        let f = c.frame("abort", json!({"requestId": id, "targetRequestId": target}));
+        conn.send(&f);
+        let t = token(&conn.expect_close(c.step()));
+        if t != "closed" {
+            p.push(format!("the abort with {what} was answered `{t}` instead of a close"));
+        }
+    }
+    if p.is_empty() {
+        return Outcome::token("closed");
+    }
+    p.push(
+        "abort ids follow the frame-id pattern (PC-4.2); a frame breaking it cannot be attributed or answered (its \
+            aborted would echo the bad id), so the adapter closes the connection"
+            .into(),
+    );
+    Outcome::with("answered", p)
+}
 fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
     let (id, key) = c.ids();
@@ -4520,6 +4556,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
         ("adapter.limits.concurrency-held", judged!(limits_concurrency_held)),
         ("adapter.abort.unknown-target", judged!(abort_unknown)),
+        ("adapter.abort.bad-ids", judged!(abort_bad_ids)),
         ("adapter.abort.finished-target", judged!(abort_finished)),
         ("adapter.abort.in-flight", judged!(abort_in_flight)),
         ("adapter.abort.running-target", judged!(abort_running)),
