@@ -795,9 +795,26 @@ fn invoke_case_variants(c: &mut Ctx<'_>) -> Outcome {
     let written = "case-variant.txt";
     let mut frames: Vec<(String, Value, Vec<String>)> = Vec::new();
     let closed = vec!["closed".to_string()];
-    let mut f = c.invoke("case-1", "case-1", req::write(written, "x"));
-    f["kind"] = json!(capitalized(f["kind"].as_str().unwrap_or_default()));
-    frames.push((format!("kind {}", f["kind"]), f, closed.clone()));
+    // The kind, RequestId and Payload cells carry a granted operation, a write when it may be
+    // (one run anyway leaves a file): an ungranted one may be refused operation_not_granted
+    // before its payload is looked at.
+    let call = [
+        (ToolOperation::FsWrite, req::write(written, "x")),
+        (ToolOperation::FsStat, req::stat("hello.txt")),
+        (ToolOperation::FsRead, req::read("hello.txt")),
+    ]
+    .into_iter()
+    .find_map(|(op, call)| c.target.admitted.grants(op).then_some(call));
+    if let Some(call) = call {
+        let mut f = c.invoke("case-1", "case-1", call.clone());
+        f["kind"] = json!(capitalized(f["kind"].as_str().unwrap_or_default()));
+        frames.push((format!("kind {}", f["kind"]), f, closed.clone()));
+        let f = c.invoke("case-2", "case-2", call.clone());
+        frames.push(("requestId keyed RequestId".into(), renamed(f, None, "requestId", "RequestId"), closed.clone()));
+        let f = c.invoke("case-3", "case-3", call);
+        let either = vec!["closed".to_string(), invalid.clone()];
+        frames.push(("payload keyed Payload".into(), renamed(f, None, "payload", "Payload"), either));
+    }
     for (i, call) in [req::read("hello.txt"), req::stat("hello.txt")].into_iter().enumerate() {
         for (j, op) in operation_case_variants(call.op()).into_iter().enumerate() {
             let id = format!("case-op-{i}-{j}");
@@ -806,11 +823,6 @@ fn invoke_case_variants(c: &mut Ctx<'_>) -> Outcome {
             frames.push((format!("operation {op:?}"), f, closed.clone()));
         }
     }
-    let f = c.invoke("case-2", "case-2", req::write(written, "x"));
-    frames.push(("requestId keyed RequestId".into(), renamed(f, None, "requestId", "RequestId"), closed.clone()));
-    let f = c.invoke("case-3", "case-3", req::write(written, "x"));
-    let either = vec!["closed".to_string(), invalid.clone()];
-    frames.push(("payload keyed Payload".into(), renamed(f, None, "payload", "Payload"), either));
     for (what, f, accepted) in frames {
         let mut conn = tryo!(c.bound());
         conn.note(&format!("an invoke with {what}"));
@@ -2449,6 +2461,9 @@ fn edit_ambiguous(c: &mut Ctx<'_>) -> Outcome {
 /// own cases; a retryable refusal stores nothing: inconclusive). The files are removed at the
 /// end, so the oracle sees the tree it laid.
 fn edit_content_free_messages(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
     let (text, bin) = ("content-free.txt", "content-free-bin.txt");
     let out = edit_content_free_cells(c, text, bin);
     let _ = std::fs::remove_file(c.target.root.join(text));
@@ -2856,7 +2871,7 @@ fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
     if c.target.admitted.limits().max_queued_requests == 0 {
         return Outcome::Skip("the grant allows no queue (maxQueuedRequests 0): no request can wait".into());
     }
-    if !granted(c, "fs.stat") {
+    if !c.target.admitted.grants(ToolOperation::FsStat) {
         return Outcome::Skip("the descriptor does not grant fs.stat, the quick request that must wait".into());
     }
     provoke(c, "a request waiting while another holds the only slot", |c, i| {
