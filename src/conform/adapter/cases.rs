@@ -2922,6 +2922,14 @@ fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
             return Try::Done(Outcome::Error("an answer went missing".into()));
         };
         if tv.error_code() == Some(AdapterCode::Busy.as_str()) {
+            if c.target.admitted.limits().max_idempotency_keys.get() < 2 {
+                // With one key remembered, and that key in flight, busy may be the full key
+                // cache's refusal (PC-4.5 DECISION), not the queue's.
+                return Try::Done(Outcome::Error(format!(
+                    "inconclusive: {tid} was refused busy while {bid} was in flight, which maxIdempotencyKeys 1 \
+                     allows (the only key is in flight), so the queue was not tested"
+                )));
+            }
             return Try::Done(Outcome::with(
                 "busy-early",
                 vec![format!(
