@@ -128,6 +128,39 @@ fn lenient_limits(asked: Option<&Value>, ceilings: &Value) -> Value {
     Value::Object(out)
 }
 
+/// A frame line as an adapter matching keys and names ignoring letter case reads it under
+/// [`Fault::KeysCaseInsensitive`] (Go's `encoding/json` does so by default): every key of the
+/// frame and of its payload (nested objects too) with its first letter lower-cased, and the
+/// `kind` and `operation` values lower-cased. `None` when that changes nothing.
+pub(crate) fn fold_key_case(line: &[u8]) -> Option<Vec<u8>> {
+    fn lower_first(k: &str) -> String {
+        let mut cs = k.chars();
+        cs.next().map(|f| f.to_lowercase().chain(cs).collect()).unwrap_or_default()
+    }
+    fn fold_keys(v: Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (lower_first(&k), fold_keys(v))).collect()),
+            Value::Array(a) => Value::Array(a.into_iter().map(fold_keys).collect()),
+            v => v,
+        }
+    }
+    let Value::Object(frame) = decode_strict(line).ok()? else { return None };
+    let folded: serde_json::Map<String, Value> = frame
+        .clone()
+        .into_iter()
+        .map(|(k, v)| {
+            let k = lower_first(&k);
+            let v = match (k.as_str(), v) {
+                ("kind" | "operation", Value::String(s)) => Value::String(s.to_lowercase()),
+                ("payload", v) => fold_keys(v),
+                (_, v) => v,
+            };
+            (k, v)
+        })
+        .collect();
+    (folded != frame).then(|| serde_json::to_vec(&Value::Object(folded)).unwrap_or_default())
+}
+
 /// The byte spans of the whole JSON values a line starts with, as a stream decoder (Go's
 /// `json.Decoder`, Python's `raw_decode`) reads them under [`Fault::TrailingValuesRun`]:
 /// `None` unless the line holds something after its first value (another value, or bytes
@@ -330,6 +363,24 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
     }
     check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
     Some(LenientInvoke { request_id, key, op, payload })
+}
+
+/// An abort a faulty adapter answers under [`Fault::AbortIdsUnchecked`] although its ids break
+/// the frame-id pattern or length: its `(requestId, targetRequestId)` when the frame with both
+/// ids replaced by good ones passes every other rule. `None`: refuse as usual.
+pub(crate) fn lenient_abort(line: &[u8], binding: &Binding) -> Option<(String, String)> {
+    let v = decode_strict(line).ok()?;
+    let obj = v.as_object()?;
+    if obj.get("kind")?.as_str()? != "abort" {
+        return None;
+    }
+    let request_id = obj.get("requestId")?.as_str()?.to_string();
+    let target = obj.get("targetRequestId")?.as_str()?.to_string();
+    let mut check = obj.clone();
+    check.insert("requestId".into(), "fault-abort".into());
+    check.insert("targetRequestId".into(), "fault-target".into());
+    check_adapter_frame(&Value::Object(check), binding, Direction::ToAdapter).ok()?;
+    Some((request_id, target))
 }
 
 /// Whether some string value of `v` (not a key, not part of a longer value) is exactly `h`.
@@ -685,6 +736,15 @@ pub(crate) fn error_body(e: &AdapterError, faults: Faults) -> Value {
         body["retryable"] = true.into();
     }
     body
+}
+
+/// [`Fault::ErrorMessageQuotesContent`]: `e` with the first 64 characters of the file it is
+/// about quoted in its message (as a "helpful" adapter shows where an edit failed).
+pub(crate) fn quoting_content(dir: &Path, path: &str, e: AdapterError) -> AdapterError {
+    let head: String = std::fs::read(dir.join(path))
+        .map(|b| String::from_utf8_lossy(&b).chars().take(64).collect())
+        .unwrap_or_default();
+    AdapterError::new(e.code, format!("{} (the file begins {head:?})", e.message))
 }
 
 /// [`Fault::ModifiedAtOffset`]: every `modifiedAt` of stat/list data ends in `+00:00`.

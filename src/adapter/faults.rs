@@ -112,6 +112,9 @@ faults! {
     /// Unknown payload keys are stripped and the invoke processed.
     AcceptUnknownPayloadKeys = "accept-unknown-payload-keys", "PC-4.5",
         "extra payload keys are stripped and the invoke executed instead of invalid_request";
+    /// Keys, kinds and operation names are matched ignoring letter case.
+    KeysCaseInsensitive = "keys-case-insensitive", "PC-4.2",
+        "keys, kinds and operation names are matched ignoring letter case (as Go's encoding/json does): Path is read as path, Invoke as invoke, FS.read as fs.read, in a bind as in an invoke";
     /// Payload numbers and booleans given as strings are converted.
     CoercePayloadTypes = "coerce-payload-types", "PC-5.2",
         "payload integers/booleans given as strings are converted instead of invalid_request";
@@ -245,6 +248,9 @@ faults! {
     /// fs.edit ignores expectedDigest.
     EditIgnoresDigest = "edit-ignores-digest", "PC-5.3.edit",
         "fs.edit ignores expectedDigest (no digest_mismatch guard)";
+    /// Edit failures quote the file's beginning in their message.
+    ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
+        "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";
     /// not_found is reported as io_error.
     WrongNotFoundCode = "wrong-not-found-code", "PC-5.3",
         "a missing file or parent is reported as io_error instead of not_found";
@@ -279,6 +285,9 @@ faults! {
     /// The queue is treated as 0: busy as soon as every slot runs.
     BusyEarly = "busy-early", "PC-4.5",
         "maxQueuedRequests is treated as 0: busy as soon as maxConcurrentRequests run";
+    /// Every admitted request runs at once: nothing waits in the queue.
+    ConcurrencyUnbounded = "concurrency-unbounded", "PC-4.5",
+        "maxConcurrentRequests is not held: every admitted request (up to maxConcurrentRequests + maxQueuedRequests) starts at once instead of waiting in the queue (fs.search is slowed to 300 ms)";
     /// A busy refusal is stored as the key's outcome and replayed to its retry.
     BusyRemembered = "busy-remembered", "PC-4.5",
         "a write refused busy is remembered under its idempotency key: its retry is refused busy again";
@@ -292,6 +301,9 @@ faults! {
     /// An abort of a running read-only target is answered aborted:false after its result.
     AbortRunningIgnored = "abort-running-ignored", "PC-4.5",
         "an abort of a running read-only request is treated as past a commit point: its result, then aborted:false";
+    /// An abort whose ids break the frame-id pattern is answered.
+    AbortIdsUnchecked = "abort-ids-unchecked", "PC-4.2",
+        "an abort whose requestId or targetRequestId breaks the frame-id pattern or length is answered (aborted:false, unknown_request, the bad id echoed) instead of closing";
     /// An unknown abort target gets aborted:false without unknown_request.
     AbortUnknownNoError = "abort-unknown-no-error", "PC-4.5",
         "an abort of an unknown request is answered aborted:false without the unknown_request error";
@@ -463,6 +475,13 @@ impl fmt::Debug for Faults {
 /// How long `fs.write` waits before running under [`Fault::AbortSendsResult`], so that an
 /// abort sent right behind it always lands while it is in flight.
 pub const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long `fs.search` waits (cancellably) before running under
+/// [`Fault::ConcurrencyUnbounded`]: as long as a slower adapter's search of the runner's
+/// haystack takes, so that a request run beside it is answered well before it ends (this
+/// adapter searches the 32 MiB haystack in a few milliseconds, too close to the runner's
+/// 100 ms tolerance to tell a request run beside it from one started as it ended).
+pub const SLOW_SEARCH: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How long `fs.write` ignores cancellation under [`Fault::AbortResultLate`]: longer than
 /// half a step (what the runner once waited after `aborted:true`), shorter than a step.

@@ -146,6 +146,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         Err(e) if e.code == AdapterCode::NotFound && faults.has(Fault::WrongNotFoundCode) => {
             Err(AdapterError::new(AdapterCode::IoError, e.message))
         }
+        Err(e)
+            if matches!(e.code, AdapterCode::EditNotFound | AdapterCode::EditAmbiguous | AdapterCode::NotUtf8)
+                && op == ToolOperation::FsEdit
+                && faults.has(Fault::ErrorMessageQuotesContent) =>
+        {
+            Err(broken::quoting_content(dir, path, e))
+        }
         o => o,
     };
     let Ok(mut data) = out else { return out };

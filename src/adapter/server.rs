@@ -569,6 +569,9 @@ fn spawn_job(r: &Runner, job: super::job::Job, key: Option<String>, tx: &mpsc::U
     if r.faults.has(Fault::AbortSendsResult) && job.operation == ToolOperation::FsWrite {
         delay = delay.max(faults::SLOW_WRITE);
     }
+    if r.faults.has(Fault::ConcurrencyUnbounded) && job.operation == ToolOperation::FsSearch {
+        delay = delay.max(faults::SLOW_SEARCH);
+    }
     // Cheap, bounded operations (a stat; a read of at most 64 KiB) run on the connection's
     // task: a few syscalls that never block (files are opened O_NONBLOCK and FIFOs are never
     // opened), so a hand-off to the blocking pool would cost more than the work itself.

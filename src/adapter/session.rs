@@ -124,6 +124,8 @@ pub fn handle_bind_with(
         let digest = handle_digest(handle);
         grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))
     };
+    let folded = faults.has(Fault::KeysCaseInsensitive).then(|| broken::fold_key_case(line)).flatten();
+    let line = folded.as_deref().unwrap_or(line);
     let rewritten = broken::lenient_bind_line(line, faults, &grant_of);
     let line = rewritten.as_deref().unwrap_or(line);
     let req = parse_bind_request(line, MAX_BIND_LINE + 1).map_err(|_| BindRefusal::Malformed)?;
@@ -415,6 +417,12 @@ impl Session {
         if self.faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
             return self.close(CloseReason::ProtocolViolation(Code::AdapterProtocolInvalid.as_str()));
         }
+        if self.faults.has(Fault::KeysCaseInsensitive) {
+            if let Some(folded) = broken::fold_key_case(line) {
+                // Folding twice changes nothing, so this recurses once.
+                return self.handle_line(now, &folded);
+            }
+        }
         let truncated;
         let line = if self.faults.has(Fault::FractionTruncated) {
             truncated = broken::truncate_fractions(line);
@@ -437,6 +445,11 @@ impl Session {
                 if !self.faults.is_empty() {
                     if let Some(i) = broken::lenient_invoke(line, &self.binding, self.faults) {
                         return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
+                    }
+                    if self.faults.has(Fault::AbortIdsUnchecked) {
+                        if let Some((id, target)) = broken::lenient_abort(line, &self.binding) {
+                            return self.handle_abort(now, id, target);
+                        }
                     }
                     if self.faults.has(Fault::ExtraFrameKeyReplies) && e.error.field() != "line" {
                         let a = decode_strict(line).ok().and_then(|v| extra_keys_only(&v, &self.binding));
@@ -549,11 +562,14 @@ impl Session {
             q if self.faults.has(Fault::BusyOneLate) => q + 1,
             q => q,
         };
-        if !waiting
-            && !self.faults.has(Fault::NoBusy)
-            && self.running >= l.max_concurrent_requests.get() as usize
-            && self.queue.len() >= queue_cap
-        {
+        let concurrent = l.max_concurrent_requests.get() as usize;
+        let full = if self.faults.has(Fault::ConcurrencyUnbounded) {
+            // Nothing waits: every admitted request runs, so only their total is held.
+            self.running + self.queue.len() >= concurrent + queue_cap
+        } else {
+            self.running >= concurrent && self.queue.len() >= queue_cap
+        };
+        if !waiting && !self.faults.has(Fault::NoBusy) && full {
             self.counters.busy += 1;
             let e = AdapterError::new(AdapterCode::Busy, "concurrency and queue limits reached");
             if is_new && self.faults.has(Fault::BusyRemembered) {
@@ -580,7 +596,12 @@ impl Session {
     /// Start queued requests while slots are free.
     fn pump(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
-        while self.running < self.binding.limits().max_concurrent_requests.get() as usize {
+        let l = *self.binding.limits();
+        let slots = match l.max_concurrent_requests.get() as usize {
+            c if self.faults.has(Fault::ConcurrencyUnbounded) => c + l.max_queued_requests as usize,
+            c => c,
+        };
+        while self.running < slots {
             let Some(id) = self.queue.pop_front() else { break };
             let budget = self.data_budget(&id);
             let Some(f) = self.inflight.get_mut(&id) else { continue };

@@ -718,6 +718,152 @@ fn invoke_strict_lines(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with(format!("{close_token}+{}", if refused { "refused" } else { "executed" }), p)
 }
 
+/// `s` with its first character upper-cased: the same key or name in another letter case.
+fn capitalized(s: &str) -> String {
+    let mut cs = s.chars();
+    cs.next().map(|f| f.to_uppercase().chain(cs).collect()).unwrap_or_default()
+}
+
+/// The object `v` with its member `key` renamed `to` (nested: `key` inside every object of
+/// the array member `inside`).
+fn renamed(mut v: Value, inside: Option<&str>, key: &str, to: &str) -> Value {
+    let rename = |o: &mut Value| {
+        if let Some(m) = o.as_object_mut() {
+            if let Some(x) = m.remove(key) {
+                m.insert(to.into(), x);
+            }
+        }
+    };
+    match inside {
+        Some(arr) => v.get_mut(arr).and_then(Value::as_array_mut).into_iter().flatten().for_each(rename),
+        None => rename(&mut v),
+    }
+    v
+}
+
+/// An operation's wire name in other letter cases: its prefix upper-cased (`FS.read`), and
+/// each dotted part capitalized (`Fs.Read`).
+fn operation_case_variants(op: &str) -> [String; 2] {
+    let (prefix, rest) = op.split_once('.').unwrap_or((op, ""));
+    [format!("{}.{rest}", prefix.to_uppercase()), op.split('.').map(capitalized).collect::<Vec<_>>().join(".")]
+}
+
+/// PC-4.2, PC-5.2, PC-4.1, PC-4.5: keys, kinds and operation names are case-sensitive (JSON
+/// object keys and enum strings are exact). A payload key in another letter case is an
+/// unknown key (and leaves a required one missing): `invalid_request`, with nothing done —
+/// `Path`, `MaxEntries`, `MaxBytes`, `Query`, `Overwrite` (on an existing file: a write run
+/// anyway changes it), `Edits` and a nested `OldText`, each for a granted operation. A frame
+/// whose kind is `Invoke`, whose operation is `FS.read`/`Fs.Read`/`FS.stat`/`Fs.Stat` (outside
+/// the six) or whose `requestId` is `RequestId` cannot be attributed: closed. `Payload` for
+/// `payload` leaves an attributable invoke with an extra frame key and no payload: closed or
+/// `invalid_request`, both allowed. A bind keyed `Kind`, or of kind `Bind`, is no bind: closed
+/// without `bound`.
+fn invoke_case_variants(c: &mut Ctx<'_>) -> Outcome {
+    let mut p = Vec::new();
+    let kept = ["hello.txt", "edit.txt"];
+    let before: Vec<Vec<u8>> = kept.iter().map(|f| read_root(c, f)).collect();
+    let calls = [
+        (req::stat("hello.txt"), None, "path"),
+        (req::list(".").max_entries(1), None, "maxEntries"),
+        (req::read("hello.txt").max_bytes(1), None, "maxBytes"),
+        (req::search("hello.txt", "hello"), None, "query"),
+        (req::write("hello.txt", "changed by a key in another case\n").overwrite(false), None, "overwrite"),
+        (req::edit("edit.txt", &[("unique line", "changed line")]), None, "edits"),
+        (req::edit("edit.txt", &[("unique line", "changed line")]), Some("edits"), "oldText"),
+    ];
+    let cells: Vec<(String, Value)> = calls
+        .into_iter()
+        .map(|(call, inside, key)| (call.op().to_string(), renamed(call.payload(), inside, key, &capitalized(key))))
+        .collect();
+    let cells: Vec<(&str, Value)> = cells.iter().map(|(op, v)| (op.as_str(), v.clone())).collect();
+    let invalid = format!("error:{}", AdapterCode::InvalidRequest.as_str());
+    let wrong = tryo!(cells_not(c, &cells, &invalid));
+    if !wrong.is_empty() {
+        p.push(format!(
+            "{} payloads with a key in another letter case were not refused invalid_request (keys are \
+             case-sensitive: such a key is unknown, and a required one is then missing; PC-5.2): {}",
+            wrong.len(),
+            wrong.join("; ")
+        ));
+    }
+    for (f, was) in kept.iter().zip(&before) {
+        if read_root(c, f) != *was {
+            p.push(format!("{f} was changed by a payload whose keys were in another letter case"));
+        }
+    }
+    // Frames: each on a bound connection of its own.
+    let written = "case-variant.txt";
+    let mut frames: Vec<(String, Value, Vec<String>)> = Vec::new();
+    let closed = vec!["closed".to_string()];
+    // The kind, RequestId and Payload cells carry a granted operation, a write when it may be
+    // (one run anyway leaves a file): an ungranted one may be refused operation_not_granted
+    // before its payload is looked at.
+    let call = [
+        (ToolOperation::FsWrite, req::write(written, "x")),
+        (ToolOperation::FsStat, req::stat("hello.txt")),
+        (ToolOperation::FsRead, req::read("hello.txt")),
+    ]
+    .into_iter()
+    .find_map(|(op, call)| c.target.admitted.grants(op).then_some(call));
+    if let Some(call) = call {
+        let mut f = c.invoke("case-1", "case-1", call.clone());
+        f["kind"] = json!(capitalized(f["kind"].as_str().unwrap_or_default()));
+        frames.push((format!("kind {}", f["kind"]), f, closed.clone()));
+        let f = c.invoke("case-2", "case-2", call.clone());
+        frames.push(("requestId keyed RequestId".into(), renamed(f, None, "requestId", "RequestId"), closed.clone()));
+        let f = c.invoke("case-3", "case-3", call);
+        let either = vec!["closed".to_string(), invalid.clone()];
+        frames.push(("payload keyed Payload".into(), renamed(f, None, "payload", "Payload"), either));
+    }
+    for (i, call) in [req::read("hello.txt"), req::stat("hello.txt")].into_iter().enumerate() {
+        for (j, op) in operation_case_variants(call.op()).into_iter().enumerate() {
+            let id = format!("case-op-{i}-{j}");
+            let mut f = c.invoke(&id, &id, call.clone());
+            f["operation"] = json!(op);
+            frames.push((format!("operation {op:?}"), f, closed.clone()));
+        }
+    }
+    for (what, f, accepted) in frames {
+        let mut conn = tryo!(c.bound());
+        conn.note(&format!("an invoke with {what}"));
+        conn.send(&f);
+        let t = token(&conn.recv_within(c.step()));
+        if !accepted.contains(&t) {
+            p.push(format!(
+                "the invoke with {what} was answered `{t}`: keys, kinds and operation names are case-sensitive, so it \
+                 must be {}",
+                if accepted.len() > 1 {
+                    "closed or refused invalid_request"
+                } else {
+                    "closed (it cannot be attributed)"
+                }
+            ));
+        }
+    }
+    if c.target.root.join(written).exists() {
+        p.push(format!("{written} was written by an invoke whose kind, ids or payload key were in another case"));
+    }
+    // Binds.
+    let b = c.bind_frame();
+    let mut of_kind = b.clone();
+    of_kind["kind"] = json!(capitalized(b["kind"].as_str().unwrap_or_default()));
+    let binds = vec![
+        ("kind keyed Kind".to_string(), renamed(b, None, "kind", "Kind")),
+        (format!("kind {}", of_kind["kind"]), of_kind),
+    ];
+    match binds_closed(c, binds, " and ", |bound| {
+        format!("the bind with {bound} was bound: kinds and keys are case-sensitive, so it is no bind and is closed")
+    }) {
+        Outcome::Observed { token: t, problems } => {
+            if t != "closed" {
+                p.extend(problems);
+            }
+        }
+        o => return o,
+    }
+    Outcome::with(if p.is_empty() { "refused" } else { "case-folded" }, p)
+}
+
 /// When the first `result` for `id` whose `operation` is `op` arrived.
 fn result_at(g: &Gathered, id: &str, op: &str) -> Option<Duration> {
     g.frames
@@ -2306,6 +2452,67 @@ fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
 fn edit_ambiguous(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("foo", "x")])))
 }
+/// PC-5.3.errors: error messages are content-free. The runner lays a file whose every line
+/// holds a random marker (and, for not_utf8, a copy with a byte FF after the first line), then
+/// asks an fs.edit whose oldText occurs twice (`edit_ambiguous`), one whose oldText does not
+/// occur (`edit_not_found`) and an edit of the non-UTF-8 copy (`not_utf8`). No message may hold
+/// any 12 characters of the marker, which no request carries: only the file does. An answer
+/// other than the code provoked is that answer's token (the failure codes are PC-5.3.edit's
+/// own cases; a retryable refusal stores nothing: inconclusive). The files are removed at the
+/// end, so the oracle sees the tree it laid.
+fn edit_content_free_messages(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let (text, bin) = ("content-free.txt", "content-free-bin.txt");
+    let out = edit_content_free_cells(c, text, bin);
+    let _ = std::fs::remove_file(c.target.root.join(text));
+    let _ = std::fs::remove_file(c.target.root.join(bin));
+    out
+}
+fn edit_content_free_cells(c: &mut Ctx<'_>, text: &str, bin: &str) -> Outcome {
+    let marker = uuid::Uuid::new_v4().simple().to_string();
+    let body = format!("{marker} one\nrepeated {marker}\n{marker} two\nrepeated {marker}\n{marker} end\n");
+    let mut bad = format!("{marker} one\n").into_bytes();
+    bad.extend_from_slice(b"\xff ");
+    bad.extend_from_slice(body.as_bytes());
+    let lay = |c: &Ctx<'_>, f: &str, b: &[u8]| std::fs::write(c.target.root.join(f), b);
+    if lay(c, text, body.as_bytes()).is_err() || lay(c, bin, &bad).is_err() {
+        return Outcome::Error("cannot lay the files of the case".into());
+    }
+    let code = |a: AdapterCode| format!("error:{}", a.as_str());
+    let cells = [
+        (req::edit(text, &[("repeated", "x")]), code(AdapterCode::EditAmbiguous)),
+        (req::edit(text, &[("zq-not-in-the-file", "x")]), code(AdapterCode::EditNotFound)),
+        (req::edit(bin, &[("one", "x")]), code(AdapterCode::NotUtf8)),
+    ];
+    let windows: Vec<&str> = (0..=marker.len() - 12).map(|i| &marker[i..i + 12]).collect();
+    let mut conn = tryo!(c.bound());
+    let mut p = Vec::new();
+    for (call, want) in cells {
+        let what = format!("{} of {}", call.op(), call.payload()["path"].as_str().unwrap_or("?"));
+        let r = c.call(&mut conn, call);
+        let t = token(&r);
+        let Some(v) = r.frame() else { return Outcome::with(t, vec![format!("no answer to the {what}")]) };
+        if t != want {
+            if v.error_code().and_then(AdapterCode::from_wire).is_some_and(|c| c.retryable()) {
+                return Outcome::Error(format!(
+                    "inconclusive: the {what} answered `{t}` (retryable), not the {want} it provokes, so no message \
+                     about the file was seen"
+                ));
+            }
+            return Outcome::with(t.clone(), vec![format!("the {what} answered `{t}`, not the {want} it provokes")]);
+        }
+        let msg = v.error_message().unwrap_or_default();
+        if windows.iter().any(|w| msg.contains(w)) {
+            p.push(format!(
+                "the {want} message of the {what} quotes the file (it holds part of a marker only the file \
+                 carries): messages are content-free, no file content"
+            ));
+        }
+    }
+    Outcome::with(if p.is_empty() { "content-free" } else { "content-in-message" }, p)
+}
 fn edit_overlapping(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("aa", "b")])))
 }
@@ -2643,6 +2850,133 @@ fn limits_never_busy_under_limit(c: &mut Ctx<'_>) -> Outcome {
     } else {
         Outcome::token(tokens.into_iter().find(|t| t != "result:ok").unwrap_or_default())
     }
+}
+
+/// How much earlier than the running request's result a request sent behind it may be
+/// answered before [`limits_concurrency_held`] calls it run beside it: a correct adapter
+/// frees the slot when its work ends and may still be writing that result when the next
+/// one, started in the slot, answers.
+const OVERTAKE_TOLERANCE: Duration = Duration::from_millis(100);
+
+/// PC-4.5: at most maxConcurrentRequests execute; the next admitted request waits. Bound with
+/// one slot and one queue place, the runner sends a slow search B with an abort probe behind
+/// it, and once the probe is answered and B is not (B was admitted alone, the slot free: it
+/// holds the slot), an fs.stat T with a second probe. The state is confirmed when the second
+/// probe is answered before B's result (T was read while B held the slot); T's result must
+/// then follow B's. T answered 100 ms or more before B's result ran beside it (a failure,
+/// whatever the probes show: its answer proves it was read); `busy` for T is busy-early (the
+/// queue place was free). T answered less than 100 ms before B's result, or the state never
+/// confirmed: inconclusive, with a larger haystack next.
+fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_queued_requests == 0 {
+        return Outcome::Skip("the grant allows no queue (maxQueuedRequests 0): no request can wait".into());
+    }
+    if !c.target.admitted.grants(ToolOperation::FsStat) {
+        return Outcome::Skip("the descriptor does not grant fs.stat, the quick request that must wait".into());
+    }
+    provoke(c, "a request waiting while another holds the only slot", |c, i| {
+        let mut b = c.bind_frame();
+        b["limits"]["maxConcurrentRequests"] = json!(1);
+        b["limits"]["maxQueuedRequests"] = json!(1);
+        let mut conn = match c.bind_with(&b) {
+            Ok(x) => x,
+            Err(o) => return Try::Done(o),
+        };
+        let (bid, bkey) = c.ids();
+        let (tid, tkey) = c.ids();
+        let (p1, p2) = (format!("probe-{}-a", i + 1), format!("probe-{}-b", i + 1));
+        conn.note(&format!(
+            "bound with one slot and one queue place: the search {bid} takes the slot, abort {p1} is the probe"
+        ));
+        let t0 = Instant::now();
+        conn.send_all(&[c.invoke(&bid, &bkey, blocker()), c.abort(&p1, "never-sent-probe")]);
+        let mut g = gather(&mut conn, t0, c.step() * 20, |g| g.get(&p1).is_some() || g.get(&bid).is_some());
+        if let Some(b_at) = g.at(&bid) {
+            if b_at >= SERIAL_AFTER && g.get(&p1).is_none() {
+                return Try::Done(Outcome::Error(format!(
+                    "inconclusive: the search ran {} ms and the probe sent with it was answered only after it, so \
+                     no request could be sent while it ran ({READ_AS_THEY_ARRIVE}; adapter.limits.busy-beyond-queue \
+                     judges that)",
+                    ms(b_at)
+                )));
+            }
+            return Try::NotReached(format!(
+                "the search finished after {} ms, before the probe sent with it was answered",
+                ms(b_at)
+            ));
+        }
+        if g.get(&p1).is_none() {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to the abort probe {p1}")]));
+        }
+        conn.note(&format!(
+            "{p1} answered while {bid} runs: {tid} (an fs.stat) must wait for the slot; abort {p2} is the probe"
+        ));
+        let t1 = t0.elapsed();
+        conn.send_all(&[c.invoke(&tid, &tkey, req::stat("hello.txt")), c.abort(&p2, "never-sent-probe")]);
+        let all = [bid.clone(), tid.clone(), p2.clone()];
+        keep_reading(&mut conn, t0, c.step() * 20, &mut g, |g| all.iter().all(|id| g.get(id).is_some()));
+        if let Some(id) = all.iter().find(|id| g.get(id).is_none()) {
+            return Try::Done(Outcome::with(g.end_token(), vec![format!("no answer to {id}")]));
+        }
+        let (Some((b_at, bv)), Some((t_at, tv)), Some(p_at)) = (g.get(&bid), g.get(&tid), g.at(&p2)) else {
+            return Try::Done(Outcome::Error("an answer went missing".into()));
+        };
+        if tv.error_code() == Some(AdapterCode::Busy.as_str()) {
+            if c.target.admitted.limits().max_idempotency_keys.get() < 2 {
+                // With one key remembered, and that key in flight, busy may be the full key
+                // cache's refusal (PC-4.5 DECISION), not the queue's.
+                return Try::Done(Outcome::Error(format!(
+                    "inconclusive: {tid} was refused busy while {bid} was in flight, which maxIdempotencyKeys 1 \
+                     allows (the only key is in flight), so the queue was not tested"
+                )));
+            }
+            return Try::Done(Outcome::with(
+                "busy-early",
+                vec![format!(
+                    "{tid} was refused busy while only {bid} was in flight: with maxQueuedRequests 1 it must wait \
+                     for the slot"
+                )],
+            ));
+        }
+        if bv.ok() != Some(true) {
+            return Try::Done(Outcome::with(
+                format!("blocker-{}", bv.error_code().unwrap_or("?")),
+                vec![format!("the search {bid} of the haystack failed")],
+            ));
+        }
+        if tv.ok() != Some(true) {
+            return Try::Done(Outcome::token(format!("error:{}", tv.error_code().unwrap_or("?"))));
+        }
+        if t_at + OVERTAKE_TOLERANCE <= b_at {
+            return Try::Done(Outcome::with(
+                "ran-beside",
+                vec![format!(
+                    "{tid} was answered at {} ms, {} ms before the result of {bid} (at {} ms), which held the only \
+                     slot (bound with maxConcurrentRequests 1): sent at {} ms, after {bid} was admitted alone with \
+                     the slot free and the probe behind it answered, it must wait in the queue until {bid} ends; at \
+                     most maxConcurrentRequests requests execute",
+                    ms(t_at),
+                    ms(b_at - t_at),
+                    ms(b_at),
+                    ms(t1)
+                )],
+            ));
+        }
+        if t_at < b_at {
+            return Try::NotReached(format!(
+                "{tid} was answered {} ms before the search's result: too close to tell a request run beside it \
+                 from one started as the search ended",
+                ms(b_at - t_at)
+            ));
+        }
+        if p_at >= b_at {
+            return Try::NotReached(format!(
+                "the search finished after {} ms, before the probe sent behind {tid} was answered",
+                ms(b_at)
+            ));
+        }
+        Try::Done(Outcome::token("held"))
+    })
 }
 
 // ---------------------------------------------------------------- limits met exactly
@@ -3115,6 +3449,42 @@ fn abort_unknown(c: &mut Ctx<'_>) -> Outcome {
         }
         _ => Outcome::token(token(&r)),
     }
+}
+/// PC-4.2: the ids of an `abort` (its own `requestId`, the `targetRequestId`) match the frame-id
+/// pattern, at most 128 characters. An abort breaking it cannot be answered: its `aborted`
+/// would echo the bad id, itself an invalid frame. So it is closed (PC-4.5), one bound
+/// connection each: a target with a leading dash, a space, a non-ASCII letter, 129
+/// characters, empty; and an abort whose own requestId has a leading dash.
+fn abort_bad_ids(c: &mut Ctx<'_>) -> Outcome {
+    let long = "t".repeat(129);
+    let cells: [(&str, &str, &str); 6] = [
+        ("a targetRequestId with a leading dash", "abort-1", "-target"),
+        ("a targetRequestId holding a space", "abort-1", "tar get"),
+        ("a non-ASCII targetRequestId", "abort-1", "tärget"),
+        ("a targetRequestId of 129 characters", "abort-1", &long),
+        ("an empty targetRequestId", "abort-1", ""),
+        ("a requestId with a leading dash", "-abort", "target-1"),
+    ];
+    let mut p = Vec::new();
+    for (what, id, target) in cells {
+        let mut conn = tryo!(c.bound());
+        conn.note(&format!("an abort with {what}"));
+        let f = c.frame("abort", json!({"requestId": id, "targetRequestId": target}));
+        conn.send(&f);
+        let t = token(&conn.expect_close(c.step()));
+        if t != "closed" {
+            p.push(format!("the abort with {what} was answered `{t}` instead of a close"));
+        }
+    }
+    if p.is_empty() {
+        return Outcome::token("closed");
+    }
+    p.push(
+        "abort ids follow the frame-id pattern (PC-4.2); a frame breaking it cannot be attributed or answered (its \
+            aborted would echo the bad id), so the adapter closes the connection"
+            .into(),
+    );
+    Outcome::with("answered", p)
 }
 fn abort_finished(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
@@ -4094,6 +4464,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.oversize-line", judged!(invoke_oversize_line)),
         ("adapter.invoke.partial-line-over-limit", judged!(invoke_partial_line_over_limit)),
         ("adapter.invoke.strict-lines", judged!(invoke_strict_lines)),
+        ("adapter.invoke.case-variants", judged!(invoke_case_variants)),
         ("adapter.invoke.request-id-in-flight", judged!(invoke_request_id_in_flight)),
         ("adapter.invoke.escaped-spelling", judged!(invoke_escaped_spelling)),
         ("adapter.invoke.escaped-duplicate-key", judged!(invoke_escaped_duplicate_key)),
@@ -4192,6 +4563,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
+        ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
         ("adapter.edit.overlapping-occurrences", judged!(edit_overlapping)),
         ("adapter.edit.all-or-nothing", judged!(edit_all_or_nothing)),
         ("adapter.edit.not-utf8", judged!(edit_not_utf8)),
@@ -4205,7 +4577,9 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
+        ("adapter.limits.concurrency-held", judged!(limits_concurrency_held)),
         ("adapter.abort.unknown-target", judged!(abort_unknown)),
+        ("adapter.abort.bad-ids", judged!(abort_bad_ids)),
         ("adapter.abort.finished-target", judged!(abort_finished)),
         ("adapter.abort.in-flight", judged!(abort_in_flight)),
         ("adapter.abort.running-target", judged!(abort_running)),
