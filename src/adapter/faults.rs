@@ -85,6 +85,9 @@ faults! {
     /// A first line that is not strict JSON is skipped.
     SkipGarbageBeforeBind = "skip-garbage-before-bind", "PC-4.5",
         "a first line that is not one strict JSON object is skipped instead of closing the connection";
+    /// A bind of a grant with a live connection is bound beside it.
+    EarlierConnectionKept = "earlier-connection-kept", "PC-1.2",
+        "a bind of a grant that has a live connection is bound beside it: the earlier connection is neither revoked nor closed, so two connections of one generation work at once";
     /// A second bind is answered with another `bound`.
     AcceptSecondBind = "accept-second-bind", "PC-4.5",
         "a second bind on a bound connection is answered with bound instead of closing";

@@ -854,7 +854,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
                     break 'conn;
                 }
                 r = &mut replaced_rx, if !replace_gone => {
-                    if r.is_ok() {
+                    if r.is_ok() && !faults.has(Fault::EarlierConnectionKept) {
                         revoke(&mut session, &mut wr).await;
                         info!(conn = id, reason = "replaced", "closed");
                         break 'conn;

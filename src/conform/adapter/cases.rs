@@ -407,6 +407,69 @@ fn bind_after_refused_bind(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("closed", p)
 }
 
+/// PC-1.2 [both]: one connection per session generation, carrying one bound capability. A
+/// second `bind` of the same grant and generation arrives while a first connection is bound
+/// and has answered an invoke: the adapter refuses it (closed without `bound`), or binds it
+/// and ends the first (`revoked` and a close, or a close, within a step; the reference's
+/// DECISION, PC-4.5). Both conform. It fails only when both connections keep working: the
+/// second bound, and the first still open a step later and answering an invoke. A second
+/// connection that was bound must work.
+fn bind_one_connection_per_generation(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.stat") {
+        return Outcome::Skip("the descriptor does not grant fs.stat, the invoke that shows a connection works".into());
+    }
+    let mut first = tryo!(c.bound());
+    let r = c.call(&mut first, req::stat("hello.txt"));
+    if data(&r).is_none() {
+        return Outcome::token(format!("before-{}", token(&r)));
+    }
+    let mut second = tryo!(c.connect());
+    second.note("a second bind of the same grant and generation, while the first connection is bound");
+    let b = c.bind_frame();
+    second.send(&b);
+    let r = second.recv();
+    match &r {
+        Recv::Closed => return Outcome::token("second-refused"),
+        Recv::Frame(v, _) if v.kind() == Some("bound") => {}
+        other => {
+            return Outcome::with(
+                token(other),
+                vec![format!("the second bind was answered `{}`: neither bound nor refused by a close", token(other))],
+            )
+        }
+    }
+    first.note("the second connection was bound: this one must be revoked or closed");
+    let mut ended = false;
+    // `revoked`, then the close (a few frames at most: nothing else was in flight).
+    for _ in 0..8 {
+        match first.recv() {
+            Recv::Closed => {
+                ended = true;
+                break;
+            }
+            Recv::Timeout => break,
+            _ => continue,
+        }
+    }
+    let mut p = Vec::new();
+    if !ended {
+        let r = c.call(&mut first, req::stat("hello.txt"));
+        if data(&r).is_some() {
+            p.push(
+                "a second bind of the same generation was bound while the first connection stayed open and kept \
+                 answering (an fs.stat a step later): one connection per session generation carries the bound \
+                 capability, so the adapter refuses the second bind or ends the first"
+                    .into(),
+            );
+        }
+    }
+    let r = c.call(&mut second, req::stat("hello.txt"));
+    if data(&r).is_none() {
+        p.push(format!("the second connection was bound, yet its fs.stat answered {}", token(&r)));
+    }
+    Outcome::with(if p.is_empty() { "first-ended" } else { "both-working" }, p)
+}
+
 // ---------------------------------------------------------------- invoke hygiene
 
 fn closes_after(c: &mut Ctx<'_>, f: Value) -> Outcome {
@@ -4448,6 +4511,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.each-identity-field-wrong", judged!(bind_each_identity_field_wrong)),
         ("adapter.bind.each-limit-above-grant", judged!(bind_each_limit_above_grant)),
         ("adapter.bind.after-refused-bind", judged!(bind_after_refused_bind)),
+        ("adapter.bind.one-connection-per-generation", judged!(bind_one_connection_per_generation)),
         ("adapter.bind.wrong-protocol-version", judged!(bind_wrong_protocol_version)),
         ("adapter.bind.wrong-adapter-version", judged!(bind_wrong_adapter_version)),
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
