@@ -40,6 +40,8 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stop = d.join("stop.sh");
+    std::fs::write(&stop, pi_conform::conform::killmatrix::stop_script(&d.join("pid"))).unwrap();
     assert!(Command::new("sh").arg(&script).status().unwrap().success());
     let t = Instant::now();
     while std::os::unix::net::UnixStream::connect(d.join("d.sock")).is_err() {
@@ -54,6 +56,8 @@ fn the_reference_daemon_passes_every_case_including_restart() {
         d.join("cwd").to_str().unwrap(),
         "--restart-cmd",
         script.to_str().unwrap(),
+        "--stop-cmd",
+        &format!("sh {}", stop.display()),
         "--scan-path",
         d.join("state").to_str().unwrap(),
         "--scan-path",
@@ -68,7 +72,7 @@ fn the_reference_daemon_passes_every_case_including_restart() {
     let v: Value = serde_json::from_str(&out).unwrap();
     let results = v["results"].as_array().unwrap();
     assert!(results.iter().filter(|r| !r["id"].as_str().unwrap().starts_with("vector:")).count() >= 50);
-    // With --restart-cmd and --scan-path no case is skipped; only vectors that cannot apply on
+    // With --restart-cmd, --stop-cmd and --scan-path no case is skipped; only vectors that cannot apply on
     // a live socket are, each with its reason.
     for r in results.iter().filter(|r| r["status"] == "skip") {
         assert!(r["id"].as_str().unwrap().starts_with("vector:"), "{r}");

@@ -298,6 +298,9 @@ fn daemon_suite_against_real_pi_daemon() {
         .args(["--model", "fakellm/fake-model"])
         .arg("--restart-cmd")
         .arg(script("restart"))
+        // A graceful stop (SIGTERM): daemon.shutdown.revokes-bindings.
+        .arg("--stop-cmd")
+        .arg(script("stop-daemon"))
         // Where the rig keeps Pi Daemon's state and its log (daemon.secrets.at-rest).
         .arg("--scan-path")
         .arg(rig.dir.join("state"))

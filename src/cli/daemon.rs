@@ -25,6 +25,11 @@ pub struct Args {
     /// Shell command that restarts the daemon (enables the restart cases).
     #[arg(long, value_name = "CMD")]
     restart_cmd: Option<String>,
+    /// Shell command that stops the daemon gracefully (SIGTERM) and returns once it has
+    /// exited; with --restart-cmd it enables daemon.shutdown.revokes-bindings (host shutdown
+    /// revokes every binding), after which the daemon is restarted.
+    #[arg(long, value_name = "CMD")]
+    stop_cmd: Option<String>,
     /// `payload.model` for opens, as PROVIDER/ID (e.g. openai/pi-conform-fake).
     #[arg(long, value_name = "PROVIDER/ID")]
     model: Option<String>,
@@ -39,7 +44,7 @@ pub struct Args {
 
 /// `daemon`: the daemon suite against a running daemon.
 pub fn run(args: Args) -> anyhow::Result<u8> {
-    let Args { socket, cwd, wake_template, restart_cmd, model, scan_paths, run } = args;
+    let Args { socket, cwd, wake_template, restart_cmd, stop_cmd, model, scan_paths, run } = args;
     use pi_conform::conform::run as engine;
     let filter = runner_filter(&run)?;
     let vectors = pi_conform::vectors::default_dir();
@@ -88,6 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         cwd,
         wake_template,
         restart_cmd,
+        stop_cmd,
         model,
         step: std::time::Duration::from_secs_f64((2.0 * run.time_scale).max(0.05)),
         vectors,

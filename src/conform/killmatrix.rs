@@ -433,6 +433,8 @@ pub struct FaultyDaemon {
     pub socket: PathBuf,
     /// The restart script (`sh <script>` restarts the daemon).
     pub script: PathBuf,
+    /// The stop script (`sh <stop>`: SIGTERM, then wait until the daemon has exited).
+    pub stop: PathBuf,
 }
 
 impl FaultyDaemon {
@@ -458,7 +460,10 @@ impl FaultyDaemon {
         )
         .map_err(|e| e.to_string())?;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
-        let daemon = FaultyDaemon { dir, socket, script };
+        let stop = d.join("stop.sh");
+        std::fs::write(&stop, stop_script(&d.join("pid"))).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+        let daemon = FaultyDaemon { dir, socket, script, stop };
         let st = Process::new("sh").arg(&daemon.script).status().map_err(|e| e.to_string())?;
         if !st.success() {
             return Err("the start script failed".into());
@@ -481,6 +486,7 @@ impl FaultyDaemon {
             cwd: self.dir.path().join("cwd"),
             wake_template: "TOOL {tool} {args}".into(),
             restart_cmd: Some(format!("sh '{}'", self.script.display().to_string().replace('\'', "'\\''"))),
+            stop_cmd: Some(format!("sh '{}'", self.stop.display().to_string().replace('\'', "'\\''"))),
             model: None,
             step: Duration::from_secs_f64((2.0 * time_scale).max(0.05)),
             vectors: crate::vectors::default_dir(),
@@ -489,6 +495,15 @@ impl FaultyDaemon {
             scan_paths: vec![self.dir.path().join("state"), self.dir.path().join("log")],
         }
     }
+}
+
+/// A graceful stop of the daemon whose pid file is `pid`: SIGTERM, then wait (at most 30 s)
+/// until the process is gone.
+pub fn stop_script(pid: &Path) -> String {
+    let q = format!("'{}'", pid.display().to_string().replace('\'', "'\\''"));
+    format!(
+        "#!/bin/sh\np=$(cat {q} 2>/dev/null) || exit 0\nkill -TERM \"$p\" 2>/dev/null || exit 0\ni=0\nwhile kill -0 \"$p\" 2>/dev/null && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.05; done\n! kill -0 \"$p\" 2>/dev/null\n"
+    )
 }
 
 impl Drop for FaultyDaemon {

@@ -344,6 +344,9 @@ faults! {
     WakeConflictIgnored = "wake-conflict-ignored", "PC-2.5",
         "a wake under a settled key with another payload runs as a new wake instead of idempotency_conflict";
     // ---- restart
+    /// Shutdown ends the adapter connections without a revoke.
+    ShutdownWithoutRevoke = "shutdown-without-revoke", "PC-3.4",
+        "a graceful host shutdown (SIGTERM) ends the process without sending revoke on the adapter connections";
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";

@@ -785,7 +785,11 @@ impl Host {
     pub async fn shutdown(&self) {
         let links = {
             let mut core = self.core();
-            let links = core.take_links();
+            let mut links = core.take_links();
+            if self.faults.has(DaemonFault::ShutdownWithoutRevoke) {
+                // Never dropped, so never revoked: the connections end with the process.
+                std::mem::forget(std::mem::take(&mut links));
+            }
             self.publish_handles(&core);
             links
         };

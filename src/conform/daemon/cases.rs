@@ -4715,6 +4715,59 @@ fn drain_case(c: &mut DCtx<'_>, body: fn(&mut DCtx<'_>) -> Outcome) -> Outcome {
     }
 }
 
+// ---------------------------------------------------------------- shutdown
+
+/// How long a stopped daemon may take to end its adapter connections (Pi Daemon 0.3.3 gives
+/// its shutdown 30 s after SIGTERM).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(35);
+
+/// SPEC §3.4 (MUST [daemon]): host shutdown sends `revoke`. A host-adapter session is open and
+/// bound; the `--stop-cmd` stops the daemon gracefully (and returns once it has exited): the
+/// adapter connection must get a `revoke` before it ends. Needs `--stop-cmd` and
+/// `--restart-cmd` (the daemon is restarted once the case is judged, as after a drain).
+fn shutdown_revokes_bindings(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.stop_cmd.is_none() {
+        return Outcome::Skip("no --stop-cmd given (a graceful stop of the daemon)".into());
+    }
+    drain_case(c, |c| {
+        let (_, idx) = tryo!(open_bound(c, 1));
+        tryo!(c.stop());
+        if super::read_host(&c.target.socket, c.target.step).is_ok() {
+            return Outcome::Error("inconclusive: the daemon still answers after the stop command returned".into());
+        }
+        // A revoke, or the connection's end, whichever comes first.
+        let t = Instant::now();
+        let ended = loop {
+            if !link_frames(c, idx, "revoke").is_empty() {
+                break false;
+            }
+            if ended_within(c, idx, Duration::ZERO) || t.elapsed() >= SHUTDOWN_WAIT {
+                break ended_within(c, idx, Duration::ZERO);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let revoked = !link_frames(c, idx, "revoke").is_empty();
+        match (revoked, ended) {
+            (true, _) => Outcome::token("revoked"),
+            (false, true) => Outcome::with(
+                "ended-without-revoke",
+                vec![
+                    "the daemon stopped and its adapter connection ended without a revoke: host shutdown must revoke \
+                      every binding"
+                        .into(),
+                ],
+            ),
+            (false, false) => Outcome::with(
+                "left-open",
+                vec![format!(
+                    "the daemon stopped, yet its adapter connection neither got a revoke nor ended within {} s",
+                    SHUTDOWN_WAIT.as_secs()
+                )],
+            ),
+        }
+    })
+}
+
 /// Send a `drain` (with `timeoutMs` when given) on a fresh connection; its answer and how long
 /// it took from the send.
 fn drain(c: &mut DCtx<'_>, timeout_ms: Option<u64>) -> Result<(Recv, Duration), Outcome> {
@@ -5383,6 +5436,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
         ("daemon.drain.waits-for-running-turns", drain_waits_for_turns),
+        ("daemon.shutdown.revokes-bindings", shutdown_revokes_bindings),
         ("daemon.secrets.at-rest", secrets_at_rest),
     ]
 }

@@ -79,6 +79,9 @@ pub struct DaemonTarget {
     pub wake_template: String,
     /// Shell command that restarts the daemon (restart cases skip without it).
     pub restart_cmd: Option<String>,
+    /// Shell command that stops the daemon gracefully (SIGTERM) and returns once it has
+    /// exited; with `restart_cmd`, `daemon.shutdown.revokes-bindings` runs (skipped without).
+    pub stop_cmd: Option<String>,
     /// `payload.model` for opens (`{provider, id}`), for daemons that need one.
     pub model: Option<Value>,
     /// One step's budget.
@@ -311,32 +314,7 @@ impl<'a> DCtx<'a> {
         let Some(cmd) = self.target.restart_cmd.clone() else {
             return Err(Outcome::Skip("no --restart-cmd given".into()));
         };
-        // Its output goes to stderr, never into a report on stdout; it gets a deadline.
-        let child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::from(std::io::stderr()))
-            .spawn();
-        let mut child = child.map_err(|e| Outcome::Error(format!("the restart command could not start: {e}")))?;
-        let deadline = RESTART_CMD_BUDGET.max(self.target.step * 20);
-        let started = std::time::Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) if st.success() => break,
-                Ok(Some(st)) => return Err(Outcome::Error(format!("the restart command failed ({st})"))),
-                Ok(None) if started.elapsed() > deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(Outcome::Error(format!(
-                        "the restart command did not finish within {} s",
-                        deadline.as_secs()
-                    )));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(Outcome::Error(format!("cannot wait for the restart command: {e}"))),
-            }
-        }
+        self.run_cmd(&cmd, "restart")?;
         let t = std::time::Instant::now();
         loop {
             if let Ok(h) = read_host(&self.target.socket, self.target.step) {
@@ -347,6 +325,44 @@ impl<'a> DCtx<'a> {
                 return Err(Outcome::Error("the daemon did not come back after the restart".into()));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Run the `--stop-cmd` (a graceful stop; it returns once the daemon has exited).
+    pub fn stop(&mut self) -> Result<(), Outcome> {
+        let Some(cmd) = self.target.stop_cmd.clone() else {
+            return Err(Outcome::Skip("no --stop-cmd given".into()));
+        };
+        self.run_cmd(&cmd, "stop")
+    }
+
+    /// Run the shell command `cmd` (the `what` command) to its end, within a deadline; its
+    /// output goes to stderr, never into a report on stdout.
+    fn run_cmd(&self, cmd: &str, what: &str) -> Result<(), Outcome> {
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(std::io::stderr()))
+            .spawn();
+        let mut child = child.map_err(|e| Outcome::Error(format!("the {what} command could not start: {e}")))?;
+        let deadline = RESTART_CMD_BUDGET.max(self.target.step * 20);
+        let started = std::time::Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => return Err(Outcome::Error(format!("the {what} command failed ({st})"))),
+                Ok(None) if started.elapsed() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Outcome::Error(format!(
+                        "the {what} command did not finish within {} s",
+                        deadline.as_secs()
+                    )));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(Outcome::Error(format!("cannot wait for the {what} command: {e}"))),
+            }
         }
     }
 }
