@@ -1399,23 +1399,31 @@ fn revoke_replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     out
 }
-fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
-    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(REPLACE_TIMEOUT_MS))));
-    let old = tryo!(open_with(c, &d, 1));
+/// Open generation 1 with `requestTimeoutMs` `timeout_ms` on a probe that never answers an
+/// invoke, and send a one-call wake on a fresh connection: the probe connection's index, that
+/// connection, the wake's requestId, and whether the call's invoke reached the probe within
+/// two steps (the provoked state: a call in flight on the wire).
+fn call_held_in_flight(c: &mut DCtx<'_>, timeout_ms: u64) -> Result<(usize, Conn, String, bool), Outcome> {
+    let d = c.descriptor(1, Some(limits_with_timeout(timeout_ms)))?;
+    let link = open_with(c, &d, 1)?;
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let mut conn = tryo!(c.connect());
-    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let mut conn = c.connect()?;
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
-    // The provoked state: the old generation's call in flight on the wire.
     let t = Instant::now();
     let in_flight = loop {
-        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == old && f["kind"] == "invoke");
+        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == link && f["kind"] == "invoke");
         if seen || t.elapsed() > c.target.step * 2 {
             break seen;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    Ok((link, conn, rid, in_flight))
+}
+
+fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
+    let (old, mut conn, rid, in_flight) = tryo!(call_held_in_flight(c, REPLACE_TIMEOUT_MS));
     if !in_flight {
         return Outcome::Error(
             "inconclusive: the old generation's wake made no tool call through the adapter, so no call was in flight \
@@ -1496,22 +1504,7 @@ fn bind_close_in_flight(c: &mut DCtx<'_>) -> Outcome {
     out
 }
 fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
-    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(CLOSE_TIMEOUT_MS))));
-    let link = tryo!(open_with(c, &d, 1));
-    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let mut conn = tryo!(c.connect());
-    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
-    let rid = w["requestId"].as_str().unwrap_or("").to_string();
-    conn.send(&w);
-    // The provoked state: the turn's call in flight on the wire.
-    let t = Instant::now();
-    let in_flight = loop {
-        let seen = c.probe.seen().frames.iter().any(|(n, f)| *n == link && f["kind"] == "invoke");
-        if seen || t.elapsed() > c.target.step * 2 {
-            break seen;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (link, mut conn, rid, in_flight) = tryo!(call_held_in_flight(c, CLOSE_TIMEOUT_MS));
     if !in_flight {
         release(c, 1);
         return Outcome::Error(
