@@ -75,6 +75,10 @@ daemon_codes! {
     StaleGeneration = "stale_generation", No, "PC-2.5";
     /// The host is draining: no new wake.
     HostDraining = "host_draining", Yes, "PC-2.5";
+    /// The host has not finished recovering its durable state: no open or wake is admitted
+    /// yet (Pi Daemon 0.3.3 while its recovery runs; the reference daemon listens only once
+    /// recovered, so never sends it).
+    HostNotReady = "host_not_ready", Yes, "PC-2.5";
     /// A turn is already running in the session.
     SessionBusy = "session_busy", Yes, "PC-2.5";
     /// The host keeps as many sessions as it may (resident, dormant and retained closed
@@ -155,6 +159,7 @@ mod tests {
         for (c, r) in [
             (DaemonCode::ConnectionBusy, true),
             (DaemonCode::HostDraining, true),
+            (DaemonCode::HostNotReady, true),
             (DaemonCode::SessionBusy, true),
             (DaemonCode::SessionCapacity, true),
             (DaemonCode::ToolAdapterReprovisionRequired, true),

@@ -294,6 +294,9 @@ impl<L: LinkState + Clone> HostCore<L> {
         let (mut failed, mut indeterminate) = (0, 0);
         let mut wake_writes = Vec::new();
         for mut w in loaded.wakes {
+            if w.state == "accepted" && faults.has(DaemonFault::AcceptedWakeRequeued) {
+                w.state = "queued".into();
+            }
             match w.state.as_str() {
                 "queued" => {
                     let code = if quarantined.contains(&(w.session_id.clone(), w.generation)) {
@@ -313,9 +316,13 @@ impl<L: LinkState + Clone> HostCore<L> {
                 "accepted" => {
                     w.state = "indeterminate".into();
                     wake_writes.push(w);
-                    indeterminate += 1;
+                    if !faults.has(DaemonFault::IndeterminateNotCounted) {
+                        indeterminate += 1;
+                    }
                 }
-                "indeterminate" => indeterminate += 1,
+                "indeterminate" if !faults.has(DaemonFault::IndeterminateForgottenOnSecondRestart) => {
+                    indeterminate += 1
+                }
                 _ => {}
             }
         }

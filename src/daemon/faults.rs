@@ -347,6 +347,15 @@ faults! {
     /// Shutdown ends the adapter connections without a revoke.
     ShutdownWithoutRevoke = "shutdown-without-revoke", "PC-3.4",
         "a graceful host shutdown (SIGTERM) ends the process without sending revoke on the adapter connections";
+    /// An accepted wake found at a restart is not counted as indeterminate work.
+    IndeterminateNotCounted = "indeterminate-not-counted", "PC-6",
+        "a wake accepted before a restart is marked indeterminate but not counted: the host reports ready:true with indeterminate work";
+    /// A wake already indeterminate at a restart is not counted again.
+    IndeterminateForgottenOnSecondRestart = "indeterminate-forgotten-on-second-restart", "PC-6",
+        "a wake already indeterminate when the host restarts again is not counted: after a second restart the host reports ready:true without any reconciliation";
+    /// An accepted wake found at a restart is recovered as if it had been queued.
+    AcceptedWakeRequeued = "accepted-wake-requeued", "PC-6",
+        "a wake accepted before a restart is recovered as a queued one (failed tool_adapter_reprovision_required, not indeterminate): the same wake is answered that code instead of request_indeterminate and the host is ready";
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";

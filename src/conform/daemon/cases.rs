@@ -1401,15 +1401,14 @@ fn revoke_replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
 }
 /// Open generation 1 with `requestTimeoutMs` `timeout_ms` on a probe that never answers an
 /// invoke, and send a one-call wake on a fresh connection: the probe connection's index, that
-/// connection, the wake's requestId, and whether the call's invoke reached the probe within
+/// connection, the wake command, and whether the call's invoke reached the probe within
 /// two steps (the provoked state: a call in flight on the wire).
-fn call_held_in_flight(c: &mut DCtx<'_>, timeout_ms: u64) -> Result<(usize, Conn, String, bool), Outcome> {
+fn call_held_in_flight(c: &mut DCtx<'_>, timeout_ms: u64) -> Result<(usize, Conn, Value, bool), Outcome> {
     let d = c.descriptor(1, Some(limits_with_timeout(timeout_ms)))?;
     let link = open_with(c, &d, 1)?;
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
     let mut conn = c.connect()?;
     let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
-    let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
     let t = Instant::now();
     let in_flight = loop {
@@ -1419,11 +1418,17 @@ fn call_held_in_flight(c: &mut DCtx<'_>, timeout_ms: u64) -> Result<(usize, Conn
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Ok((link, conn, rid, in_flight))
+    Ok((link, conn, w, in_flight))
+}
+
+/// The `requestId` of a command.
+fn rid_of(v: &Value) -> String {
+    v["requestId"].as_str().unwrap_or("").to_string()
 }
 
 fn replacement_in_flight(c: &mut DCtx<'_>) -> Outcome {
-    let (old, mut conn, rid, in_flight) = tryo!(call_held_in_flight(c, REPLACE_TIMEOUT_MS));
+    let (old, mut conn, w, in_flight) = tryo!(call_held_in_flight(c, REPLACE_TIMEOUT_MS));
+    let rid = rid_of(&w);
     if !in_flight {
         return Outcome::Error(
             "inconclusive: the old generation's wake made no tool call through the adapter, so no call was in flight \
@@ -1504,7 +1509,8 @@ fn bind_close_in_flight(c: &mut DCtx<'_>) -> Outcome {
     out
 }
 fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
-    let (link, mut conn, rid, in_flight) = tryo!(call_held_in_flight(c, CLOSE_TIMEOUT_MS));
+    let (link, mut conn, w, in_flight) = tryo!(call_held_in_flight(c, CLOSE_TIMEOUT_MS));
+    let rid = rid_of(&w);
     if !in_flight {
         release(c, 1);
         return Outcome::Error(
@@ -4686,6 +4692,107 @@ fn restart_closed_session_gone(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with(if p.is_empty() { "gone" } else { "restored" }, p)
 }
 
+/// The host snapshot's `ready` and `recovery.phase`, from a fresh handshake.
+fn readiness(c: &mut DCtx<'_>) -> Result<(Option<bool>, String), Outcome> {
+    let v = c.handshake(None)?;
+    let r = one(c, v)?;
+    let host = data(&r)["host"].clone();
+    let phase = host["recovery"]["phase"].as_str().unwrap_or("(none)").to_string();
+    Ok((host["ready"].as_bool(), phase))
+}
+
+/// The held call's `requestTimeoutMs`: longer than the case.
+const HELD_TIMEOUT_MS: u64 = 120_000;
+
+/// How long a reprovisioned binding is watched for a replayed call.
+const REPLAY_WATCH: Duration = Duration::from_millis(500);
+
+/// SPEC §2.5 and §6 (MUST [daemon]): an `accepted` wake found after a restart is
+/// `indeterminate`, never replayed, and keeps global readiness degraded until explicit
+/// reconciliation; `ready` is true only with no indeterminate work (PC-2.4). A wake's tool call
+/// is held at the probe (so the wake was accepted: marked before the model call), the daemon
+/// is killed and started again (`--restart-cmd`). Then: the host is not ready (and its
+/// recovery phase is not `ready`); once the generation is reprovisioned no call of the old
+/// wake reaches the adapter, and the same wake (key and payload) is `request_indeterminate`;
+/// the host is still not ready; and after a second restart it is still not ready (the
+/// indeterminate record is counted again). The daemon stays degraded after the case, as the
+/// protocol wants, so it runs last. A host already not ready before the case leaves `ready`
+/// unjudged: the rest is judged, and with nothing wrong the case is skipped with that reason.
+fn restart_accepted_wake_indeterminate(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let (ready_before, _) = tryo!(readiness(c));
+    let (_, conn, w, in_flight) = tryo!(call_held_in_flight(c, HELD_TIMEOUT_MS));
+    if !in_flight {
+        return Outcome::Error(
+            "inconclusive: the wake made no tool call through the adapter, so it was never seen accepted before the \
+             restart"
+                .into(),
+        );
+    }
+    tryo!(c.restart());
+    drop(conn);
+    let judged = ready_before == Some(true);
+    let mut p = Vec::new();
+    let not_ready = |p: &mut Vec<String>, when: &str, (ready, phase): (Option<bool>, String)| {
+        if judged && ready != Some(false) {
+            p.push(format!(
+                "{when} the handshake reports ready:{} with a wake accepted before the restart (indeterminate): ready \
+                 is true only with no indeterminate work",
+                ready.map_or("(missing)".into(), |b| b.to_string())
+            ));
+        }
+        if phase == "ready" {
+            p.push(format!(
+                "{when} host.recovery.phase is ready with an indeterminate wake: it keeps readiness degraded until \
+                 reconciliation"
+            ));
+        }
+    };
+    not_ready(&mut p, "after the restart", tryo!(readiness(c)));
+    // The retained summary's limits, so that this open reprovisions the generation.
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(HELD_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    std::thread::sleep(REPLAY_WATCH);
+    let replayed = invokes_on(c, link);
+    if replayed > 0 {
+        p.push(format!(
+            "once reprovisioned, the binding got {replayed} invoke(s) nobody asked for: the wake accepted before the \
+             restart was replayed"
+        ));
+    }
+    let mut again = w.clone();
+    again["requestId"] = json!(c.rid());
+    let retry = tryo!(one(c, again));
+    let ran = invokes_on(c, link) - replayed;
+    match retry.frame().and_then(|f| f.error_code().map(str::to_string)) {
+        Some(code) if code == DaemonCode::RequestIndeterminate.as_str() => {}
+        Some(code) if code == DaemonCode::HostDraining.as_str() || code == DaemonCode::HostNotReady.as_str() => {
+            return Outcome::Error(format!("inconclusive: the wake sent again was answered {code}"));
+        }
+        _ => p.push(format!(
+            "the wake accepted before the restart, sent again under its key and payload, was answered {} after {ran} \
+             invoke(s), not request_indeterminate: its outcome is unknown and it is never replayed",
+            rtoken(&retry)
+        )),
+    }
+    not_ready(&mut p, "after the reprovisioning open and the refused retry,", tryo!(readiness(c)));
+    tryo!(c.restart());
+    not_ready(&mut p, "after a second restart", tryo!(readiness(c)));
+    if !p.is_empty() {
+        return Outcome::with("replayed-or-ready", p);
+    }
+    if !judged {
+        return Outcome::Skip(format!(
+            "the host reported ready:{} before the case (an earlier run's indeterminate wake, or another condition), \
+             so readiness could not be judged; the wake sent again was request_indeterminate and nothing was replayed",
+            ready_before.map_or("(missing)".into(), |b| b.to_string())
+        ));
+    }
+    Outcome::token("indeterminate")
+}
+
 // ---------------------------------------------------------------- drain
 
 /// Run a drain case: it needs `--restart-cmd` (a drained host stays draining for the rest of
@@ -5425,6 +5532,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.no-tools-session-not-quarantined", restart_no_tools_not_quarantined),
         ("daemon.restart.closed-session-gone", restart_closed_session_gone),
         ("daemon.restart.wake-key-survives", restart_wake_key_survives),
+        ("daemon.restart.accepted-wake-indeterminate", restart_accepted_wake_indeterminate),
         ("daemon.drain.refuses-wakes", drain_refuses_wakes),
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),

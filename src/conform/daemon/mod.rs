@@ -40,15 +40,18 @@ pub fn catalogue() -> Vec<CaseMeta> {
     cat
 }
 
-/// The cases that judge the whole run, so run after every other case, replayed vectors and
-/// `--session` files included: `daemon.secrets.at-rest` searches the daemon's files for every
+/// The cases run after every other case, replayed vectors and `--session` files included, in
+/// this order: `daemon.restart.accepted-wake-indeterminate` leaves the host degraded (not
+/// ready until an operator reconciles its indeterminate wake, as the protocol wants), and
+/// `daemon.secrets.at-rest` judges the whole run: it searches the daemon's files for every
 /// handle the run minted.
-pub const RUN_LAST: &[&str] = &["daemon.secrets.at-rest"];
+pub const RUN_LAST: &[&str] = &["daemon.restart.accepted-wake-indeterminate", "daemon.secrets.at-rest"];
 
-/// Move the [`RUN_LAST`] cases of `cat` to its end (the others keep their order).
+/// Move the [`RUN_LAST`] cases of `cat` to its end, in that order (the others keep theirs).
 pub fn run_last_at_end(cat: &mut Vec<CaseMeta>) {
-    let (last, rest): (Vec<CaseMeta>, Vec<CaseMeta>) =
+    let (mut last, rest): (Vec<CaseMeta>, Vec<CaseMeta>) =
         std::mem::take(cat).into_iter().partition(|m| RUN_LAST.contains(&m.id.as_str()));
+    last.sort_by_key(|m| RUN_LAST.iter().position(|id| *id == m.id));
     *cat = rest;
     cat.extend(last);
 }
