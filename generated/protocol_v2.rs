@@ -3776,6 +3776,9 @@ pub struct ToolCallEndEventData {
     ///The error code (null when ok).
     #[serde(deserialize_with = "::std::option::Option::deserialize")]
     pub code: ::std::option::Option<::std::string::String>,
+    ///The call's result data when it succeeded, as the wake result's toolCalls entry carries it (absent when the call failed).
+    #[serde(default, skip_serializing_if = "::serde_json::Map::is_empty")]
+    pub data: ::serde_json::Map<::std::string::String, ::serde_json::Value>,
     ///The call succeeded.
     pub ok: bool,
     ///Tool name.

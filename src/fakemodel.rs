@@ -421,6 +421,9 @@ pub fn answer(request: &Value) -> Result<Answer, ApiError> {
         return Ok(Answer::Text(format!("Tool results: {} calls; {}", results.len(), parts.join("; "))));
     }
     let text = text_of(messages.get(last_user).and_then(|m| m.get("content")));
+    if let Some(n) = say_bytes(&text) {
+        return Ok(Answer::Text(SAY_TEXT.chars().cycle().take(n).collect()));
+    }
     let no_tools = obj.get("tool_choice").and_then(Value::as_str) == Some("none");
     let lines = if no_tools { Vec::new() } else { tool_lines(&text) };
     if lines.is_empty() {
@@ -445,6 +448,19 @@ pub fn answer(request: &Value) -> Result<Answer, ApiError> {
         })
         .collect();
     Ok(Answer::ToolCalls(calls))
+}
+
+/// The most bytes a `SAY <n>` prompt makes the model say.
+pub const SAY_MAX: usize = 4 * 1024 * 1024;
+
+/// What a `SAY <n>` answer repeats (ASCII, so n characters are n bytes).
+const SAY_TEXT: &str = "pi-conform says a long answer. ";
+
+/// A prompt that is exactly `SAY <n>` (n from 1 to [`SAY_MAX`]): the answer is n bytes of text,
+/// so that a daemon's message events can be made larger than its `maxEventBytes`.
+fn say_bytes(prompt: &str) -> Option<usize> {
+    let n: usize = prompt.trim().strip_prefix("SAY ")?.parse().ok()?;
+    (1..=SAY_MAX).contains(&n).then_some(n)
 }
 
 /// Estimated prompt tokens: characters of every message's text and tool calls, / 4.
@@ -944,5 +960,23 @@ mod tests {
     fn tool_lines_parse() {
         let t = "hello\nTOOL fs_read {\"path\": \"a b\"}\n  TOOL\tfs_list\nTOOLS x {}\nTOOL";
         assert_eq!(tool_lines(t), vec![("fs_read", "{\"path\": \"a b\"}"), ("fs_list", "{}")]);
+    }
+
+    #[test]
+    fn say_answers_exactly_n_bytes_within_its_bounds() {
+        let ask = |p: &str| answer(&serde_json::json!({"messages": [{"role": "user", "content": p}]}));
+        for n in [1, 31, 32, 1_114_112, SAY_MAX] {
+            match ask(&format!("SAY {n}")) {
+                Ok(Answer::Text(t)) => assert!(t.len() == n && t.is_ascii(), "SAY {n}: {} bytes", t.len()),
+                _ => panic!("SAY {n} is not a text answer"),
+            }
+        }
+        // Out of bounds or not alone: an echo, as any other prompt.
+        for p in ["SAY 0", &format!("SAY {}", SAY_MAX + 1), "SAY -1", "SAY x", "hello\nSAY 5"] {
+            match ask(p) {
+                Ok(Answer::Text(t)) => assert!(t.starts_with("echo: "), "{p:?} answered {t:?}"),
+                _ => panic!("{p:?} is not a text answer"),
+            }
+        }
     }
 }

@@ -425,7 +425,13 @@ impl<L: LinkState + Clone> HostCore<L> {
             sequence: NonZeroU64::new(sess.seq).unwrap_or(NonZeroU64::MIN),
         };
         let mut line = event_line(&of, event, request_id, data);
-        if line.len() > MAX_EVENT_BYTES {
+        if line.len() > MAX_EVENT_BYTES && !self.faults.has(DaemonFault::NoEventCap) {
+            let of = if self.faults.has(DaemonFault::EventDroppedNewSequence) {
+                sess.seq += 1;
+                EventOf { sequence: NonZeroU64::new(sess.seq).unwrap_or(NonZeroU64::MIN), ..of }
+            } else {
+                of
+            };
             let error =
                 record::error_body(&DErr::of(DaemonCode::OutboundRecordTooLarge, "the event exceeded maxEventBytes"));
             line = event_line(

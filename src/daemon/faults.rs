@@ -331,6 +331,12 @@ faults! {
     /// A session status without its queue telemetry.
     StatusWithoutTelemetry = "status-without-telemetry", "PC-4.4",
         "status of a session with a bound tool adapter answers the session without its queue telemetry (toolQueue empty)";
+    /// Events are sent whatever their size.
+    NoEventCap = "no-event-cap", "PC-1.1",
+        "an event over maxEventBytes is sent as it is instead of being replaced by eventDropped";
+    /// The eventDropped replacing an event takes a sequence of its own.
+    EventDroppedNewSequence = "event-dropped-new-sequence", "PC-1.1",
+        "the eventDropped that replaces an event over maxEventBytes takes the next sequence, leaving the dropped event's sequence unused, instead of taking its place";
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";

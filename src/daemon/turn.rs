@@ -165,6 +165,9 @@ impl Turn {
         };
         let end = v2::ToolCallEndEventData {
             code: error.as_ref().map(|e| e.code.to_string()),
+            // The result rides on the event too, so an event can outgrow maxEventBytes and
+            // be replaced by eventDropped (PC-1.1).
+            data: data.as_ref().and_then(Value::as_object).cloned().unwrap_or_default(),
             ok: error.is_none(),
             tool: tool.clone(),
             tool_call_id: call_id.clone(),

@@ -3577,6 +3577,169 @@ fn events_sequence_increasing(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("increasing", p)
 }
 
+/// How far past `maxEventBytes` the read that provokes an oversize event goes.
+const EVENT_OVERSHOOT: usize = 64 * 1024;
+
+/// An event received on an attached connection: its sequence, name and line length.
+struct EventLine {
+    sequence: Option<u64>,
+    name: String,
+    bytes: usize,
+    data: Value,
+}
+
+/// PC-1.1 and PC-2.3 (MUST [daemon]): an event over `maxEventBytes` is replaced, at the same
+/// sequence, by `eventDropped` with data `{originalEvent, error}`. A connection is attached to
+/// a host-adapter session whose descriptor lets a result reach 4 MiB, and a wake makes one
+/// `fs_read` of a file `maxEventBytes` + 64 KiB long: a daemon whose events carry a call's
+/// result (Pi Daemon 0.3.3's `toolEnd`, the reference daemon's `toolCallEnd`) has an event
+/// over the bound to replace. Every event the connection gets until the wake's answer (and a
+/// short while after) is judged: none may be over `maxEventBytes`; an `eventDropped` must
+/// decode as the contract's `EventDroppedData` and name a valid event; and where the daemon
+/// numbers the other events one by one, the `eventDropped` must sit in the sequence exactly
+/// where the dropped event would have (no gap before or after it), and no gap may hide an
+/// event dropped without a replacement. No event over the bound, no `eventDropped` and no gap
+/// means the daemon's events do not carry results: nothing was provoked (skipped).
+fn events_over_max_dropped(c: &mut DCtx<'_>) -> Outcome {
+    let mut conn = tryo!(c.connect());
+    let h = tryo!(c.handshake(None));
+    let hs = c.call(&mut conn, h);
+    let Some(limit) = data(&hs)["limits"]["maxEventBytes"].as_u64() else {
+        return Outcome::Error(format!(
+            "inconclusive: the handshake advertises no limits.maxEventBytes (answered {})",
+            rtoken(&hs)
+        ));
+    };
+    let max_result = 4 * 1024 * 1024;
+    let size = limit as usize + EVENT_OVERSHOOT;
+    if size + EVENT_OVERSHOOT > max_result {
+        return Outcome::Skip(format!(
+            "the daemon advertises maxEventBytes {limit}: an adapter result (at most 4 MiB) cannot outgrow it"
+        ));
+    }
+    let limits = AdapterLimits { max_response_bytes: max_result as i64, ..super::DEFAULT_LIMITS }.to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    let mut attached = tryo!(attached_conn(c, 1));
+    let name = format!("pc-ev-{}.txt", &c.session[c.session.len().saturating_sub(8)..]);
+    let file = c.target.cwd.join(&name);
+    if let Err(e) = std::fs::write(&file, "e".repeat(size)) {
+        return Outcome::Error(format!("cannot write the {size}-byte file the call reads: {e}"));
+    }
+    let w = c.wake_calls(1, &[("fs_read", json!({"path": name, "maxBytes": size}))]);
+    let events = w.map(|w| events_of_wake(c, &mut attached, &w));
+    let _ = std::fs::remove_file(&file);
+    let mut events = tryo!(events);
+    if link_frames(c, link, "invoke").is_empty() {
+        release(c, 1);
+        return Outcome::Error("inconclusive: the wake's fs_read never reached the adapter".into());
+    }
+    // A second wake asks the model for a long answer (`SAY <n>`, which `fake-model` speaks):
+    // a daemon whose message events carry the model's text has an event over the bound too.
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    match crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), &format!("SAY {size}")) {
+        Ok(w) => events.extend(events_of_wake(c, &mut attached, &crate::contract::compose::to_wire(&w))),
+        Err(e) => return Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")),
+    }
+    release(c, 1);
+    judge_event_cap(&events, limit as usize)
+}
+
+/// Send wake `w` on the attached connection and collect the events it gets until the answer,
+/// and for half a step after it.
+fn events_of_wake(c: &DCtx<'_>, attached: &mut Conn, w: &Value) -> Vec<EventLine> {
+    let rid = rid_of(w);
+    attached.send(w);
+    let mut events = Vec::new();
+    let mut answered = false;
+    loop {
+        let r = attached.recv_within(if answered { c.target.step / 2 } else { c.target.step * 3 });
+        let Recv::Frame(f, raw) = &r else { break };
+        if f.kind() == Some("event") {
+            events.push(EventLine {
+                sequence: f["sequence"].as_u64(),
+                name: f["event"].as_str().unwrap_or("").to_string(),
+                bytes: raw.len(),
+                data: f["data"].clone(),
+            });
+        } else if f.request_id() == Some(rid.as_str()) {
+            answered = true;
+        }
+    }
+    events
+}
+
+/// The judgement of [`events_over_max_dropped`] on the events received.
+fn judge_event_cap(events: &[EventLine], limit: usize) -> Outcome {
+    let mut p = Vec::new();
+    for e in events.iter().filter(|e| e.bytes > limit + 1) {
+        p.push(format!(
+            "the event `{}` (sequence {}) was sent as a line of {} bytes on a connection whose maxEventBytes is \
+             {limit}: it must be replaced by eventDropped",
+            e.name,
+            e.sequence.map_or("?".into(), |s| s.to_string()),
+            e.bytes
+        ));
+    }
+    let dropped: Vec<usize> = (0..events.len()).filter(|&i| events[i].name == "eventDropped").collect();
+    for &i in &dropped {
+        match serde_json::from_value::<protocol_v2::EventDroppedData>(events[i].data.clone()) {
+            Err(e) => {
+                p.push(format!("an eventDropped's data is not {{originalEvent, error}} as the contract has it: {e}"))
+            }
+            Ok(d) if protocol_v2::EventEvent::try_from(d.original_event.as_str()).is_err() => {
+                p.push(format!("an eventDropped names `{}` as its originalEvent, not an event name", d.original_event))
+            }
+            Ok(_) => {}
+        }
+    }
+    // Where the daemon numbers its events one by one, a dropped event leaves no gap.
+    let seqs: Vec<u64> = events.iter().filter_map(|e| e.sequence).collect();
+    let steps: Vec<u64> = seqs.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let gaps: Vec<usize> = (0..steps.len()).filter(|&k| steps[k] != 1).collect();
+    // Judged where at least three in four steps are one: a daemon that numbers otherwise (by
+    // twos, say) is not judged on gaps.
+    if steps.len() >= 3 && gaps.len() * 4 <= steps.len() {
+        for &k in &gaps {
+            let (a, b) = (&events[k], &events[k + 1]);
+            let at_drop = a.name == "eventDropped" || b.name == "eventDropped";
+            p.push(if at_drop {
+                format!(
+                    "an eventDropped is not at the sequence of the event it replaces: `{}` {} is followed by `{}` {} \
+                     (every other event is numbered one after the one before)",
+                    a.name,
+                    seqs[k],
+                    b.name,
+                    seqs[k + 1]
+                )
+            } else {
+                format!(
+                    "sequence {} is missing between `{}` and `{}`: an event was dropped without an eventDropped at its \
+                     sequence",
+                    seqs[k] + 1,
+                    a.name,
+                    b.name
+                )
+            });
+        }
+    }
+    if !p.is_empty() {
+        return Outcome::with("not-replaced", p);
+    }
+    if dropped.is_empty() {
+        return Outcome::Skip(format!(
+            "no event of the wake reached maxEventBytes ({limit}) and none was dropped ({} events, the largest {} \
+             bytes): this daemon's events do not carry the call's result, so no event over the bound can be provoked",
+            events.len(),
+            events.iter().map(|e| e.bytes).max().unwrap_or(0)
+        ));
+    }
+    Outcome::token("dropped")
+}
+
 /// A new connection attached to `generation` of the case session (inconclusive unless the
 /// attach is answered ok).
 fn attached_conn(c: &mut DCtx<'_>, generation: u64) -> Result<Conn, Outcome> {
@@ -5515,6 +5678,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.events.sequence-per-session", events_sequence_per_session),
         ("daemon.events.version-of-open", events_version_of_open),
         ("daemon.events.replaced-generation-inert", events_replaced_generation_inert),
+        ("daemon.events.over-max-event-bytes-dropped", events_over_max_dropped),
         ("daemon.status.resident-session", status_resident_session),
         ("daemon.status.queue-telemetry", status_queue_telemetry),
         ("daemon.wake.same-key-replays", wake_same_key_replays),

@@ -17,6 +17,9 @@ use crate::conform::adapter::conn::BoundedLines;
 use crate::contract::types::tool_adapter::AdapterFrame;
 use crate::contract::{compose, AdapterCode, AdapterError, Binding};
 
+/// The data a probe result may take by default.
+const PROBE_BUDGET: usize = 512 * 1024;
+
 /// How the probe answers `bind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BoundMode {
@@ -305,6 +308,9 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
     let reader = BoundedLines::new(s);
     let mut identity: Option<Value> = None;
     let mut handle = String::new();
+    // What a result's data may take: 512 KiB, or nearly the binding's maxResponseBytes when
+    // it allows results over 1 MiB (daemon.events.over-max-event-bytes-dropped reads more).
+    let mut budget = PROBE_BUDGET;
     let mut held: Vec<Value> = Vec::new();
     let root = Root::open(&root).ok();
     let mut binding: Option<Binding> = None;
@@ -361,6 +367,10 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
             Some("bind") => {
                 let bmode = bound.lock().map(|b| *b).unwrap_or(BoundMode::Exact);
                 handle = f["capabilityHandle"].as_str().unwrap_or("").to_string();
+                budget = match f["limits"]["maxResponseBytes"].as_u64() {
+                    Some(m) if m > 1024 * 1024 => m as usize - 8 * 1024,
+                    _ => PROBE_BUDGET,
+                };
                 let mut b = f.clone();
                 let m = b.as_object_mut().map(|m| {
                     m.remove("capabilityHandle");
@@ -459,7 +469,7 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                             .and_then(|o| o.parse().ok())
                             .unwrap_or(crate::contract::types::tool_adapter::ToolOperation::FsStat),
                         payload: f["payload"].clone(),
-                        budget: 512 * 1024,
+                        budget,
                         cancel: Cancel::new(),
                     };
                     crate::adapter::ops::execute(root, &job)
@@ -507,7 +517,7 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                                         .parse()
                                         .unwrap_or(crate::contract::types::tool_adapter::ToolOperation::FsStat),
                                     payload: json!({"path": f["payload"]["path"].as_str().unwrap_or(".")}),
-                                    budget: 512 * 1024,
+                                    budget,
                                     cancel: Cancel::new(),
                                 };
                                 crate::adapter::ops::execute(root, &job)
