@@ -84,6 +84,8 @@ const DRAIN: &str =
     "a drain vector is never replayed on a live daemon (it would drain the daemon under test): skipped on every daemon";
 /// Why: the live rewriting changes the vector's verdict.
 const REWRITTEN: &str = "rewritten to the live host and session the contract judges the document otherwise than the vector (a host id of another length, a length the fit check counts): skipped on every daemon with that reason";
+/// Why: the malformed binding member is also the command's session id.
+const SHARED_SESSION: &str = "the malformed binding member is the vector's session id, which the command envelope carries too (kept as it is on the live daemon, so that the shape check still decides), so the binding matches the envelope and no binding-comparison fault tells the refusal apart; no daemon fault breaks the binding sessionId checks of check 6 or 7 yet";
 /// Why: a raw vector names the vector's host.
 const RAW_HOST: &str = "a raw vector that names the vector's host cannot be rewritten to the live host: skipped on every daemon with that reason";
 /// Why: the frame's verdict depends on the vector descriptor's line limit.
@@ -98,14 +100,9 @@ const INVALID_UTF8: &str = "the line decoder's invalid_utf8 refusal: no daemon f
 const UNKILLED_VECTORS: &[(&str, &str)] = &[
     ("vector:cmd.drain.*", DRAIN),
     ("vector:desc.binding.generation.2pow53", REWRITTEN),
-    ("vector:desc.binding.host.129", REWRITTEN),
-    ("vector:desc.binding.host.65-emoji", REWRITTEN),
-    ("vector:desc.binding.host.bel", REWRITTEN),
-    ("vector:desc.binding.host.del", REWRITTEN),
-    ("vector:desc.binding.host.nul", REWRITTEN),
-    ("vector:desc.binding.session.nul", REWRITTEN),
-    ("vector:desc.binding.session.tab", REWRITTEN),
-    ("vector:desc.capability-handle.inside-session-id", REWRITTEN),
+    ("vector:desc.binding.session.nul", SHARED_SESSION),
+    ("vector:desc.binding.session.tab", SHARED_SESSION),
+    ("vector:desc.capability-handle.inside-session-id", SHARED_SESSION),
     ("vector:fit.astral.2048-1024", REWRITTEN),
     ("vector:fit.command.euro-max.spec-example", REWRITTEN),
     ("vector:fit.escaped.2048-1024", REWRITTEN),

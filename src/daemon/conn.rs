@@ -155,7 +155,8 @@ impl Connection {
         let command = match parsed {
             Ok(c) => c,
             Err(e) => {
-                let mut body = DErr::new(faults::refusal_code(e.error.code.as_str(), self.faults), &e.error.message);
+                let code = faults::binding_first(&value, &e, &self.host_id, self.faults).unwrap_or(e.error.code);
+                let mut body = DErr::new(faults::refusal_code(code.as_str(), self.faults), &e.error.message);
                 body.details = faults::refusal_details(e.error.code, e.error.details.clone(), self.faults);
                 let rid = match e.request_id.clone() {
                     Some(r) => r,

@@ -292,6 +292,9 @@ faults! {
     /// The fit check lets a frame one byte over its limit pass.
     FitOnePast = "fit-one-past", "PC-3.3",
         "the fit check admits a descriptor whose bind or bound line is exactly one byte over its limit";
+    /// The binding is compared with the live one before its members are checked.
+    BindingComparedFirst = "binding-compared-first", "PC-3.2",
+        "a descriptor whose binding is malformed (a host or session id no daemon can have, a capability handle inside the session id) and bound elsewhere is refused tool_adapter_binding_mismatch: check 8 runs before checks 6 and 7";
     /// Descriptor refusals carry no details.field.
     AdmissionRefusalWithoutField = "admission-refusal-without-field", "PC-3.2",
         "a descriptor admission refusal is answered without details.field";
@@ -621,6 +624,25 @@ pub(crate) fn refusal_details(
         details.remove("field");
     }
     details
+}
+
+/// The code a descriptor refusal is answered with under [`DaemonFault::BindingComparedFirst`]:
+/// a binding-member refusal (checks 6 and 7) of a descriptor bound to another host instance,
+/// session or generation becomes the mismatch of check 8.
+pub(crate) fn binding_first(value: &Value, err: &CommandError, host_id: &str, faults: DaemonFaults) -> Option<Code> {
+    if !faults.has(DaemonFault::BindingComparedFirst) {
+        return None;
+    }
+    let field = err.error.details.get("field").and_then(Value::as_str).unwrap_or("");
+    let member = matches!(
+        err.error.code,
+        Code::InvalidToolAdapterField | Code::InvalidToolAdapterBinding | Code::InvalidToolAdapterCapability
+    ) && field.starts_with("descriptor.binding.");
+    let b = &value["payload"]["resources"]["tools"]["descriptor"]["binding"];
+    let elsewhere = b["hostInstanceId"] != host_id
+        || b["sessionId"] != value["sessionId"]
+        || b["generation"].as_f64() != value["generation"].as_f64();
+    (member && elsewhere).then_some(Code::ToolAdapterBindingMismatch)
 }
 
 /// Under [`DaemonFault::ConnectBeforeAdmission`]: the endpoint a refused descriptor names,

@@ -5,9 +5,13 @@
 //! A vector is judged against the worked example's host (`host-019f`); on a live socket the
 //! document is rewritten to the daemon's `hostInstanceId`, and a vector expected valid gets a
 //! session id of the same length unique to the run (a valid command may create state). The
-//! rewritten document is judged again by the contract: when that changes the vector's
-//! verdict (a longer host id can break the fit check), the case is skipped with the reason,
-//! so a replayed case always means what its vector says.
+//! rewritten document is judged again by the contract. A vector whose point is a binding
+//! member the live daemon can never have (a 129-unit host id, a session id holding NUL) loses
+//! it in the rewrite, so the host and the session are then kept as the vector has them, one and
+//! then both: the descriptor's shape checks come before the binding comparison, so the
+//! vector's refusal still wins on the live daemon. When no variant keeps the vector's verdict
+//! (a longer host id can break the fit check), the case is skipped with the reason, so a
+//! replayed case always means what its vector says.
 //!
 //! What a case checks: the code of a refusal (the field only as far as SPEC §3.2 fixes it:
 //! not at all — spellings differ between daemons); for an accepted document, that it was not
@@ -146,8 +150,40 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
     if let Some(why) = unsafe_to_replay(&doc) {
         return Err(why.into());
     }
-    rewrite(&mut doc, &ctx.host_instance_id, &c.host);
-    {
+    // Rewritten to the live host and a fresh session first. A vector whose point is an
+    // invalid binding member (a host or session id the daemon can never have) keeps it: the
+    // shape checks of the descriptor come before the binding is compared with the live one
+    // (SPEC PC-3.2, checks 6 and 7 before 8), so the vector's refusal still wins there.
+    let want = expected_token(v);
+    let mut first = None;
+    for (host, session) in [(true, true), (false, true), (true, false), (false, false)] {
+        let (line, live) = live_document(c, &doc, &ctx.host_instance_id, host, session)?;
+        if live == want {
+            return Ok((line, want));
+        }
+        first.get_or_insert(live);
+    }
+    Err(format!(
+        "rewritten to the live host and session, the document is {} by the contract, not the vector's {want}",
+        first.unwrap_or_default()
+    ))
+}
+
+/// `doc` with the vector host rewritten to the live one (`host`) and its session id to a
+/// fresh one of the same length (`session`): the line to send and the contract's verdict on
+/// it (as a daemon reads it: an integral float such as `2.0` is the integer 2).
+fn live_document(
+    c: &DCtx<'_>,
+    doc: &Value,
+    vector_host: &str,
+    host: bool,
+    session: bool,
+) -> Result<(Vec<u8>, String), String> {
+    let mut doc = doc.clone();
+    if host {
+        rewrite(&mut doc, vector_host, &c.host);
+    }
+    if session {
         // A command may create state: a session id of the same length, unique to this case.
         if let Some(sid) = doc.get("sessionId").and_then(Value::as_str).map(str::to_string) {
             // ASCII only: the same length in bytes and in units, so the fit check is unchanged.
@@ -159,8 +195,6 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
             }
         }
     }
-    // The live judgement must still be the vector's, made on the bytes that go on the wire
-    // (as a daemon reads them: an integral float such as `2.0` is the integer 2).
     let line = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
     let judged = crate::wire::decode_strict(&line)
         .map_err(|_| "the rewritten document does not decode as strict JSON".to_string())?;
@@ -168,13 +202,7 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
         Ok(_) => "accepted".to_string(),
         Err(e) => format!("error:{}", e.error.code.as_str()),
     };
-    let want = expected_token(v);
-    if live != want {
-        return Err(format!(
-            "rewritten to the live host and session, the document is {live} by the contract, not the vector's {want}"
-        ));
-    }
-    Ok((line, want))
+    Ok((line, live))
 }
 
 fn expected_token(v: &Vector) -> String {
