@@ -617,12 +617,35 @@ fn in_flight_limit(c: &mut DCtx<'_>, held: &mut usize) -> Outcome {
     Outcome::with("busy-past-limit", p)
 }
 
+/// Open the case session as a memory session without tools and send it a wake asking the
+/// model for an `n`-byte answer (`SAY <n>`) on `conn`: the wake's requestId and its answer.
+fn say_in_memory(c: &mut DCtx<'_>, conn: &mut Conn, n: usize) -> Result<(Value, Recv), Outcome> {
+    let mut o = c.open(1, json!("none"))?;
+    o["payload"]["session"] = json!({"mode": "memory"});
+    let opened = one(c, o)?;
+    if rtoken(&opened) != "ok" {
+        return Err(precondition_open(&opened));
+    }
+    let sid = c.session.clone();
+    let rid = c.rid();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), &format!("SAY {n}"))
+        .map(|w| crate::contract::compose::to_wire(&w))
+        .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")))?;
+    let r = c.call(conn, w.clone());
+    Ok((w["requestId"].clone(), r))
+}
+
 /// SPEC §1.1 (MUST [daemon]): a response over `maxResponseBytes` (advertised; 1 MiB) is
 /// replaced by `outbound_record_too_large` and the connection stays open. The provoked state: a
 /// wake whose calls read files of 400,000 bytes, enough of them that their results together
 /// exceed the limit — where the daemon's answer carries its calls' results (the reference's
 /// `result.toolCalls[].data`). A daemon whose answer does not carry them (Pi Daemon 0.3.3
-/// reports calls as `toolEnd` events) cannot be made to answer that much: skipped, saying so.
+/// reports calls as `toolEnd` events, pi truncating their output) gets a second wake asking the
+/// model for an answer of `maxResponseBytes` + 64 KiB (`SAY <n>`, which `fake-model` speaks):
+/// its answer carries the model's text. A daemon whose answer carries neither is skipped,
+/// saying so.
 fn env_response_over_max_bytes(c: &mut DCtx<'_>) -> Outcome {
     const CHUNK: usize = 400_000;
     let mut conn = tryo!(c.connect());
@@ -649,49 +672,69 @@ fn env_response_over_max_bytes(c: &mut DCtx<'_>) -> Outcome {
         (rid, r)
     });
     let _ = std::fs::remove_file(&file);
-    let (rid, r) = tryo!(out);
+    let (mut rid, mut r) = tryo!(out);
     let reads = link_frames(c, link, "invoke").len();
-    let Recv::Frame(f, raw) = &r else {
-        return Outcome::with(
-            format!("no-answer:{}", rtoken(&r)),
-            vec![format!("the wake reading {} × {CHUNK} bytes got no answer: {}", calls.len(), rtoken(&r))],
-        );
-    };
-    if raw.len() > limit + 1 {
-        return Outcome::with(
-            "sent-over-limit",
-            vec![format!(
-                "the daemon sent a response of {} bytes on a connection whose maxResponseBytes is {limit}: it must be \
-                 replaced by {}",
-                raw.len(),
-                DaemonCode::OutboundRecordTooLarge.as_str()
-            )],
-        );
-    }
-    match f.error_code() {
-        Some(code) if code == DaemonCode::OutboundRecordTooLarge.as_str() => {}
-        Some(code) => {
-            return Outcome::Error(format!(
-            "inconclusive: the wake reading {} × {CHUNK} bytes was refused {code}: a refusal the case did not provoke",
-            calls.len()
-        ))
+    let mut what = format!("the wake reading {} × {CHUNK} bytes", calls.len());
+    let mut small = None;
+    for second in [false, true] {
+        if second {
+            // The first answer was small: ask the model for a long one, in a memory session of
+            // its own (Pi Daemon 0.3.3 cannot journal a result that long: a durable session's
+            // answer would be durability_completion_failed).
+            let n = limit + 64 * 1024;
+            let main = c.session.clone();
+            c.session = format!("{main}-m");
+            let said = say_in_memory(c, &mut conn, n);
+            release(c, 1);
+            c.session = main;
+            (rid, r) = tryo!(said);
+            what = format!("the wake asking for a {n}-byte answer (SAY {n})");
         }
-        None if reads < calls.len() => {
-            return Outcome::Error(format!(
-            "inconclusive: {reads} of the {} reads reached the adapter, so no answer over {limit} bytes was provoked",
-            calls.len()
-        ))
+        let Recv::Frame(f, raw) = &r else {
+            return Outcome::with(
+                format!("no-answer:{}", rtoken(&r)),
+                vec![format!("{what} got no answer: {}", rtoken(&r))],
+            );
+        };
+        if raw.len() > limit + 1 {
+            return Outcome::with(
+                "sent-over-limit",
+                vec![format!(
+                    "the daemon sent a response of {} bytes on a connection whose maxResponseBytes is {limit}: it must \
+                     be replaced by {}",
+                    raw.len(),
+                    DaemonCode::OutboundRecordTooLarge.as_str()
+                )],
+            );
         }
-        None => {
-            return Outcome::Skip(format!(
-                "the wake's answer ({} bytes) does not carry its calls' results, so no answer over maxResponseBytes \
-                 ({limit}) can be provoked with this daemon",
-                raw.len()
-            ))
+        match f.error_code() {
+            Some(code) if code == DaemonCode::OutboundRecordTooLarge.as_str() => break,
+            Some(code) => {
+                return Outcome::Error(format!(
+                    "inconclusive: {what} was refused {code}: a refusal the case did not provoke"
+                ))
+            }
+            None if !second && reads < calls.len() => {
+                return Outcome::Error(format!(
+                    "inconclusive: {reads} of the {} reads reached the adapter, so no answer over {limit} bytes was \
+                     provoked",
+                    calls.len()
+                ))
+            }
+            None if !second => small = Some(raw.len()),
+            None => {
+                return Outcome::Skip(format!(
+                    "neither the wake's answer ({} bytes) nor a model answer asked to be longer than the bound ({} \
+                     bytes) carries that much, so no answer over maxResponseBytes ({limit}) can be provoked with this \
+                     daemon",
+                    small.unwrap_or(0),
+                    raw.len()
+                ))
+            }
         }
     }
     let mut p = Vec::new();
-    if json!(f.request_id()) != rid {
+    if r.frame().map(|f| json!(f.request_id())) != Some(rid) {
         p.push(format!(
             "the {} refusal does not echo the wake's requestId",
             DaemonCode::OutboundRecordTooLarge.as_str()
