@@ -29,6 +29,16 @@ fn selftest_is_conformant_with_json_and_junit_reports() {
     assert!(total >= 100, "{total} cases");
     assert_eq!(v["summary"]["failed"], 0);
     assert_eq!(v["summary"]["errors"], 0);
+    // The reference adapter follows every SHOULD as well: a warning on it is a regression (and
+    // this test is the oracle of `scripts/mutants adapter`, so a SHOULD case kills mutants too).
+    let warned: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "warn")
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert!(warned.is_empty(), "the reference adapter is warned on {warned:?}");
     assert_eq!(v["exitCode"], 0);
     // The JUnit report is well-formed XML with one testcase per case.
     let xml = std::fs::read_to_string(&junit).unwrap();

@@ -850,6 +850,39 @@ pub(crate) fn racy_digest_write(dir: &Path, job: &Job) -> Option<Result<Value, A
     )
 }
 
+/// [`Fault::ReadBudgetRefused`]: whether a read answered `data` stopped more than a character
+/// short of its window (the smaller of `maxBytes` and the rest of the file): cut by the budget.
+pub(crate) fn read_cut_by_budget(dir: &Path, job: &Job, data: &Value) -> bool {
+    let Some(size) = payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len()) else {
+        return false;
+    };
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let max = job.payload.get("maxBytes").and_then(Value::as_u64).unwrap_or(4 * 1024 * 1024);
+    let window = max.min(size.saturating_sub(offset));
+    data["bytesRead"].as_u64().is_some_and(|n| n + 3 < window)
+}
+
+/// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
+pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
+    payload_path(job).is_some_and(|p| dir.join(p).is_dir())
+}
+
+/// [`Fault::EditGrowthRefused`]: whether an edit's texts could grow its (existing) file by more
+/// than the file's own size.
+pub(crate) fn edit_outgrows_file(dir: &Path, job: &Job) -> bool {
+    let Some(size) = payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len()) else {
+        return false;
+    };
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map_or(0, str::len) as u64;
+    let growth: u64 = job
+        .payload
+        .get("edits")
+        .and_then(Value::as_array)
+        .map(|edits| edits.iter().map(|e| text(e, "newText").saturating_sub(text(e, "oldText"))).sum())
+        .unwrap_or(0);
+    growth > size
+}
+
 /// [`Fault::EditPartial`]: the 1-based index of the failing edit in an
 /// `edit N: …` message.
 pub(crate) fn failing_edit(e: &AdapterError) -> Option<usize> {

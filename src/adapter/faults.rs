@@ -88,6 +88,9 @@ faults! {
     /// A bind of a grant with a live connection is bound beside it.
     EarlierConnectionKept = "earlier-connection-kept", "PC-1.2",
         "a bind of a grant that has a live connection is bound beside it: the earlier connection is neither revoked nor closed, so two connections of one generation work at once";
+    /// A new connection sheds every connection still waiting for its bind.
+    UnboundCapOne = "unbound-cap-one", "PC-4.5",
+        "only one connection may wait for its bind: a new connection sheds (closes) the one still waiting, so two sessions opening together lose one";
     /// A second bind is answered with another `bound`.
     AcceptSecondBind = "accept-second-bind", "PC-4.5",
         "a second bind on a bound connection is answered with bound instead of closing";
@@ -224,6 +227,12 @@ faults! {
     /// A directory search builds its match paths from the path as sent.
     SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
         "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
+    /// A directory search says `truncated` when nothing was cut or left out.
+    SearchAlwaysTruncated = "search-always-truncated", "PC-5.3.search",
+        "a directory search answers truncated:true even when every match fit and nothing was left out";
+    /// A read cut by the response budget is refused instead of shortened.
+    ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
+        "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";
@@ -251,6 +260,9 @@ faults! {
     /// fs.edit ignores expectedDigest.
     EditIgnoresDigest = "edit-ignores-digest", "PC-5.3.edit",
         "fs.edit ignores expectedDigest (no digest_mismatch guard)";
+    /// fs.edit refuses an edit that grows the file by more than its size.
+    EditGrowthRefused = "edit-growth-refused", "PC-5.3.edit",
+        "fs.edit refuses invalid_request an edit whose newText grows the file by more than the file's own size (a buffer sized by the file)";
     /// Edit failures quote the file's beginning in their message.
     ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
         "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";
@@ -352,6 +364,9 @@ faults! {
     EofIgnored = "eof-ignored", "PC-4.5",
         "the connection is kept open after the daemon's EOF (no revocation)";
     // ---- secrets
+    /// The content guard looks for the bound handle only, not the other grants' handles.
+    ScanBoundHandleOnly = "scan-bound-handle-only", "PC-4.5",
+        "the content guard looks for the connection's own handle only: a file holding another grant's handle (another session's descriptor in the root) is read out";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

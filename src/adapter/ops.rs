@@ -73,6 +73,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
     }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditGrowthRefused) && broken::edit_outgrows_file(dir, job) {
+        return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
+    }
     let mut out = match run(root, job, faults) {
         Err(e)
             if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && broken::has_dotdot(path) =>
@@ -156,6 +159,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         o => o,
     };
     let Ok(mut data) = out else { return out };
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadBudgetRefused)
+        && broken::read_cut_by_budget(dir, job, &data)
+    {
+        return Err(AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response budget"));
+    }
     if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
     }
@@ -198,6 +207,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::SearchRegex) {
                 data = broken::search_regex(dir, job, data);
+            }
+            if faults.has(Fault::SearchAlwaysTruncated) && broken::is_dir(dir, job) {
+                data["truncated"] = true.into();
             }
             if faults.has(Fault::SearchPrefixAsSent) {
                 data = broken::search_prefix_as_sent(path, data);

@@ -479,7 +479,8 @@ pub async fn serve_disciplined(
                 };
                 backoff = Duration::ZERO;
                 next_conn += 1;
-                let Some((shed_rx, shed)) = unbound.admit(next_conn, discipline.max_unbound) else {
+                let max_unbound = if faults.has(Fault::UnboundCapOne) { 1 } else { discipline.max_unbound };
+                let Some((shed_rx, shed)) = unbound.admit(next_conn, max_unbound) else {
                     drop(stream);
                     continue;
                 };
@@ -704,6 +705,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     drop(grants);
     let root_path = grant.root.clone();
     let dir = Arc::new(root_path.clone());
+    let digests = if faults.has(Fault::ScanBoundHandleOnly) { Arc::new(GrantDigests::new([])) } else { digests };
     let guard = Guard::new(binding.handle().clone(), digests);
     let Some(pin) = grant.root_pin else {
         // DECISION (conformance/SPEC.md PC-4.5): a grant minted before roots were pinned

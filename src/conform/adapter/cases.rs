@@ -470,6 +470,34 @@ fn bind_one_connection_per_generation(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with(if p.is_empty() { "first-ended" } else { "both-working" }, p)
 }
 
+/// PC-4.5 (pre-bind discipline): a daemon opening two sessions together connects twice before
+/// either bind arrives. The runner connects, connects again, waits for the adapter to accept
+/// the second connection, and only then sends the first connection's bind: it must be bound.
+/// An adapter may cap the connections that wait unbound, but one that sheds a waiting
+/// connection because a single other one arrived fails such opens (SHOULD: the cap is the
+/// adapter's to choose; the reference's default is 64).
+fn bind_two_waiting_connections(c: &mut Ctx<'_>) -> Outcome {
+    let mut first = tryo!(c.connect());
+    let second = tryo!(c.connect());
+    first.note("a second connection is open and waits for its bind; this one binds now");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let b = c.bind_frame();
+    first.send(&b);
+    let r = first.recv();
+    drop(second);
+    match r.frame() {
+        Some(v) if v.kind() == Some("bound") => Outcome::token("bound"),
+        _ => Outcome::with(
+            token(&r),
+            vec![format!(
+                "a valid bind sent while a second connection waited for its own was answered `{}`, not bound: the \
+                 adapter let only one connection wait for its bind",
+                token(&r)
+            )],
+        ),
+    }
+}
+
 // ---------------------------------------------------------------- invoke hygiene
 
 fn closes_after(c: &mut Ctx<'_>, f: Value) -> Outcome {
@@ -1884,8 +1912,16 @@ fn search_literal_order(c: &mut Ctx<'_>) -> Outcome {
         })
         .collect();
     let want = vec![("dir/a.txt".to_string(), 1, 3), ("dir/sub/c.txt".to_string(), 1, 1)];
-    let problems =
+    let mut problems =
         if data(&r).is_some() && got != want { vec![format!("matches {got:?}, want {want:?}")] } else { vec![] };
+    // Two matches of the default 1000, in a tree whose every file is searchable: nothing was
+    // cut or left out, so `truncated` must say so (PC-5.3.search: truncated when cut).
+    if let Some(t) = data(&r).map(|d| d["truncated"].clone()).filter(|t| *t != json!(false)) {
+        problems.push(format!(
+            "truncated is {t} for a search that returned every match of a tree with nothing left out (2 of the \
+             default 1000): truncated says the answer was cut"
+        ));
+    }
     Outcome::with(token(&r), problems)
 }
 fn search_columns_unicode(c: &mut Ctx<'_>) -> Outcome {
@@ -1948,7 +1984,25 @@ fn search_window_edge(c: &mut Ctx<'_>, path: &str, len: usize, at: usize) -> Out
     Outcome::with(token(&r), problems)
 }
 fn search_window_start(c: &mut Ctx<'_>) -> Outcome {
-    search_window_edge(c, "window/start.txt", 6000, super::fixture::WINDOW_START_AT)
+    let near = search_window_edge(c, "window/start.txt", 6000, super::fixture::WINDOW_START_AT);
+    if !matches!(&near, Outcome::Observed { token, .. } if token == "result:ok") {
+        return near;
+    }
+    // And a match on the file's very first byte: nothing before it, the window is the line's
+    // first 4096 characters. The file is laid for this check and removed after it.
+    let first = "window/first.txt";
+    if std::fs::write(c.target.root.join(first), super::fixture::window_line(6000, 0)).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let at_zero = search_window_edge(c, first, 6000, 0);
+    let _ = std::fs::remove_file(c.target.root.join(first));
+    match (near, at_zero) {
+        (Outcome::Observed { token, mut problems }, Outcome::Observed { token: t, problems: more }) if t == token => {
+            problems.extend(more.into_iter().map(|p| format!("{first}: {p}")));
+            Outcome::Observed { token, problems }
+        }
+        (_, other) => other,
+    }
 }
 fn search_window_end(c: &mut Ctx<'_>) -> Outcome {
     search_window_edge(c, "window/end.txt", 5000, super::fixture::WINDOW_END_AT)
@@ -2508,6 +2562,17 @@ fn edit_keeps_mode(c: &mut Ctx<'_>) -> Outcome {
         }
         o => o,
     }
+}
+/// PC-5.3.edit: an edit applies whatever its texts' lengths. Its `newText` is over seven times
+/// the whole file, so an adapter that sizes the edited text by the file (or refuses growth
+/// beyond it) is caught: the result must be `ok`, with the replacement, digest and content on
+/// disk of the grown text.
+fn edit_grows_file(c: &mut Ctx<'_>) -> Outcome {
+    c.allow(&["edit.txt"]);
+    let grown = "grown ".repeat(40);
+    let r = tryo!(c.one(req::edit("edit.txt", &[("aaa", grown.as_str())])));
+    let want = format!("foo bar foo\nunique line\n{grown}\n");
+    on_disk(ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", &want)
 }
 fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("absent", "x")])))
@@ -3248,6 +3313,40 @@ fn limits_response_budget_exact(c: &mut Ctx<'_>) -> Outcome {
         if v.ok() == Some(false) && v.error_code() != Some(AdapterCode::ResponseTooLarge.as_str()) {
             return Outcome::with(token(&r), problems);
         }
+    }
+    Outcome::with("result:ok", problems)
+}
+
+/// PC-5.3.read: the window is shortened to fit the response budget, counted as the JSON the
+/// result carries. The runner lays a file of `"` characters (each escaped to two bytes) three
+/// quarters of `maxResponseBytes` long and reads it whole: its raw bytes fit the budget, its
+/// escaped content does not, so the window must be shortened (`ok`, fewer bytes, `eof:false`).
+/// An adapter that sizes the window by raw bytes sends a line over the budget (the judge fails
+/// it) or falls back to `response_too_large` where hundreds of characters fit (SHOULD: PC-4.5
+/// lets an adapter answer `response_too_large` for a result over the budget).
+fn limits_response_budget_escapes(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.read") {
+        return Outcome::Skip("the descriptor does not grant fs.read".into());
+    }
+    let budget = c.target.admitted.limits().max_response_bytes.max(0) as usize;
+    let size = budget / 4 * 3;
+    let name = "escapes.txt";
+    if std::fs::write(c.target.root.join(name), "\"".repeat(size)).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let r = c.one(req::read(name).max_bytes(size as u64));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = tryo!(r);
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    let read = d["bytesRead"].as_u64().unwrap_or(0) as usize;
+    let mut problems = Vec::new();
+    if read == 0 || read >= size || d["eof"] != json!(false) {
+        problems.push(format!(
+            "a {size}-byte window of quote characters (escaped, {} bytes: over maxResponseBytes {budget}) was answered \
+             with bytesRead {read} and eof {}: it must be shortened to fit, with eof:false",
+            2 * size,
+            d["eof"]
+        ));
     }
     Outcome::with("result:ok", problems)
 }
@@ -4368,6 +4467,29 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// PC-4.5: the handle of *another* grant the adapter serves, in a file of this root (another
+/// session's descriptor lying there). The runner lays a file holding the second grant it
+/// minted (selftest, `--command`) and reads it through the descriptor's binding: it must be
+/// refused `capability_in_content`, or that session's capability leaves through this one.
+/// SHOULD: the protocol text binds an adapter to its connection's own handle; the reference
+/// looks for every grant's (a MUST of the reference, PC-4.5). The file is removed at the end.
+fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
+    let Some(other) = c.target.narrow.clone() else {
+        return Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into());
+    };
+    if !granted(c, "fs.read") {
+        return Outcome::Skip("the descriptor does not grant fs.read".into());
+    }
+    let name = "other-grant.json";
+    let body = format!("{{\"capabilityHandle\":\"{}\"}}\n", other.handle().expose());
+    if std::fs::write(c.target.root.join(name), body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = tok(c.one(req::read(name)));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+
 /// PC-4.5 (audit gap 2): the handle in a *match path*. The file's name holds the handle and
 /// its content only the query, so a content guard passes it and only a scan of the paths a
 /// search returns can refuse it.
@@ -4512,6 +4634,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.each-limit-above-grant", judged!(bind_each_limit_above_grant)),
         ("adapter.bind.after-refused-bind", judged!(bind_after_refused_bind)),
         ("adapter.bind.one-connection-per-generation", judged!(bind_one_connection_per_generation)),
+        ("adapter.bind.two-waiting-connections", judged!(bind_two_waiting_connections)),
         ("adapter.bind.wrong-protocol-version", judged!(bind_wrong_protocol_version)),
         ("adapter.bind.wrong-adapter-version", judged!(bind_wrong_adapter_version)),
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
@@ -4625,6 +4748,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.write.atomic-overwrite", judged!(write_atomic_overwrite)),
         ("adapter.edit.sequential", judged!(edit_sequential)),
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
+        ("adapter.edit.grows-file", judged!(edit_grows_file)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
         ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
@@ -4639,6 +4763,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.confine.swap-race", judged!(confine_swap_race)),
         ("adapter.limits.response-budget", judged!(limits_response_budget)),
         ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
+        ("adapter.limits.response-budget-escapes", judged!(limits_response_budget_escapes)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
         ("adapter.limits.concurrency-held", judged!(limits_concurrency_held)),
@@ -4670,5 +4795,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.search-match-path", judged!(secret_search_match_path)),
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
+        ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
     ]
 }
