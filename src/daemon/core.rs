@@ -424,6 +424,20 @@ impl<L: LinkState + Clone> HostCore<L> {
             generation,
             sequence: NonZeroU64::new(sess.seq).unwrap_or(NonZeroU64::MIN),
         };
+        let key = (sid.to_string(), generation);
+        let any_generation = self.faults.has(DaemonFault::AttachmentsFollowSession);
+        let mut to: Vec<u64> = self
+            .attachments
+            .iter()
+            .filter(|(_, a)| a.contains(&key) || (any_generation && a.iter().any(|(s, _)| s == sid)))
+            .map(|(c, _)| *c)
+            .collect();
+        to.sort_unstable();
+        if to.is_empty() && !self.faults.has(DaemonFault::EventsToAll) {
+            // Nobody is attached: the sequence is taken, and no line is built (a result
+            // riding on `toolCallEnd` is not serialized a second time for no one).
+            return Some((Vec::new(), to));
+        }
         let mut line = event_line(&of, event, request_id, data);
         if line.len() > MAX_EVENT_BYTES && !self.faults.has(DaemonFault::NoEventCap) {
             let of = if self.faults.has(DaemonFault::EventDroppedNewSequence) {
@@ -441,15 +455,6 @@ impl<L: LinkState + Clone> HostCore<L> {
                 record::data(&v2::EventDroppedData { error, original_event: event.into() }),
             );
         }
-        let key = (sid.to_string(), generation);
-        let any_generation = self.faults.has(DaemonFault::AttachmentsFollowSession);
-        let mut to: Vec<u64> = self
-            .attachments
-            .iter()
-            .filter(|(_, a)| a.contains(&key) || (any_generation && a.iter().any(|(s, _)| s == sid)))
-            .map(|(c, _)| *c)
-            .collect();
-        to.sort_unstable();
         Some((line, to))
     }
 
@@ -1075,20 +1080,24 @@ mod tests {
     fn events_take_the_next_sequence_and_oversized_ones_are_dropped() {
         let mut core = empty(Instant::now());
         let _ = admit(&mut core, &open("s", 1, "new")).ok().unwrap();
+        // With nobody attached the sequence is taken and no line is built.
+        assert_eq!(core.deliver("s", 1, "opened", Some("o"), json!({"created": true})), Some((Vec::new(), vec![])));
+        core.open_conn(1);
+        core.attach(1, "s", 1, true).unwrap();
         let line = core.deliver("s", 1, "opened", Some("o"), json!({"created": true})).unwrap().0;
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(
             (v["sequence"].clone(), v["event"].clone(), v["requestId"].clone()),
-            (json!(1), json!("opened"), json!("o"))
+            (json!(2), json!("opened"), json!("o"))
         );
         assert_eq!(v["hostInstanceId"], HOST);
         assert!(core.deliver("s", 2, "x", None, json!({})).is_none(), "another generation has no events");
         let big = core.deliver("s", 1, "agentText", None, json!({"t": "x".repeat(MAX_EVENT_BYTES)})).unwrap().0;
         let v: Value = serde_json::from_slice(&big).unwrap();
         assert_eq!(v["event"], "eventDropped");
-        assert_eq!(v["sequence"], 2);
+        assert_eq!(v["sequence"], 3);
         assert_eq!(v["data"]["error"]["code"], "outbound_record_too_large");
-        assert_eq!(core.sequence("s"), 2);
+        assert_eq!(core.sequence("s"), 3);
     }
 
     #[test]
