@@ -331,6 +331,15 @@ faults! {
     /// A session status without its queue telemetry.
     StatusWithoutTelemetry = "status-without-telemetry", "PC-4.4",
         "status of a session with a bound tool adapter answers the session without its queue telemetry (toolQueue empty)";
+    /// The telemetry's per-operation summaries say nothing.
+    TelemetrySummariesEmpty = "telemetry-summaries-empty", "PC-4.4",
+        "the queue telemetry's per-operation queue-wait and latency summaries are null, whatever calls ran";
+    /// Timed-out and cancelled calls are not counted.
+    TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
+        "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// The queue reads as saturated whenever the binding is live.
+    TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
+        "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";

@@ -3431,18 +3431,29 @@ fn socket_owner_only(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("owner-only", problems)
 }
 
+/// `requestTimeoutMs` of the queue-telemetry case: its second call times out on purpose.
+const TELEMETRY_TIMEOUT_MS: u64 = 600;
+
 /// SPEC §4.4 (MUST [daemon]): `status` carries content-free queue telemetry per session —
-/// capacity, occupancy, high-water marks, counters, per-operation summaries. Spellings differ
-/// between daemons (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`),
-/// so the case looks for the telemetry by what it must say: a `capacity` object holding the
-/// descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (3 and 7, not the recommended
-/// 4 and 16), beside a completed-calls counter (`completed…`) of at least 1 after one call
-/// completed, and an `operations` summary; nowhere the call's `requestId`, `idempotencyKey` or
-/// path. The status answering the session without any of it fails.
+/// capacity, occupancy, high-water marks, counters (accepted, completed, failed, rejected,
+/// cancelled, timed out), saturation, per-operation summaries. Spellings differ between daemons
+/// (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`), so the case looks for
+/// the telemetry by what it must say. Three calls: one completes; one the probe never answers
+/// times out (`requestTimeoutMs` 600); one the probe holds is cancelled by the client's `abort`
+/// of its turn. Then, with nothing in flight, the status must hold a `capacity` object with the
+/// descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (3 and 7, not the recommended 4
+/// and 16); a completed-calls counter (`completed…`) of at least 1, a timed-out one
+/// (`timedOut…`) of at least 1 and a cancelled one (`cancelled…`) of at least 1 (each only
+/// when its call was confirmed at the probe); an `operations` summary holding a `count` of at
+/// least 1 (the calls ran: a queue-wait or latency summary counts them); no saturation (a
+/// `saturated` flag, or `saturation.active`, true with at most one of ten slots ever used); and
+/// nowhere a call's `requestId`, `idempotencyKey` or path. The status answering the session
+/// without any of it fails.
 fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     let limits = AdapterLimits {
         max_concurrent_requests: std::num::NonZeroU64::new(3).unwrap_or(std::num::NonZeroU64::MIN),
         max_queued_requests: 7,
+        request_timeout_ms: TELEMETRY_TIMEOUT_MS as i64,
         ..super::DEFAULT_LIMITS
     }
     .to_json();
@@ -3459,6 +3470,10 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&seen.resp)
         ));
     };
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let ends = telemetry_ends(c, link);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let (timed_out, cancelled) = tryo!(ends);
     let r = tryo!(session_status(c));
     if rtoken(&r) != "ok" {
         return Outcome::Error(format!("inconclusive: the status of the live session was answered {}", rtoken(&r)));
@@ -3497,14 +3512,44 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     }
     let mut all = Vec::new();
     numbers_under(t, &mut all);
-    let completed = all.iter().filter(|(k, _)| k.starts_with("completed")).map(|(_, n)| *n).max();
-    match completed {
-        Some(n) if n >= 1 => {}
-        Some(n) => p.push(format!("the telemetry counts {n} completed calls after one completed")),
-        None => p.push("the telemetry has no completed-calls counter (`completed…`)".into()),
+    let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
+    for (prefix, what, provoked) in
+        [("completed", "completed", true), ("timedOut", "timed-out", timed_out), ("cancelled", "cancelled", cancelled)]
+    {
+        match counter(prefix) {
+            _ if !provoked => {}
+            Some(n) if n >= 1 => {}
+            Some(n) => p.push(format!("the telemetry counts {n} {what} calls after one {what} call")),
+            None => p.push(format!("the telemetry has no {what}-calls counter (`{prefix}…`)")),
+        }
     }
-    if t.get("operations").is_none() {
-        p.push("the telemetry has no per-operation summaries (`operations`)".into());
+    match t.get("operations") {
+        None => p.push("the telemetry has no per-operation summaries (`operations`)".into()),
+        Some(ops) => {
+            let mut n = Vec::new();
+            numbers_under(ops, &mut n);
+            if !n.iter().any(|(k, v)| *k == "count" && *v >= 1) {
+                p.push(format!(
+                    "the per-operation summaries count no call after three fs.stat calls ran (no queue-wait or \
+                     latency summary with a `count` of at least 1): {}",
+                    ops.to_string().chars().take(300).collect::<String>()
+                ));
+            }
+        }
+    }
+    // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
+    // `saturation`). At most one call was ever in flight of 3 + 7 slots, and none is now.
+    let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
+        Some(Value::Bool(b)) => *b,
+        Some(o @ Value::Object(_)) => o["active"] == true,
+        _ => false,
+    });
+    if saturated {
+        p.push(format!(
+            "the telemetry reports the queue saturated with nothing in flight (at most one of maxConcurrentRequests 3 \
+             + maxQueuedRequests 7 was ever used): {}",
+            t.to_string().chars().take(300).collect::<String>()
+        ));
     }
     let text = t.to_string();
     for (what, v) in [("requestId", &invoke["requestId"]), ("idempotencyKey", &invoke["idempotencyKey"])] {
@@ -3516,6 +3561,50 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
         p.push(format!("the telemetry carries the call's path `{dir}`: it must be content-free"));
     }
     Outcome::with("telemetry", p)
+}
+
+/// The queue-telemetry case's two calls that end without a result, with the probe never
+/// answering an invoke: one that times out, one whose turn the client aborts while the probe
+/// holds it. Whether each was provoked: its invoke reached the probe and, for the timeout, its
+/// abort did; for the cancel, the client's `abort` was answered `aborted:true` and the wake
+/// was answered before its call could have timed out (less than `requestTimeoutMs` after the
+/// wake was sent, so no earlier than its admission). Otherwise that counter is not judged.
+fn telemetry_ends(c: &mut DCtx<'_>, link: usize) -> Result<(bool, bool), Outcome> {
+    let invokes = |c: &DCtx<'_>| link_frames(c, link, "invoke").len();
+    let wait_invokes = |c: &DCtx<'_>, n: usize| {
+        let t = Instant::now();
+        while invokes(c) < n && t.elapsed() < c.target.step * 2 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        invokes(c) >= n
+    };
+    // The timeout: the wake is answered once the call failed (requestTimeoutMs 600).
+    let before = invokes(c);
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
+    let _ = one(c, w)?;
+    let t = Instant::now();
+    while link_frames(c, link, "abort").is_empty() && t.elapsed() < c.target.step {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let timed_out = invokes(c) > before && !link_frames(c, link, "abort").is_empty();
+    // The cancel: a wake whose call the probe holds, then the client's abort of its turn.
+    let before = invokes(c);
+    let mut conn = c.connect()?;
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
+    let rid = w["requestId"].as_str().unwrap_or_default().to_string();
+    let sent = Instant::now();
+    conn.send(&w);
+    if !wait_invokes(c, before + 1) {
+        let _ = conn.recv_for(&rid);
+        return Ok((timed_out, false));
+    }
+    let a = json!({"protocolVersion": "2.0", "requestId": c.rid(), "operation": "abort", "sessionId": c.session,
+        "generation": 1, "payload": {}});
+    let ar = one(c, a)?;
+    let aborted = ar.frame().is_some_and(|f| f.ok() == Some(true) && f.data()["aborted"] == true);
+    let answered = conn.recv_for(&rid).frame().is_some();
+    let before_timeout = sent.elapsed() < Duration::from_millis(TELEMETRY_TIMEOUT_MS - 50);
+    Ok((timed_out, aborted && answered && before_timeout))
 }
 
 /// SPEC §2.3: an event's sequence is per session and monotonic from 1: the events a wake
