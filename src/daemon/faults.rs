@@ -368,6 +368,9 @@ faults! {
     /// Sessions without tools are quarantined too.
     QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
         "a restart quarantines every retained session, tools:\"none\" ones included";
+    /// A retained tool-less generation re-opened after a restart stays dormant.
+    PlainReopenStaysDormant = "plain-reopen-stays-dormant", "PC-6",
+        "after a restart, an open of a retained tools:\"none\" generation answers created:false without making it live (its wakes stay session_not_found)";
     /// A live command on a quarantined generation is answered reprovision_required.
     QuarantinedAsReprovision = "quarantined-as-reprovision", "PC-6",
         "a live wake, status or attach of a quarantined generation is answered tool_adapter_reprovision_required instead of session_not_found";

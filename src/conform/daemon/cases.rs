@@ -5281,7 +5281,11 @@ fn restart_failed_reprovision(c: &mut DCtx<'_>) -> Outcome {
 
 /// SPEC §6: quarantine is for host-adapter generations, whose binding a restart lost. A
 /// session opened with `tools:"none"` has nothing to reprovision: after the same restart that
-/// quarantines the case session (confirmed), it is not listed.
+/// quarantines the case session (confirmed), it is not listed, and it can be used again: an
+/// open of its generation with `tools:"none"` answered ok makes it live, so a wake of it after
+/// that open is answered ok. Pi Daemon 0.3.3 has it resident at once (the open answers
+/// `created:false`); the reference keeps it dormant until that open. The open refused, or the
+/// wake refused with another code than `session_not_found`, is inconclusive.
 fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
         return Outcome::Skip("no --restart-cmd given".into());
@@ -5294,13 +5298,51 @@ fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     tryo!(opened);
     let _ = tryo!(restart_quarantined(c));
     if tryo!(quarantine_listed(c, &plain)) {
-        Outcome::with(
+        return Outcome::with(
             "plain-quarantined",
             vec!["a session opened with tools:\"none\" was quarantined by the restart: it has no adapter binding to reprovision".into()],
-        )
-    } else {
-        Outcome::token("not-quarantined")
+        );
     }
+    c.session = plain;
+    let used = plain_reopened_wake(c);
+    c.session = main;
+    let r = tryo!(used);
+    match r.frame() {
+        Some(f) if f.ok() == Some(true) => Outcome::token("not-quarantined"),
+        Some(f) if f.error_code() == Some(DaemonCode::SessionNotFound.as_str()) => Outcome::with(
+            "reopened-not-live",
+            vec![format!(
+                "after the restart, the tools:\"none\" session was opened again at its generation (answered ok), yet a \
+                 wake of it was answered session_not_found: the open did not make it live ({})",
+                f.error_message().unwrap_or("")
+            )],
+        ),
+        _ => Outcome::Error(format!(
+            "inconclusive: the wake of the re-opened tools:\"none\" session was answered {}",
+            rtoken(&r)
+        )),
+    }
+}
+
+/// Open the case session again at generation 1 with `tools:"none"` (a refusal is
+/// inconclusive) and answer a plain wake of it.
+fn plain_reopened_wake(c: &mut DCtx<'_>) -> Result<Recv, Outcome> {
+    let v = c.open(1, json!("none"))?;
+    let r = one(c, v)?;
+    if rtoken(&r) != "ok" {
+        return Err(Outcome::Error(format!(
+            "inconclusive: after the restart, the open of the tools:\"none\" session at its generation was answered {}",
+            rtoken(&r)
+        )));
+    }
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello")
+        .map(|w| crate::contract::compose::to_wire(&w))
+        .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")))?;
+    one(c, w)
 }
 
 // ---------------------------------------------------------------- at rest
