@@ -3438,20 +3438,22 @@ const TELEMETRY_TIMEOUT_MS: u64 = 600;
 /// capacity, occupancy, high-water marks, counters (accepted, completed, failed, rejected,
 /// cancelled, timed out), saturation, per-operation summaries. Spellings differ between daemons
 /// (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`), so the case looks for
-/// the telemetry by what it must say. Three calls: one completes; one the probe never answers
-/// times out (`requestTimeoutMs` 600); one the probe holds is cancelled by the client's `abort`
-/// of its turn. Then, with nothing in flight, the status must hold a `capacity` object with the
-/// descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (3 and 7, not the recommended 4
-/// and 16); a completed-calls counter (`completed…`) of at least 1, a timed-out one
-/// (`timedOut…`) of at least 1 and a cancelled one (`cancelled…`) of at least 1 (each only
-/// when its call was confirmed at the probe); an `operations` summary holding a `count` of at
+/// the telemetry by what it must say. Three wakes: one call completes; one the probe never
+/// answers times out (`requestTimeoutMs` 600); then two calls, the first held by the probe and
+/// the second queued behind it (`maxConcurrentRequests` 1), are cancelled by the client's
+/// `abort` of their turn. Then, with nothing in flight, the status must hold a `capacity` object
+/// with the descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (1 and 7, not the
+/// recommended 4 and 16); a completed-calls counter (`completed…`) of at least 1, a timed-out
+/// one (`timedOut…`) of at least 1 and a cancelled one (`cancelled…`) of at least 2 — 1 when
+/// the accepted counter (`accepted…`) shows the queued call was never admitted — (each only
+/// when its calls were confirmed at the probe); an `operations` summary holding a `count` of at
 /// least 1 (the calls ran: a queue-wait or latency summary counts them); no saturation (a
-/// `saturated` flag, or `saturation.active`, true with at most one of ten slots ever used); and
+/// `saturated` flag, or `saturation.active`, true with at most two of eight slots used); and
 /// nowhere a call's `requestId`, `idempotencyKey` or path. The status answering the session
 /// without any of it fails.
 fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     let limits = AdapterLimits {
-        max_concurrent_requests: std::num::NonZeroU64::new(3).unwrap_or(std::num::NonZeroU64::MIN),
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 7,
         request_timeout_ms: TELEMETRY_TIMEOUT_MS as i64,
         ..super::DEFAULT_LIMITS
@@ -3504,22 +3506,27 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     numbers_under(&t["capacity"], &mut cap);
     let mut cap: Vec<u64> = cap.into_iter().map(|(_, n)| n).collect();
     cap.sort_unstable();
-    if cap != [3, 7] {
+    if cap != [1, 7] {
         p.push(format!(
-            "the telemetry's capacity {} is not the binding's maxConcurrentRequests 3 and maxQueuedRequests 7",
+            "the telemetry's capacity {} is not the binding's maxConcurrentRequests 1 and maxQueuedRequests 7",
             t["capacity"]
         ));
     }
     let mut all = Vec::new();
     numbers_under(t, &mut all);
     let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
-    for (prefix, what, provoked) in
-        [("completed", "completed", true), ("timedOut", "timed-out", timed_out), ("cancelled", "cancelled", cancelled)]
-    {
+    // The cancelled turn's second call waited in the queue behind the first: it was cancelled
+    // too when the daemon had admitted it (four calls accepted in all).
+    let cancels = if counter("accepted").is_some_and(|n| n >= 4) { 2 } else { 1 };
+    for (prefix, what, want) in [
+        ("completed", "completed", 1),
+        ("timedOut", "timed-out", u64::from(timed_out)),
+        ("cancelled", "cancelled", if cancelled { cancels } else { 0 }),
+    ] {
         match counter(prefix) {
-            _ if !provoked => {}
-            Some(n) if n >= 1 => {}
-            Some(n) => p.push(format!("the telemetry counts {n} {what} calls after one {what} call")),
+            _ if want == 0 => {}
+            Some(n) if n >= want => {}
+            Some(n) => p.push(format!("the telemetry counts {n} {what} calls after {want} {what} call(s)")),
             None => p.push(format!("the telemetry has no {what}-calls counter (`{prefix}…`)")),
         }
     }
@@ -3530,7 +3537,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             numbers_under(ops, &mut n);
             if !n.iter().any(|(k, v)| *k == "count" && *v >= 1) {
                 p.push(format!(
-                    "the per-operation summaries count no call after three fs.stat calls ran (no queue-wait or \
+                    "the per-operation summaries count no call after four fs.stat calls ran (no queue-wait or \
                      latency summary with a `count` of at least 1): {}",
                     ops.to_string().chars().take(300).collect::<String>()
                 ));
@@ -3538,7 +3545,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
         }
     }
     // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
-    // `saturation`). At most one call was ever in flight of 3 + 7 slots, and none is now.
+    // `saturation`). At most two of 1 + 7 slots were ever used, and none is now.
     let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
         Some(Value::Bool(b)) => *b,
         Some(o @ Value::Object(_)) => o["active"] == true,
@@ -3546,8 +3553,8 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     });
     if saturated {
         p.push(format!(
-            "the telemetry reports the queue saturated with nothing in flight (at most one of maxConcurrentRequests 3 \
-             + maxQueuedRequests 7 was ever used): {}",
+            "the telemetry reports the queue saturated with nothing in flight (at most two of maxConcurrentRequests 1 \
+             + maxQueuedRequests 7 were ever used): {}",
             t.to_string().chars().take(300).collect::<String>()
         ));
     }
@@ -3563,12 +3570,13 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("telemetry", p)
 }
 
-/// The queue-telemetry case's two calls that end without a result, with the probe never
-/// answering an invoke: one that times out, one whose turn the client aborts while the probe
-/// holds it. Whether each was provoked: its invoke reached the probe and, for the timeout, its
-/// abort did; for the cancel, the client's `abort` was answered `aborted:true` and the wake
-/// was answered before its call could have timed out (less than `requestTimeoutMs` after the
-/// wake was sent, so no earlier than its admission). Otherwise that counter is not judged.
+/// The queue-telemetry case's calls that end without a result, with the probe never answering
+/// an invoke: one that times out, then two whose turn the client aborts while the probe holds
+/// the first (the second waits behind it). Whether each was provoked: the invoke reached the
+/// probe and, for the timeout, its abort did; for the cancel, the client's `abort` was answered
+/// `aborted:true` and the wake was answered before its calls could have timed out (less than
+/// `requestTimeoutMs` after the wake was sent, so no earlier than their admission). Otherwise
+/// that counter is not judged.
 fn telemetry_ends(c: &mut DCtx<'_>, link: usize) -> Result<(bool, bool), Outcome> {
     let invokes = |c: &DCtx<'_>| link_frames(c, link, "invoke").len();
     let wait_invokes = |c: &DCtx<'_>, n: usize| {
@@ -3587,10 +3595,11 @@ fn telemetry_ends(c: &mut DCtx<'_>, link: usize) -> Result<(bool, bool), Outcome
         std::thread::sleep(Duration::from_millis(10));
     }
     let timed_out = invokes(c) > before && !link_frames(c, link, "abort").is_empty();
-    // The cancel: a wake whose call the probe holds, then the client's abort of its turn.
+    // The cancel: a wake of two calls, the first held by the probe and the second queued behind
+    // it (maxConcurrentRequests 1), then the client's abort of its turn.
     let before = invokes(c);
     let mut conn = c.connect()?;
-    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
+    let w = c.wake_calls(1, &[("fs_stat", json!({"path": "."})), ("fs_stat", json!({"path": "."}))])?;
     let rid = w["requestId"].as_str().unwrap_or_default().to_string();
     let sent = Instant::now();
     conn.send(&w);
