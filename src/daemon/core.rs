@@ -647,6 +647,9 @@ impl<L: LinkState + Clone> HostCore<L> {
                     return Ok(OpenPlan::Done(data(&v2::OpenData { created: false, session: Some(x.resource()) })));
                 }
                 if x.policy.is_none() {
+                    if self.faults.has(DaemonFault::PlainReopenStaysDormant) {
+                        return Ok(OpenPlan::Done(data(&v2::OpenData { created: false, session: Some(x.resource()) })));
+                    }
                     x.state = SState::Active;
                     x.open_version = version.to_string();
                     return Ok(OpenPlan::Reactivated {

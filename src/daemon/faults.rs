@@ -340,6 +340,15 @@ faults! {
     /// The eventDropped replacing an event takes a sequence of its own.
     EventDroppedNewSequence = "event-dropped-new-sequence", "PC-1.1",
         "the eventDropped that replaces an event over maxEventBytes takes the next sequence, leaving the dropped event's sequence unused, instead of taking its place";
+    /// The telemetry's per-operation summaries say nothing.
+    TelemetrySummariesEmpty = "telemetry-summaries-empty", "PC-4.4",
+        "the queue telemetry's per-operation queue-wait and latency summaries are null, whatever calls ran";
+    /// Timed-out and cancelled calls are not counted.
+    TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
+        "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// The queue reads as saturated whenever the binding is live.
+    TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
+        "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";
@@ -377,6 +386,9 @@ faults! {
     /// Sessions without tools are quarantined too.
     QuarantinesPlainSessions = "quarantines-plain-sessions", "PC-6",
         "a restart quarantines every retained session, tools:\"none\" ones included";
+    /// A retained tool-less generation re-opened after a restart stays dormant.
+    PlainReopenStaysDormant = "plain-reopen-stays-dormant", "PC-6",
+        "after a restart, an open of a retained tools:\"none\" generation answers created:false without making it live (its wakes stay session_not_found)";
     /// A live command on a quarantined generation is answered reprovision_required.
     QuarantinedAsReprovision = "quarantined-as-reprovision", "PC-6",
         "a live wake, status or attach of a quarantined generation is answered tool_adapter_reprovision_required instead of session_not_found";

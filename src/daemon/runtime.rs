@@ -992,16 +992,26 @@ impl AdapterRuntime {
     pub fn telemetry(&self) -> Value {
         let l = *self.binding.limits();
         let c = self.counters;
-        let saturated = self.active.len() + self.queue.len()
-            >= (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize
-            && self.state == State::Bound;
+        let full = self.active.len() + self.queue.len()
+            >= (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
+        // Under the fault the queue reads as saturated whenever the binding is live.
+        let saturated =
+            (full || self.faults.has(DaemonFault::TelemetrySaturatedWhenIdle)) && self.state == State::Bound;
+        let summary = |s: Option<&Summary>| {
+            if self.faults.has(DaemonFault::TelemetrySummariesEmpty) {
+                Value::Null
+            } else {
+                s.copied().unwrap_or_default().to_json()
+            }
+        };
+        let uncounted = self.faults.has(DaemonFault::TelemetryEndsUncounted);
         let mut ops = Map::new();
         for op in self.binding.operations() {
             ops.insert(
                 op.to_string(),
                 json!({
-                    "queueWaitMs": self.queue_wait.get(op).copied().unwrap_or_default().to_json(),
-                    "latencyMs": self.latency.get(op).copied().unwrap_or_default().to_json(),
+                    "queueWaitMs": summary(self.queue_wait.get(op)),
+                    "latencyMs": summary(self.latency.get(op)),
                 }),
             );
         }
@@ -1016,8 +1026,8 @@ impl AdapterRuntime {
                 "completed": c.completed,
                 "failed": c.failed,
                 "rejected": c.rejected,
-                "cancelled": c.cancelled,
-                "timedOut": c.timed_out,
+                "cancelled": if uncounted { 0 } else { c.cancelled },
+                "timedOut": if uncounted { 0 } else { c.timed_out },
             },
             "lastRefusalReason": self.last_refusal,
             "saturated": saturated,

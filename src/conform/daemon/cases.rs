@@ -3480,18 +3480,31 @@ fn socket_owner_only(c: &mut DCtx<'_>) -> Outcome {
     Outcome::with("owner-only", problems)
 }
 
+/// `requestTimeoutMs` of the queue-telemetry case: its second call times out on purpose.
+const TELEMETRY_TIMEOUT_MS: u64 = 600;
+
 /// SPEC §4.4 (MUST [daemon]): `status` carries content-free queue telemetry per session —
-/// capacity, occupancy, high-water marks, counters, per-operation summaries. Spellings differ
-/// between daemons (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`),
-/// so the case looks for the telemetry by what it must say: a `capacity` object holding the
-/// descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (3 and 7, not the recommended
-/// 4 and 16), beside a completed-calls counter (`completed…`) of at least 1 after one call
-/// completed, and an `operations` summary; nowhere the call's `requestId`, `idempotencyKey` or
-/// path. The status answering the session without any of it fails.
+/// capacity, occupancy, high-water marks, counters (accepted, completed, failed, rejected,
+/// cancelled, timed out), saturation, per-operation summaries. Spellings differ between daemons
+/// (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`), so the case looks for
+/// the telemetry by what it must say. Three wakes: one call completes; one the probe never
+/// answers times out (`requestTimeoutMs` 600); then two calls, the first held by the probe and
+/// the second queued behind it (`maxConcurrentRequests` 1), are cancelled by the client's
+/// `abort` of their turn. Then, with nothing in flight, the status must hold a `capacity` object
+/// with the descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (1 and 7, not the
+/// recommended 4 and 16); a completed-calls counter (`completed…`) of at least 1, a timed-out
+/// one (`timedOut…`) of at least 1 and a cancelled one (`cancelled…`) of at least 2 — 1 when
+/// the accepted counter (`accepted…`) shows the queued call was never admitted — (each only
+/// when its calls were confirmed at the probe); an `operations` summary holding a `count` of at
+/// least 1 (the calls ran: a queue-wait or latency summary counts them); no saturation (a
+/// `saturated` flag, or `saturation.active`, true with at most two of eight slots used); and
+/// nowhere a call's `requestId`, `idempotencyKey` or path. The status answering the session
+/// without any of it fails.
 fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     let limits = AdapterLimits {
-        max_concurrent_requests: std::num::NonZeroU64::new(3).unwrap_or(std::num::NonZeroU64::MIN),
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 7,
+        request_timeout_ms: TELEMETRY_TIMEOUT_MS as i64,
         ..super::DEFAULT_LIMITS
     }
     .to_json();
@@ -3508,6 +3521,10 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&seen.resp)
         ));
     };
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let ends = telemetry_ends(c, link);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let (timed_out, cancelled) = tryo!(ends);
     let r = tryo!(session_status(c));
     if rtoken(&r) != "ok" {
         return Outcome::Error(format!("inconclusive: the status of the live session was answered {}", rtoken(&r)));
@@ -3538,22 +3555,57 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     numbers_under(&t["capacity"], &mut cap);
     let mut cap: Vec<u64> = cap.into_iter().map(|(_, n)| n).collect();
     cap.sort_unstable();
-    if cap != [3, 7] {
+    if cap != [1, 7] {
         p.push(format!(
-            "the telemetry's capacity {} is not the binding's maxConcurrentRequests 3 and maxQueuedRequests 7",
+            "the telemetry's capacity {} is not the binding's maxConcurrentRequests 1 and maxQueuedRequests 7",
             t["capacity"]
         ));
     }
     let mut all = Vec::new();
     numbers_under(t, &mut all);
-    let completed = all.iter().filter(|(k, _)| k.starts_with("completed")).map(|(_, n)| *n).max();
-    match completed {
-        Some(n) if n >= 1 => {}
-        Some(n) => p.push(format!("the telemetry counts {n} completed calls after one completed")),
-        None => p.push("the telemetry has no completed-calls counter (`completed…`)".into()),
+    let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
+    // The cancelled turn's second call waited in the queue behind the first: it was cancelled
+    // too when the daemon had admitted it (four calls accepted in all).
+    let cancels = if counter("accepted").is_some_and(|n| n >= 4) { 2 } else { 1 };
+    for (prefix, what, want) in [
+        ("completed", "completed", 1),
+        ("timedOut", "timed-out", u64::from(timed_out)),
+        ("cancelled", "cancelled", if cancelled { cancels } else { 0 }),
+    ] {
+        match counter(prefix) {
+            _ if want == 0 => {}
+            Some(n) if n >= want => {}
+            Some(n) => p.push(format!("the telemetry counts {n} {what} calls after {want} {what} call(s)")),
+            None => p.push(format!("the telemetry has no {what}-calls counter (`{prefix}…`)")),
+        }
     }
-    if t.get("operations").is_none() {
-        p.push("the telemetry has no per-operation summaries (`operations`)".into());
+    match t.get("operations") {
+        None => p.push("the telemetry has no per-operation summaries (`operations`)".into()),
+        Some(ops) => {
+            let mut n = Vec::new();
+            numbers_under(ops, &mut n);
+            if !n.iter().any(|(k, v)| *k == "count" && *v >= 1) {
+                p.push(format!(
+                    "the per-operation summaries count no call after four fs.stat calls ran (no queue-wait or \
+                     latency summary with a `count` of at least 1): {}",
+                    ops.to_string().chars().take(300).collect::<String>()
+                ));
+            }
+        }
+    }
+    // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
+    // `saturation`). At most two of 1 + 7 slots were ever used, and none is now.
+    let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
+        Some(Value::Bool(b)) => *b,
+        Some(o @ Value::Object(_)) => o["active"] == true,
+        _ => false,
+    });
+    if saturated {
+        p.push(format!(
+            "the telemetry reports the queue saturated with nothing in flight (at most two of maxConcurrentRequests 1 \
+             + maxQueuedRequests 7 were ever used): {}",
+            t.to_string().chars().take(300).collect::<String>()
+        ));
     }
     let text = t.to_string();
     for (what, v) in [("requestId", &invoke["requestId"]), ("idempotencyKey", &invoke["idempotencyKey"])] {
@@ -3565,6 +3617,52 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
         p.push(format!("the telemetry carries the call's path `{dir}`: it must be content-free"));
     }
     Outcome::with("telemetry", p)
+}
+
+/// The queue-telemetry case's calls that end without a result, with the probe never answering
+/// an invoke: one that times out, then two whose turn the client aborts while the probe holds
+/// the first (the second waits behind it). Whether each was provoked: the invoke reached the
+/// probe and, for the timeout, its abort did; for the cancel, the client's `abort` was answered
+/// `aborted:true` and the wake was answered before its calls could have timed out (less than
+/// `requestTimeoutMs` after the wake was sent, so no earlier than their admission). Otherwise
+/// that counter is not judged.
+fn telemetry_ends(c: &mut DCtx<'_>, link: usize) -> Result<(bool, bool), Outcome> {
+    let invokes = |c: &DCtx<'_>| link_frames(c, link, "invoke").len();
+    let wait_invokes = |c: &DCtx<'_>, n: usize| {
+        let t = Instant::now();
+        while invokes(c) < n && t.elapsed() < c.target.step * 2 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        invokes(c) >= n
+    };
+    // The timeout: the wake is answered once the call failed (requestTimeoutMs 600).
+    let before = invokes(c);
+    let w = c.wake(1, "fs_stat", &json!({"path": "."}))?;
+    let _ = one(c, w)?;
+    let t = Instant::now();
+    while link_frames(c, link, "abort").is_empty() && t.elapsed() < c.target.step {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let timed_out = invokes(c) > before && !link_frames(c, link, "abort").is_empty();
+    // The cancel: a wake of two calls, the first held by the probe and the second queued behind
+    // it (maxConcurrentRequests 1), then the client's abort of its turn.
+    let before = invokes(c);
+    let mut conn = c.connect()?;
+    let w = c.wake_calls(1, &[("fs_stat", json!({"path": "."})), ("fs_stat", json!({"path": "."}))])?;
+    let rid = w["requestId"].as_str().unwrap_or_default().to_string();
+    let sent = Instant::now();
+    conn.send(&w);
+    if !wait_invokes(c, before + 1) {
+        let _ = conn.recv_for(&rid);
+        return Ok((timed_out, false));
+    }
+    let a = json!({"protocolVersion": "2.0", "requestId": c.rid(), "operation": "abort", "sessionId": c.session,
+        "generation": 1, "payload": {}});
+    let ar = one(c, a)?;
+    let aborted = ar.frame().is_some_and(|f| f.ok() == Some(true) && f.data()["aborted"] == true);
+    let answered = conn.recv_for(&rid).frame().is_some();
+    let before_timeout = sent.elapsed() < Duration::from_millis(TELEMETRY_TIMEOUT_MS - 50);
+    Ok((timed_out, aborted && answered && before_timeout))
 }
 
 /// SPEC §2.3: an event's sequence is per session and monotonic from 1: the events a wake
@@ -5505,7 +5603,11 @@ fn restart_failed_reprovision(c: &mut DCtx<'_>) -> Outcome {
 
 /// SPEC §6: quarantine is for host-adapter generations, whose binding a restart lost. A
 /// session opened with `tools:"none"` has nothing to reprovision: after the same restart that
-/// quarantines the case session (confirmed), it is not listed.
+/// quarantines the case session (confirmed), it is not listed, and it can be used again: an
+/// open of its generation with `tools:"none"` answered ok makes it live, so a wake of it after
+/// that open is answered ok. Pi Daemon 0.3.3 has it resident at once (the open answers
+/// `created:false`); the reference keeps it dormant until that open. The open refused, or the
+/// wake refused with another code than `session_not_found`, is inconclusive.
 fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     if c.target.restart_cmd.is_none() {
         return Outcome::Skip("no --restart-cmd given".into());
@@ -5518,13 +5620,51 @@ fn restart_no_tools_not_quarantined(c: &mut DCtx<'_>) -> Outcome {
     tryo!(opened);
     let _ = tryo!(restart_quarantined(c));
     if tryo!(quarantine_listed(c, &plain)) {
-        Outcome::with(
+        return Outcome::with(
             "plain-quarantined",
             vec!["a session opened with tools:\"none\" was quarantined by the restart: it has no adapter binding to reprovision".into()],
-        )
-    } else {
-        Outcome::token("not-quarantined")
+        );
     }
+    c.session = plain;
+    let used = plain_reopened_wake(c);
+    c.session = main;
+    let r = tryo!(used);
+    match r.frame() {
+        Some(f) if f.ok() == Some(true) => Outcome::token("not-quarantined"),
+        Some(f) if f.error_code() == Some(DaemonCode::SessionNotFound.as_str()) => Outcome::with(
+            "reopened-not-live",
+            vec![format!(
+                "after the restart, the tools:\"none\" session was opened again at its generation (answered ok), yet a \
+                 wake of it was answered session_not_found: the open did not make it live ({})",
+                f.error_message().unwrap_or("")
+            )],
+        ),
+        _ => Outcome::Error(format!(
+            "inconclusive: the wake of the re-opened tools:\"none\" session was answered {}",
+            rtoken(&r)
+        )),
+    }
+}
+
+/// Open the case session again at generation 1 with `tools:"none"` (a refusal is
+/// inconclusive) and answer a plain wake of it.
+fn plain_reopened_wake(c: &mut DCtx<'_>) -> Result<Recv, Outcome> {
+    let v = c.open(1, json!("none"))?;
+    let r = one(c, v)?;
+    if rtoken(&r) != "ok" {
+        return Err(Outcome::Error(format!(
+            "inconclusive: after the restart, the open of the tools:\"none\" session at its generation was answered {}",
+            rtoken(&r)
+        )));
+    }
+    let rid = c.rid();
+    let sid = c.session.clone();
+    let s = crate::contract::compose::SessionRef { session_id: &sid, generation: 1 };
+    let e = crate::contract::compose::Envelope { version: "2.0", request_id: &rid };
+    let w = crate::contract::compose::wake(&e, &s, &format!("{rid}-wake"), "pi-conform: say hello")
+        .map(|w| crate::contract::compose::to_wire(&w))
+        .map_err(|e| Outcome::Error(format!("inconclusive: the runner cannot build a wake: {e}")))?;
+    one(c, w)
 }
 
 // ---------------------------------------------------------------- at rest
