@@ -264,8 +264,13 @@ mod tests {
         t.handle_outcome(&b1[0].call_id, Ok(json!({"content": "A"})));
         t.handle_outcome(&b1[1].call_id, Err(DErr::of(DaemonCode::ToolUnavailable, "gone")));
         let ev = drain(&mut t);
-        assert_eq!(ev[0].1, json!({"toolCallId": b1[0].call_id, "tool": "fs_read", "ok": true, "code": null}));
+        // A success carries the call's data; a failure has none.
+        assert_eq!(
+            ev[0].1,
+            json!({"toolCallId": b1[0].call_id, "tool": "fs_read", "ok": true, "code": null, "data": {"content": "A"}})
+        );
         assert_eq!(ev[1].1["code"], "tool_unavailable");
+        assert!(ev[1].1.get("data").is_none());
         let b2 = t.poll_batch(false).expect("the write, alone");
         assert_eq!(b2.len(), 1);
         assert_eq!(b2[0].start.as_ref().unwrap().0, ToolOperation::FsWrite);
