@@ -760,3 +760,54 @@ fn n10_sessions_past_the_cap_are_refused_with_session_capacity() {
     assert_eq!(c.call(close("c3", "s1", 2, false))["data"]["closed"], true);
     assert_eq!(c.call(open("o7", "s7", 1, "new"))["data"]["created"], true);
 }
+
+// ---- Issue 25: a durable open answered from a slot -----------------------------------------
+
+/// The files of `sessions/` that are slots holding a record (a write answered before the slot
+/// was renamed to the record's name).
+fn committed_slots(state: &Path) -> Vec<String> {
+    std::fs::read_dir(state.join("sessions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("slot."))
+        .filter(|n| std::fs::read(state.join("sessions").join(n)).unwrap().starts_with(b"pi-conform-slot-1 "))
+        .collect()
+}
+
+#[test]
+fn issue25_every_answered_durable_open_survives_kill_9_right_after_its_answer() {
+    // A new session's record may be answered from a slot (one data flush) and renamed to its
+    // own name later. Killed right after the answers, whatever the writer had got to, the
+    // restarted daemon has every answered session (a re-open of the same generation and policy
+    // is `created:false`), each record under its own name, and no slot left holding one.
+    let mut d = Daemon::start(&[]);
+    let cwd = d.dir.path().join("work");
+    let open = |rid: &str, sid: &str| {
+        json!({"protocolVersion": "2.0", "requestId": rid, "operation": "open", "sessionId": sid, "generation": 1,
+        "payload": {"cwd": cwd, "session": {"mode": "new"}, "resources": pi_conform::contract::resources_with_tools(json!("none"))}})
+    };
+    let mut answered: Vec<String> = Vec::new();
+    let mut seen_in_slots = 0;
+    for round in 0..4 {
+        let mut c = d.client();
+        for (i, sid) in answered.iter().enumerate() {
+            let r = c.call(open(&format!("re{round}-{i}"), sid));
+            assert_eq!(r["data"]["created"], false, "{sid} was answered before a kill -9 but is gone: {r}");
+            assert!(
+                session_file(&d.state, sid).is_file(),
+                "{sid}'s record is not under its own name after the restart"
+            );
+        }
+        assert!(committed_slots(&d.state).is_empty(), "a slot still holds a record after the restart");
+        for i in 0..6 {
+            let sid = format!("r{round}-s{i}");
+            let r = c.call(open(&format!("o{round}-{i}"), &sid));
+            assert_eq!(r["data"]["created"], true, "{r}");
+            answered.push(sid);
+        }
+        d.kill9();
+        seen_in_slots += committed_slots(&d.state).len();
+        d.spawn();
+    }
+    eprintln!("{seen_in_slots} answered records were still in their slot at a kill -9");
+}

@@ -2,7 +2,8 @@
 //! catalog (nonsecret records, `sessions/`), the wake journal (`wakes/`) and a manifest
 //! (`manifest.json`). Endpoints and handles never reach it.
 //!
-//! Every file is written crash-safely (temp file, fsync, rename, fsync the directory) and read
+//! Every file is written crash-safely (temp file, fsync, rename, fsync the directory; a new
+//! session record into a slot whose name is already durable, see [`Slots`]) and read
 //! defensively (SPEC PC-6, DECISION on the state directory):
 //!
 //! - the directories are opened once, `O_DIRECTORY | O_NOFOLLOW`, judged with `fstat` (a real
@@ -303,7 +304,8 @@ struct Job {
     sub: Sub,
     name: String,
     bytes: Option<Vec<u8>>,
-    done: tokio::sync::oneshot::Sender<WriteOutcome>,
+    /// Taken when the write is answered early (a record committed in a slot, see [`Slots`]).
+    done: Option<tokio::sync::oneshot::Sender<WriteOutcome>>,
 }
 
 /// A write queued on the store's writer thread (see [`Store::queue_session`]); await
@@ -336,19 +338,27 @@ const MAX_BATCH: usize = 256;
 /// synced before its rename, then each touched directory synced once — and only then answers
 /// every write of the group. Writes are applied in queue order, so a later write of a file
 /// always wins.
+///
+/// A new session record (its file does not exist yet) that fits in a slot is the exception
+/// (see [`Slots`]): it is written into a slot whose name and size are already durable, and
+/// answered as soon as that slot's data is synced — one data flush, no directory commit. The
+/// slot is renamed to the record's own name later, before any other write is applied (at the
+/// start of the next group, or when the writer is idle), so a later write of that record
+/// always finds it under its own name.
 fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
     let mut spares = Spares::default();
     loop {
-        // Idle: prepare spare files (off every write's path); then wait for a write.
+        // Idle: settle committed slots, prepare spare files (off every write's path); then
+        // wait for a write.
         let first = loop {
             match rx.try_recv() {
                 Ok(j) => break j,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => return spares.remove(&dirs),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return spares.stop(&dirs),
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
-                    if !spares.fill_one(&dirs) {
+                    if !spares.idle_work(&dirs) {
                         match rx.recv() {
                             Ok(j) => break j,
-                            Err(_) => return spares.remove(&dirs),
+                            Err(_) => return spares.stop(&dirs),
                         }
                     }
                 }
@@ -361,6 +371,12 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
+        let mut touched = Vec::new();
+        // Slots committed earlier get their own names first: every write below then finds
+        // the record where a write of it expects it.
+        if spares.rename_committed(&dirs) {
+            touched.push(Sub::Sessions);
+        }
         // The last write of each file, in queue order.
         let mut last: std::collections::HashMap<(Sub, &str), usize> = std::collections::HashMap::new();
         for (i, j) in batch.iter().enumerate() {
@@ -368,8 +384,7 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
         }
         let mut order: Vec<usize> = last.values().copied().collect();
         order.sort_unstable();
-        let mut outcome: std::collections::HashMap<(Sub, &str), WriteOutcome> = std::collections::HashMap::new();
-        let mut touched = Vec::new();
+        let mut outcome: std::collections::HashMap<(Sub, String), WriteOutcome> = std::collections::HashMap::new();
         let split = |e: StoreError, j: &Job| match e {
             StoreError::Refused { path, why } => (path, why),
             e => (dirs.path.join(j.sub.name()).join(&j.name), e.to_string()),
@@ -377,10 +392,28 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
         // Stage every new content first, then sync them all (the first sync commits the
         // filesystem journal for every staged file at once), then rename in queue order.
         let mut staged = Vec::new();
+        let mut in_slots = Vec::new();
         for &i in &order {
             let j = &batch[i];
             let (fd, dir) = dirs.sub(j.sub);
             if let Some(b) = &j.bytes {
+                // Only a prefix of the group goes to slots: answering a slot early then never
+                // makes a write durable before one queued ahead of it.
+                let slot = if staged.is_empty() && outcome.is_empty() {
+                    spares.slot_for(&dirs, j.sub, &j.name, b)
+                } else {
+                    None
+                };
+                if let Some(slot) = slot {
+                    match slot.write() {
+                        Ok(()) => in_slots.push((i, slot)),
+                        Err(e) => {
+                            let e = spares.discard(&dirs, slot, &dir.join(&j.name), e);
+                            outcome.insert((j.sub, j.name.clone()), Err(split(e, j)));
+                        }
+                    }
+                    continue;
+                }
                 let one = match spares.take(j.sub, b.len()) {
                     Some(spare) => stage_in(spare, fd, &dir, &j.name, b),
                     None => stage(fd, &dir, &j.name, b),
@@ -388,18 +421,36 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
                 match one {
                     Ok(s) => staged.push((i, Some(s))),
                     Err(e) => {
-                        outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                        outcome.insert((j.sub, j.name.clone()), Err(split(e, j)));
                     }
                 }
             } else {
                 staged.push((i, None));
             }
         }
+        // The records written into slots are durable once their data is: answer them now.
+        for (i, slot) in in_slots {
+            let j = &batch[i];
+            let (sub, name) = (j.sub, j.name.clone());
+            let (_, dir) = dirs.sub(sub);
+            let r = match slot.sync() {
+                Ok(()) => {
+                    spares.committed(slot, name.clone());
+                    Ok(())
+                }
+                Err(e) => Err(split(spares.discard(&dirs, slot, &dir.join(&name), e), j)),
+            };
+            for k in batch.iter_mut().filter(|k| k.sub == sub && k.name == name) {
+                if let Some(done) = k.done.take() {
+                    let _ = done.send(r.clone());
+                }
+            }
+        }
         for (i, s) in staged.iter_mut() {
             if let Some(st) = s {
                 if let Err(e) = st.sync() {
                     let j = &batch[*i];
-                    outcome.insert((j.sub, j.name.as_str()), Err(split(e, j)));
+                    outcome.insert((j.sub, j.name.clone()), Err(split(e, j)));
                     if let Some(st) = s.take() {
                         let _ = st.abandon(std::io::Error::other("sync failed"));
                     }
@@ -408,7 +459,7 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
         }
         for (i, s) in staged {
             let j = &batch[i];
-            let key = (j.sub, j.name.as_str());
+            let key = (j.sub, j.name.clone());
             if outcome.contains_key(&key) {
                 continue;
             }
@@ -435,10 +486,10 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
                 }
             }
         }
-        let answers: Vec<_> =
-            batch.iter().map(|j| outcome.get(&(j.sub, j.name.as_str())).cloned().unwrap_or(Ok(()))).collect();
-        for (j, r) in batch.into_iter().zip(answers) {
-            let _ = j.done.send(r);
+        for j in batch {
+            if let Some(done) = j.done {
+                let _ = done.send(outcome.get(&(j.sub, j.name)).cloned().unwrap_or(Ok(())));
+            }
         }
     }
 }
@@ -593,60 +644,223 @@ fn stage<'a>(dir: BorrowedFd<'a>, dir_path: &Path, name: &str, bytes: &[u8]) -> 
 const SPARE_BYTES: usize = 4096;
 /// Spare files kept ready per directory.
 const SPARES: usize = 4;
+/// The first word of a slot's header (see [`Slots`]).
+const SLOT_MAGIC: &str = "pi-conform-slot-1";
 
-/// Spare files the writer prepares while idle, per directory: temporary files of
-/// [`SPARE_BYTES`] spaces, their data and size synced. Writing a record into one changes no
-/// metadata a data sync needs (same size, blocks already allocated and written), so its
-/// `fdatasync` is a data flush rather than a filesystem journal commit, and the record's
-/// write costs one commit (the directory's, for the rename) instead of two. A spare's name is
-/// a temporary one: it becomes the record when renamed over it, and one a crash leaves
-/// behind is ignored on load like any temporary file.
+/// Spare files the writer prepares while idle, per directory, [`SPARE_BYTES`] spaces each,
+/// their data and size synced. Writing a record into one changes no metadata a data sync
+/// needs (same size, blocks already allocated and written), so its `fdatasync` is a data
+/// flush rather than a filesystem journal commit.
+///
+/// In `wakes/` a spare has a temporary name: the record is renamed over its own file (one
+/// directory commit), and a spare a crash leaves behind is ignored on load like any temporary
+/// file. In `sessions/` a spare is a *slot* (see [`Slots`]).
 #[derive(Default)]
 struct Spares {
-    sessions: Vec<(String, File)>,
+    slots: Slots,
     wakes: Vec<(String, File)>,
     /// A spare could not be made (a read-only or full directory): no new try before then.
     pause_until: Option<std::time::Instant>,
 }
 
-impl Spares {
-    fn of(&mut self, sub: Sub) -> &mut Vec<(String, File)> {
-        match sub {
-            Sub::Sessions => &mut self.sessions,
-            Sub::Wakes => &mut self.wakes,
-        }
+/// The slots of `sessions/`: spare files named `slot.<16 hex digits>` whose name was made
+/// durable (the directory synced) before the slot is used. A new session record (no file of
+/// its name exists) is written into a slot behind a header naming its length and SHA-256
+/// ([`slot_content`]), and is durable once the slot's data is synced: a durable open costs one
+/// data flush instead of a data flush and a directory commit. The slot is then renamed to the
+/// record's own name (off the open's path) before any other write of the store is applied.
+///
+/// On load a slot is one of three things ([`read_slot`]): blank (a spare: removed), a whole
+/// record (a write answered before the crash: renamed to its name by the directory's owner,
+/// read as that record by anyone else), or neither — a write the crash interrupted before its
+/// sync, so never answered: removed, with a warning. A slot whose record's own file also
+/// exists is refused (no write the daemon makes leaves both).
+#[derive(Default)]
+struct Slots {
+    /// Blank slots whose name is durable.
+    ready: Vec<(String, File)>,
+    /// Slots holding a committed record, not yet renamed: (slot name, record's file name).
+    committed: Vec<(String, String)>,
+}
+
+/// A slot being written for one record.
+struct SlotWrite {
+    name: String,
+    file: File,
+    content: Vec<u8>,
+}
+
+impl SlotWrite {
+    fn write(&self) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.file, &self.content, 0)
     }
 
-    /// A spare for a record of `len` bytes in `sub`, if one is ready and it fits.
-    fn take(&mut self, sub: Sub, len: usize) -> Option<(String, File)> {
-        if len > SPARE_BYTES {
+    fn sync(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// A slot's bytes holding `record`: the header line (`pi-conform-slot-1 <sha256 hex> <len>`),
+/// the record, spaces up to [`SPARE_BYTES`]; `None` when it does not fit.
+fn slot_content(record: &[u8]) -> Option<Vec<u8>> {
+    let header = format!("{SLOT_MAGIC} {} {}\n", hex::encode(Sha256::digest(record)), record.len());
+    if header.len() + record.len() > SPARE_BYTES {
+        return None;
+    }
+    let mut out = Vec::with_capacity(SPARE_BYTES);
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(record);
+    out.resize(SPARE_BYTES, b' ');
+    Some(out)
+}
+
+/// What a slot file holds (see [`Slots`]).
+#[derive(Debug, PartialEq)]
+enum SlotState {
+    /// Only spaces (or nothing): a spare.
+    Blank,
+    /// A record whose header, length, digest and padding all check.
+    Record(Vec<u8>),
+    /// Anything else: a write interrupted before its sync.
+    Torn,
+}
+
+fn read_slot(bytes: &[u8]) -> SlotState {
+    if bytes.iter().all(|&b| b == b' ') {
+        return SlotState::Blank;
+    }
+    let parsed = (|| {
+        let nl = bytes.iter().take(128).position(|&b| b == b'\n')?;
+        let header = std::str::from_utf8(&bytes[..nl]).ok()?;
+        let mut words = header.split(' ');
+        let (magic, digest, len) = (words.next()?, words.next()?, words.next()?);
+        if magic != SLOT_MAGIC || words.next().is_some() {
             return None;
         }
-        self.of(sub).pop()
+        let len: usize = len.parse().ok()?;
+        let record = bytes.get(nl + 1..nl + 1 + len)?;
+        let rest = &bytes[nl + 1 + len..];
+        let whole = hex::encode(Sha256::digest(record)) == digest
+            && rest.iter().all(|&b| b == b' ')
+            && bytes.len() == SPARE_BYTES;
+        whole.then(|| record.to_vec())
+    })();
+    parsed.map_or(SlotState::Torn, SlotState::Record)
+}
+
+/// A slot's file name: `slot.` and 16 lowercase hex digits.
+fn is_slot_name(n: &str) -> bool {
+    n.strip_prefix("slot.").is_some_and(|h| h.len() == 16 && h.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+impl Spares {
+    /// A spare for a record of `len` bytes in `wakes/`, if one is ready and it fits (session
+    /// records go to slots, see [`Spares::slot_for`]).
+    fn take(&mut self, sub: Sub, len: usize) -> Option<(String, File)> {
+        if len > SPARE_BYTES || sub != Sub::Wakes {
+            return None;
+        }
+        self.wakes.pop()
     }
 
-    /// Remove every spare (the writer stops).
-    fn remove(&mut self, dirs: &Dirs) {
-        for sub in [Sub::Sessions, Sub::Wakes] {
-            let (fd, _) = dirs.sub(sub);
-            for (name, _) in self.of(sub).drain(..) {
-                let _ = rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty());
+    /// A ready slot for `record`, a new session record of file `name` (none exists), if it fits.
+    fn slot_for(&mut self, dirs: &Dirs, sub: Sub, name: &str, record: &[u8]) -> Option<SlotWrite> {
+        if sub != Sub::Sessions || self.slots.ready.is_empty() {
+            return None;
+        }
+        let content = slot_content(record)?;
+        let (fd, _) = dirs.sub(sub);
+        match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(Errno::NOENT) => {}
+            _ => return None,
+        }
+        let (name, file) = self.slots.ready.pop()?;
+        Some(SlotWrite { name, file, content })
+    }
+
+    /// A slot whose record is durable: to be renamed to `target`.
+    fn committed(&mut self, slot: SlotWrite, target: String) {
+        self.slots.committed.push((slot.name, target));
+    }
+
+    /// A slot whose write or sync failed: blanked and removed (its content was never
+    /// answered); the error to report for `path`.
+    fn discard(&mut self, dirs: &Dirs, slot: SlotWrite, path: &Path, e: std::io::Error) -> StoreError {
+        let (fd, _) = dirs.sub(Sub::Sessions);
+        let _ = rustix::fs::unlinkat(fd, slot.name.as_str(), AtFlags::empty());
+        let _ = rustix::fs::fsync(fd);
+        refused(path, format!("cannot be written: {e}"))
+    }
+
+    /// Rename every committed slot to its record's name (no sync); true when any was renamed.
+    /// A rename that fails leaves the slot, which the next load reads as the record.
+    fn rename_committed(&mut self, dirs: &Dirs) -> bool {
+        let (fd, dir) = dirs.sub(Sub::Sessions);
+        let any = !self.slots.committed.is_empty();
+        for (slot, target) in self.slots.committed.drain(..) {
+            let noreplace = rustix::fs::RenameFlags::NOREPLACE;
+            if let Err(e) = rustix::fs::renameat_with(fd, slot.as_str(), fd, target.as_str(), noreplace) {
+                tracing::error!(error = %e, slot = %dir.join(&slot).display(), "cannot rename a committed slot to its record (the next start reads it from the slot)");
             }
         }
+        any
     }
 
-    /// Make one spare where one is missing; false when none is missing (or they cannot be made).
-    fn fill_one(&mut self, dirs: &Dirs) -> bool {
-        if self.pause_until.is_some_and(|t| std::time::Instant::now() < t) {
-            return false;
+    /// Work for an idle writer: rename committed slots, make one spare where one is missing,
+    /// then sync `sessions/` if either touched it. False when there was nothing to do (or
+    /// spares cannot be made).
+    fn idle_work(&mut self, dirs: &Dirs) -> bool {
+        let renamed = self.rename_committed(dirs);
+        let made = self.fill_one(dirs);
+        if renamed || made == Some(Sub::Sessions) {
+            let (fd, _) = dirs.sub(Sub::Sessions);
+            if let Err(e) = rustix::fs::fsync(fd) {
+                tracing::warn!(error = %e, "cannot sync the session catalog's directory");
+                // A slot whose name may not be durable is not used.
+                if made == Some(Sub::Sessions) {
+                    if let Some((name, _)) = self.slots.ready.pop() {
+                        let _ = rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty());
+                    }
+                }
+            }
         }
-        let Some(sub) = [Sub::Sessions, Sub::Wakes].into_iter().find(|&s| self.of(s).len() < SPARES) else {
-            return false;
+        renamed || made.is_some()
+    }
+
+    /// The writer stops: rename committed slots, remove every spare, sync `sessions/`.
+    fn stop(&mut self, dirs: &Dirs) {
+        self.rename_committed(dirs);
+        let (sfd, _) = dirs.sub(Sub::Sessions);
+        for (name, _) in self.slots.ready.drain(..) {
+            let _ = rustix::fs::unlinkat(sfd, name.as_str(), AtFlags::empty());
+        }
+        let _ = rustix::fs::fsync(sfd);
+        let (wfd, _) = dirs.sub(Sub::Wakes);
+        for (name, _) in self.wakes.drain(..) {
+            let _ = rustix::fs::unlinkat(wfd, name.as_str(), AtFlags::empty());
+        }
+    }
+
+    /// Make one spare where one is missing: which directory's, or `None` when none is missing
+    /// (or they cannot be made). A slot is usable only once `sessions/` is synced (the caller).
+    fn fill_one(&mut self, dirs: &Dirs) -> Option<Sub> {
+        if self.pause_until.is_some_and(|t| std::time::Instant::now() < t) {
+            return None;
+        }
+        let sub = if self.slots.ready.len() < SPARES {
+            Sub::Sessions
+        } else if self.wakes.len() < SPARES {
+            Sub::Wakes
+        } else {
+            return None;
         };
         let (fd, _) = dirs.sub(sub);
         let mut rnd = [0u8; 8];
         let _ = getrandom::fill(&mut rnd);
-        let name = format!(".spare.{}.tmp", hex::encode(rnd));
+        let name = match sub {
+            Sub::Sessions => format!("slot.{}", hex::encode(rnd)),
+            Sub::Wakes => format!(".spare.{}.tmp", hex::encode(rnd)),
+        };
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let made = rustix::fs::openat(fd, name.as_str(), flags, Mode::from_raw_mode(0o600))
             .map_err(std::io::Error::from)
@@ -657,13 +871,17 @@ impl Spares {
                 Ok(f)
             });
         match made {
-            Ok(f) => self.of(sub).push((name, f)),
+            Ok(f) => match sub {
+                Sub::Sessions => self.slots.ready.push((name, f)),
+                Sub::Wakes => self.wakes.push((name, f)),
+            },
             Err(_) => {
                 let _ = rustix::fs::unlinkat(fd, name.as_str(), AtFlags::empty());
                 self.pause_until = Some(std::time::Instant::now() + std::time::Duration::from_secs(10));
+                return None;
             }
         }
-        true
+        Some(sub)
     }
 }
 
@@ -708,9 +926,21 @@ impl Staged<'_> {
     }
 }
 
-/// The record names of a directory, sorted; an unknown entry is refused.
+/// The record names of a directory, sorted; an unknown entry is refused, and so is a slot
+/// (see [`Slots`]) outside `sessions/`.
 fn list(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<Vec<String>, StoreError> {
+    let (names, slots) = list_with_slots(dir, dir_path)?;
+    if let Some(slot) = slots.first() {
+        return Err(refused(dir_path.join(slot), "is not a state record (a slot, which only sessions/ holds)"));
+    }
+    Ok(names)
+}
+
+/// The record names and the slot names (see [`Slots`]) of a directory, each sorted; an unknown
+/// entry is refused.
+fn list_with_slots(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<(Vec<String>, Vec<String>), StoreError> {
     let mut names = Vec::new();
+    let mut slots = Vec::new();
     let rd = rustix::fs::Dir::read_from(dir).map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
     for entry in rd {
         let entry = entry.map_err(|e| refused(dir_path, format!("cannot be listed: {e}")))?;
@@ -724,13 +954,81 @@ fn list(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<Vec<String>, StoreError>
         if is_temp_name(name) {
             continue;
         }
+        if is_slot_name(name) {
+            slots.push(name.to_string());
+            continue;
+        }
         if !is_record_name(name) {
             return Err(refused(dir_path.join(name), "is not a state record (unknown file in the state directory)"));
         }
         names.push(name.to_string());
     }
     names.sort();
-    Ok(names)
+    slots.sort();
+    Ok((names, slots))
+}
+
+/// A session record's bytes, parsed and judged (see [`SessionRecord::invalid`]).
+fn parse_session(bytes: &[u8], path: &Path) -> Result<SessionRecord, StoreError> {
+    let r: SessionRecord =
+        serde_json::from_slice(bytes).map_err(|e| refused(path, format!("is not a valid session record: {e}")))?;
+    if let Some(why) = r.invalid() {
+        return Err(refused(path, format!("holds an invalid value: {why}")));
+    }
+    Ok(r)
+}
+
+/// The committed session record a slot of `sessions/` holds, if any (see [`Slots`]).
+fn slot_record(dir: BorrowedFd<'_>, dir_path: &Path, slot: &str) -> Result<Option<SessionRecord>, StoreError> {
+    let Some(bytes) = read_file(dir, dir_path, slot)? else { return Ok(None) };
+    match read_slot(&bytes) {
+        SlotState::Record(b) => parse_session(&b, &dir_path.join(slot)).map(Some),
+        SlotState::Blank | SlotState::Torn => Ok(None),
+    }
+}
+
+fn both_refused(dir_path: &Path, slot: &str, own: &str) -> StoreError {
+    refused(
+        dir_path.join(slot),
+        format!(
+            "holds the record whose file is {}, which another file holds too (the daemon never leaves both)",
+            dir_path.join(own).display()
+        ),
+    )
+}
+
+/// Settle the slots of `sessions/` (its owner, on open; see [`Slots`]): a committed record is
+/// renamed to its own name, a blank slot or a torn write (never answered) is removed; then the
+/// directory is synced. A slot whose record's file exists too is refused.
+fn settle_slots(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<(), StoreError> {
+    let (_, slots) = list_with_slots(dir, dir_path)?;
+    if slots.is_empty() {
+        return Ok(());
+    }
+    for slot in &slots {
+        let path = dir_path.join(slot);
+        let Some(bytes) = read_file(dir, dir_path, slot)? else { continue };
+        match read_slot(&bytes) {
+            SlotState::Record(b) => {
+                let own = parse_session(&b, &path)?.file_name();
+                let noreplace = rustix::fs::RenameFlags::NOREPLACE;
+                match rustix::fs::renameat_with(dir, slot.as_str(), dir, own.as_str(), noreplace) {
+                    Ok(()) => {}
+                    Err(Errno::EXIST) => return Err(both_refused(dir_path, slot, &own)),
+                    Err(e) => return Err(refused(&path, format!("cannot be renamed to its record's name: {e}"))),
+                }
+            }
+            state => {
+                if state == SlotState::Torn {
+                    tracing::warn!(slot = %path.display(), "removing a session record whose write a crash interrupted (it was never acknowledged)");
+                }
+                if let Err(e) = rustix::fs::unlinkat(dir, slot.as_str(), AtFlags::empty()) {
+                    return Err(refused(&path, format!("cannot be removed: {e}")));
+                }
+            }
+        }
+    }
+    rustix::fs::fsync(dir).map_err(|e| refused(dir_path, format!("cannot be synced: {e}")))
 }
 
 /// Take the owner lock of the state directory `root` (see [`Store::open_exclusive`]): open
@@ -849,7 +1147,7 @@ impl Store {
                 for sub in [SESSIONS, WAKES] {
                     let p = dir.join(sub);
                     if let Some(fd) = open_subdir(root.as_fd(), sub, &p)? {
-                        if let Some(first) = list(fd.as_fd(), &p)?.first() {
+                        if let Some(first) = list_with_slots(fd.as_fd(), &p)?.0.first() {
                             return Err(refused(
                                 &manifest_path,
                                 format!(
@@ -884,6 +1182,8 @@ impl Store {
             for (fd, sub) in subs.iter().zip([SESSIONS, WAKES]) {
                 remove_temps(fd.as_fd(), &dir.join(sub))?;
             }
+            // Every slot settled: a committed record under its own name, nothing else left.
+            settle_slots(subs[0].as_fd(), &dir.join(SESSIONS))?;
         }
         let wakes = subs.pop().unwrap_or_else(|| unreachable!());
         let sessions = subs.pop().unwrap_or_else(|| unreachable!());
@@ -917,7 +1217,7 @@ impl Store {
             tx
         });
         // A failed send drops `done`: `durable` then reports the stopped writer.
-        let _ = tx.send(Job { sub, name, bytes, done });
+        let _ = tx.send(Job { sub, name, bytes, done: Some(done) });
         Pending { path, rx }
     }
 
@@ -947,7 +1247,14 @@ impl Store {
     ) -> Result<Option<T>, StoreError> {
         let (fd, dir) = self.sub(s);
         let path = dir.join(name);
-        let Some(bytes) = read_file(fd, &dir, name)? else { return Ok(None) };
+        let Some(mut bytes) = read_file(fd, &dir, name)? else { return Ok(None) };
+        // A session record renamed from its slot keeps the slot's form (see [`Slots`]).
+        if s == Sub::Sessions && bytes.starts_with(SLOT_MAGIC.as_bytes()) {
+            match read_slot(&bytes) {
+                SlotState::Record(b) => bytes = b,
+                _ => return Err(refused(&path, "is not a valid session record (a slot that holds no whole record)")),
+            }
+        }
         let r: T = serde_json::from_slice(&bytes)
             .map_err(|e| refused(&path, format!("is not a valid {} record: {}", s.name().trim_end_matches('s'), e)))?;
         let (invalid, own_name) = check(&r);
@@ -991,12 +1298,25 @@ impl Store {
         rustix::fs::fsync(fd).map_err(|e| refused(&dir, format!("cannot be synced: {e}")))
     }
 
-    /// Every session record (checked one by one; see [`Store::load`] for the whole state).
+    /// Every session record (checked one by one; see [`Store::load`] for the whole state),
+    /// the ones still in a slot included (see [`Slots`]: a reader beside the daemon, or after a
+    /// crash before the owner settled them).
     pub fn sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
         let (fd, dir) = self.sub(Sub::Sessions);
+        let (names, slots) = list_with_slots(fd, &dir)?;
         let mut out = Vec::new();
-        for n in list(fd, &dir)? {
-            out.extend(self.session_at(&n)?);
+        for n in &names {
+            out.extend(self.session_at(n)?);
+        }
+        let mut from_slots: Vec<String> = Vec::new();
+        for slot in &slots {
+            let Some(r) = slot_record(fd, &dir, slot)? else { continue };
+            let own = r.file_name();
+            if names.contains(&own) || from_slots.contains(&own) {
+                return Err(both_refused(&dir, slot, &own));
+            }
+            from_slots.push(own);
+            out.push(r);
         }
         Ok(out)
     }
@@ -1151,12 +1471,17 @@ mod tests {
         put.durable().await.unwrap();
         gone.durable().await.unwrap();
         assert!(s.sessions().unwrap().is_empty(), "a removal queued after a write wins");
-        // No temporary file is left behind (only the writer's spares, which it removes when
-        // it stops).
-        let left: Vec<String> = std::fs::read_dir(d.path().join("state/sessions"))
+        // No temporary file is left behind (only the writer's spares and blank slots, which it
+        // removes when it stops).
+        let sessions = d.path().join("state/sessions");
+        let left: Vec<String> = std::fs::read_dir(&sessions)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| !n.starts_with(".spare."))
+            .filter(|n| {
+                let blank_slot =
+                    is_slot_name(n) && read_slot(&std::fs::read(sessions.join(n)).unwrap()) == SlotState::Blank;
+                !n.starts_with(".spare.") && !blank_slot
+            })
             .collect();
         assert!(left.is_empty(), "{left:?}");
     }
@@ -1170,6 +1495,154 @@ mod tests {
         std::fs::create_dir(d.path().join("state/sessions").join(r.file_name())).unwrap();
         let e = s.queue_session(&r).durable().await.unwrap_err().to_string();
         assert!(e.contains(&r.file_name()) && e.contains("cannot be written"), "{e}");
+    }
+
+    /// Plant a slot holding `bytes` in `sessions/` (what a crash before the rename leaves).
+    fn plant_slot(state: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = state.join(SESSIONS).join(name);
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
+
+    fn record_bytes(r: &SessionRecord) -> Vec<u8> {
+        serde_json::to_vec(r).unwrap()
+    }
+
+    #[test]
+    fn a_slot_is_blank_a_whole_record_or_torn() {
+        let rec = record_bytes(&session("a"));
+        let whole = slot_content(&rec).unwrap();
+        assert_eq!(whole.len(), SPARE_BYTES);
+        assert_eq!(read_slot(&whole), SlotState::Record(rec.clone()));
+        assert_eq!(read_slot(&[b' '; SPARE_BYTES]), SlotState::Blank);
+        assert_eq!(read_slot(b""), SlotState::Blank, "a spare a crash cut before its first byte");
+        // One byte of the record changed, the record cut short, the padding or size wrong, or
+        // another header: a write interrupted before its sync (or not ours).
+        let nl = whole.iter().position(|&b| b == b'\n').unwrap();
+        let mut flipped = whole.clone();
+        flipped[nl + 3] ^= 1;
+        assert_eq!(read_slot(&flipped), SlotState::Torn);
+        let mut cut = whole.clone();
+        cut[nl + rec.len()..].fill(b' ');
+        assert_eq!(read_slot(&cut), SlotState::Torn);
+        let mut trailing = whole.clone();
+        trailing[SPARE_BYTES - 1] = b'x';
+        assert_eq!(read_slot(&trailing), SlotState::Torn);
+        assert_eq!(read_slot(&whole[..SPARE_BYTES - 1]), SlotState::Torn);
+        let mut magic = whole.clone();
+        magic[0] = b'P';
+        assert_eq!(read_slot(&magic), SlotState::Torn);
+        // A record too long for a slot is not put in one.
+        assert_eq!(slot_content(&vec![b'x'; SPARE_BYTES]), None);
+        assert!(is_slot_name("slot.0123456789abcdef"));
+        assert!(
+            !is_slot_name("slot.0123456789ABCDEF")
+                && !is_slot_name("slot.0123")
+                && !is_slot_name("xslot.0123456789abcdef")
+        );
+    }
+
+    #[test]
+    fn a_committed_slot_is_read_as_its_record_and_settled_by_the_owner() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        drop(Store::open(&state).unwrap());
+        let r = session("a");
+        let slot = plant_slot(&state, "slot.00000000000000aa", &slot_content(&record_bytes(&r)).unwrap());
+        let blank = plant_slot(&state, "slot.00000000000000bb", &[b' '; SPARE_BYTES]);
+        let mut torn = slot_content(&record_bytes(&session("b"))).unwrap();
+        torn[200..].fill(b' ');
+        let torn = plant_slot(&state, "slot.00000000000000cc", &torn);
+        // A reader (no lock) sees the committed record, and neither the blank nor the torn one.
+        assert_eq!(Store::open(&state).unwrap().sessions().unwrap(), vec![r.clone()]);
+        assert!(slot.exists());
+        // The owner renames it to its own name and removes the others.
+        let s = Store::open_exclusive(&state).unwrap();
+        assert!(!slot.exists() && !blank.exists() && !torn.exists());
+        assert!(state.join(SESSIONS).join(r.file_name()).is_file());
+        assert_eq!(s.sessions().unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn a_slot_beside_its_records_own_file_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let s = Store::open(&state).unwrap();
+        let r = session("a");
+        s.put_session(&r).unwrap();
+        drop(s);
+        plant_slot(&state, "slot.00000000000000aa", &slot_content(&record_bytes(&r)).unwrap());
+        let own = state.join(SESSIONS).join(r.file_name()).display().to_string();
+        let e = Store::open(&state).unwrap().sessions().unwrap_err().to_string();
+        assert!(e.contains("slot.00000000000000aa") && e.contains(&own) && e.contains("another file holds too"), "{e}");
+        let e = Store::open_exclusive(&state).unwrap_err().to_string();
+        assert!(e.contains("slot.00000000000000aa") && e.contains(&own) && e.contains("another file holds too"), "{e}");
+        // Two slots with one record: refused the same way.
+        std::fs::remove_file(state.join(SESSIONS).join(r.file_name())).unwrap();
+        plant_slot(&state, "slot.00000000000000bb", &slot_content(&record_bytes(&r)).unwrap());
+        let e = Store::open(&state).unwrap().sessions().unwrap_err().to_string();
+        assert!(e.contains("another file holds too"), "{e}");
+    }
+
+    #[test]
+    fn a_slot_with_an_invalid_record_or_outside_sessions_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        drop(Store::open(&state).unwrap());
+        let mut r = session("a");
+        r.state = "bogus".into();
+        let slot = plant_slot(&state, "slot.00000000000000aa", &slot_content(&record_bytes(&r)).unwrap());
+        let e = Store::open_exclusive(&state).unwrap_err().to_string();
+        assert!(e.contains("slot.00000000000000aa") && e.contains("state \"bogus\""), "{e}");
+        std::fs::remove_file(slot).unwrap();
+        let p = state.join(WAKES).join("slot.00000000000000aa");
+        std::fs::write(&p, [b' '; SPARE_BYTES]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = Store::open(&state).unwrap().wakes().unwrap_err().to_string();
+        assert!(e.contains("slot.00000000000000aa") && e.contains("only sessions/ holds"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_new_session_record_is_written_into_a_slot_then_renamed() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let s = Store::open_exclusive(&state).unwrap();
+        // The first write starts the writer; it then prepares slots while idle.
+        s.queue_session(&session("first")).durable().await.unwrap();
+        let slots = |state: &Path| -> Vec<(String, SlotState)> {
+            std::fs::read_dir(state.join(SESSIONS))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| is_slot_name(n))
+                .map(|n| {
+                    let b = std::fs::read(state.join(SESSIONS).join(&n)).unwrap();
+                    (n, read_slot(&b))
+                })
+                .collect()
+        };
+        let t = std::time::Instant::now();
+        while slots(&state).len() < SPARES {
+            assert!(t.elapsed() < std::time::Duration::from_secs(10), "no slots prepared: {:?}", slots(&state));
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let before: Vec<String> = slots(&state).into_iter().map(|(n, _)| n).collect();
+        let r = session("a");
+        s.queue_session(&r).durable().await.unwrap();
+        // Durable: either still in one of the prepared slots, whole, or already renamed.
+        let own = state.join(SESSIONS).join(r.file_name());
+        let in_slot =
+            slots(&state).into_iter().any(|(n, st)| st == SlotState::Record(record_bytes(&r)) && before.contains(&n));
+        assert!(in_slot || own.is_file(), "the record is neither in a slot nor under its name");
+        // A later write of the record finds it under its own name (the slot renamed first).
+        let mut r2 = r.clone();
+        r2.generation = 2;
+        s.queue_session(&r2).durable().await.unwrap();
+        assert_eq!(serde_json::from_slice::<SessionRecord>(&std::fs::read(&own).unwrap()).unwrap(), r2);
+        assert!(!slots(&state).iter().any(|(_, st)| matches!(st, SlotState::Record(_))), "{:?}", slots(&state));
+        let mut got = s.sessions().unwrap();
+        got.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        assert_eq!(got, vec![r2, session("first")]);
     }
 
     #[test]
