@@ -991,7 +991,7 @@ fn both_refused(dir_path: &Path, slot: &str, own: &str) -> StoreError {
     refused(
         dir_path.join(slot),
         format!(
-            "holds the record whose file is {}, which another file holds too (the daemon never leaves both)",
+            "holds the record whose file is {}, which another slot holds too (the daemon never leaves both)",
             dir_path.join(own).display()
         ),
     )
@@ -999,11 +999,25 @@ fn both_refused(dir_path: &Path, slot: &str, own: &str) -> StoreError {
 
 /// Settle the slots of `sessions/` (its owner, on open; see [`Slots`]): a committed record is
 /// renamed to its own name, a blank slot or a torn write (never answered) is removed; then the
-/// directory is synced. A slot whose record's file exists too is refused.
+/// directory is synced. A slot whose record's own file exists too is stale and removed: that
+/// file was written after the slot (a slot is only used while no file of its record exists),
+/// and the slot's rename was lost in the crash while the later write's was not (a filesystem
+/// may persist two renames of one directory in either order until it is synced). Two slots
+/// with one record are refused before anything is renamed.
 fn settle_slots(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<(), StoreError> {
     let (_, slots) = list_with_slots(dir, dir_path)?;
     if slots.is_empty() {
         return Ok(());
+    }
+    let mut owns: Vec<String> = Vec::new();
+    for slot in &slots {
+        if let Some(r) = slot_record(dir, dir_path, slot)? {
+            let own = r.file_name();
+            if owns.contains(&own) {
+                return Err(both_refused(dir_path, slot, &own));
+            }
+            owns.push(own);
+        }
     }
     for slot in &slots {
         let path = dir_path.join(slot);
@@ -1014,7 +1028,12 @@ fn settle_slots(dir: BorrowedFd<'_>, dir_path: &Path) -> Result<(), StoreError> 
                 let noreplace = rustix::fs::RenameFlags::NOREPLACE;
                 match rustix::fs::renameat_with(dir, slot.as_str(), dir, own.as_str(), noreplace) {
                     Ok(()) => {}
-                    Err(Errno::EXIST) => return Err(both_refused(dir_path, slot, &own)),
+                    Err(Errno::EXIST) => {
+                        tracing::warn!(slot = %path.display(), "removing a slot whose record was written again later");
+                        if let Err(e) = rustix::fs::unlinkat(dir, slot.as_str(), AtFlags::empty()) {
+                            return Err(refused(&path, format!("cannot be removed: {e}")));
+                        }
+                    }
                     Err(e) => return Err(refused(&path, format!("cannot be renamed to its record's name: {e}"))),
                 }
             }
@@ -1312,7 +1331,11 @@ impl Store {
         for slot in &slots {
             let Some(r) = slot_record(fd, &dir, slot)? else { continue };
             let own = r.file_name();
-            if names.contains(&own) || from_slots.contains(&own) {
+            if names.contains(&own) {
+                // Stale: a later write of the record (see `settle_slots`).
+                continue;
+            }
+            if from_slots.contains(&own) {
                 return Err(both_refused(&dir, slot, &own));
             }
             from_slots.push(own);
@@ -1565,24 +1588,32 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_beside_its_records_own_file_is_refused() {
+    fn a_slot_beside_its_records_own_file_is_stale_and_two_slots_of_one_record_are_refused() {
         let d = tempfile::tempdir().unwrap();
         let state = d.path().join("state");
         let s = Store::open(&state).unwrap();
-        let r = session("a");
+        // The record written again after its slot (the slot's rename lost in a crash, the later
+        // write's kept): the file under its name is the newer one and wins.
+        let mut r = session("a");
+        let slot = plant_slot(&state, "slot.00000000000000aa", &slot_content(&record_bytes(&r)).unwrap());
+        r.generation = 2;
         s.put_session(&r).unwrap();
         drop(s);
+        assert_eq!(Store::open(&state).unwrap().sessions().unwrap(), vec![r.clone()]);
+        let s = Store::open_exclusive(&state).unwrap();
+        assert!(!slot.exists(), "the stale slot is removed by the owner");
+        assert_eq!(s.sessions().unwrap(), vec![r.clone()]);
+        drop(s);
+        // Two slots with one record: no write of the daemon leaves that; refused.
+        std::fs::remove_file(state.join(SESSIONS).join(r.file_name())).unwrap();
         plant_slot(&state, "slot.00000000000000aa", &slot_content(&record_bytes(&r)).unwrap());
+        plant_slot(&state, "slot.00000000000000bb", &slot_content(&record_bytes(&r)).unwrap());
         let own = state.join(SESSIONS).join(r.file_name()).display().to_string();
         let e = Store::open(&state).unwrap().sessions().unwrap_err().to_string();
-        assert!(e.contains("slot.00000000000000aa") && e.contains(&own) && e.contains("another file holds too"), "{e}");
+        assert!(e.contains("slot.00000000000000bb") && e.contains(&own) && e.contains("another slot holds too"), "{e}");
         let e = Store::open_exclusive(&state).unwrap_err().to_string();
-        assert!(e.contains("slot.00000000000000aa") && e.contains(&own) && e.contains("another file holds too"), "{e}");
-        // Two slots with one record: refused the same way.
-        std::fs::remove_file(state.join(SESSIONS).join(r.file_name())).unwrap();
-        plant_slot(&state, "slot.00000000000000bb", &slot_content(&record_bytes(&r)).unwrap());
-        let e = Store::open(&state).unwrap().sessions().unwrap_err().to_string();
-        assert!(e.contains("another file holds too"), "{e}");
+        assert!(e.contains("slot.00000000000000bb") && e.contains(&own) && e.contains("another slot holds too"), "{e}");
+        assert!(state.join(SESSIONS).join("slot.00000000000000aa").exists(), "nothing is renamed before the refusal");
     }
 
     #[test]
