@@ -9,7 +9,8 @@
 //! fails" is checked in full — plus (b) the fixed SAMPLE below, one or two cases of every
 //! area (bind, invoke, paths, each operation, abort, idempotency, revoke, secrets), most of
 //! them the target of *another* fault, which must still pass: the check that a fault breaks
-//! only its own rule (measured: 2.9 min for the whole test, the faults on two workers; 3.7–5.3 min
+//! only its own rule (measured: 2.9 min for the whole test, the faults on two workers, 2.3 min on
+//! four under a load average of 5; 3.7–5.3 min
 //! on one). The engine re-lays the fixture whenever a case left a trace, so a
 //! case's outcome does not depend on which cases ran before it. The full matrix (every case
 //! under every fault) is what `pi-conform kill-matrix --expect conformance/kill-matrix.txt`
@@ -39,7 +40,9 @@ fn catalogue() -> Vec<CaseMeta> {
 }
 
 /// Workers running faults side by side (see `each_fault_kills_exactly_its_expected_cases`).
-const JOBS: usize = 2;
+/// Worker threads (measured in a debug build beside other work, load average about 5: 275 s
+/// on 2 workers, 139 s on 4; a run is mostly waits on sockets and timers).
+const JOBS: usize = 4;
 
 /// Cases run under every fault besides the ones it is expected to kill.
 const SAMPLE: &[&str] = &[
@@ -120,9 +123,9 @@ fn each_fault_kills_exactly_its_expected_cases() {
         .collect();
     assert!(bad.is_empty(), "without faults the sample must pass: {bad:#?}");
 
-    // The faults run on `jobs` workers (2 by default, `PI_CONFORM_KILL_MATRIX_JOBS`): each
+    // The faults run on `jobs` workers (`JOBS` by default, `PI_CONFORM_KILL_MATRIX_JOBS`): each
     // run has its own in-process adapter, root and socket, and most of a run's time is spent
-    // waiting on sockets and timers, so two overlap well on two CPUs.
+    // waiting on sockets and timers, so four overlap well on two CPUs.
     let jobs = std::env::var("PI_CONFORM_KILL_MATRIX_JOBS")
         .ok()
         .and_then(|j| j.parse::<usize>().ok())
