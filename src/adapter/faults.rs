@@ -230,6 +230,10 @@ faults! {
     /// A directory search says `truncated` when nothing was cut or left out.
     SearchAlwaysTruncated = "search-always-truncated", "PC-5.3.search",
         "a directory search answers truncated:true even when every match fit and nothing was left out";
+    /// fs.search takes sequences UTF-8 forbids (overlong forms, surrogates, code points past
+    /// U+10FFFF) for characters, so a file whose only flaw is one is searched as text.
+    SearchLenientUtf8 = "search-lenient-utf8", "PC-5.3.search",
+        "fs.search takes overlong forms, surrogates and code points past U+10FFFF for characters: a file whose only flaw is one is searched as text and its matches returned";
     /// A read cut by the response budget is refused instead of shortened.
     ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
         "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";

@@ -2024,6 +2024,66 @@ fn search_direct_binary(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::search("latin1.txt", "needle")));
     ok_with(&r, &[("/matches", json!([]))])
 }
+
+/// The files of `adapter.search.strict-utf8-files`: each holds, on its first line, bytes that
+/// are not UTF-8 and the query on its second: a sequence of a character's shape that UTF-8
+/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), or two
+/// Latin-1 letters. Each first line is over 32 bytes and holds an even number of bytes over
+/// 0x7F where it can, so a check that skips ASCII a block at a time must still look inside.
+const NOT_QUITE_UTF8: [(&str, &[u8]); 5] = [
+    ("overlong-3.txt", b"x \xE0\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
+    ("surrogate.txt", b"x \xED\xA0\x80 x, a lone surrogate, past one block\nneedle here\n"),
+    ("overlong-4.txt", b"x \xF0\x80\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
+    ("past-10ffff.txt", b"x \xF4\x90\x80\x80 x, past U+10FFFF, past one block\nneedle here\n"),
+    ("latin1-pair.txt", b"caf\xE9 cr\xE8me, two Latin-1 letters in one block\nneedle here\n"),
+];
+
+/// PC-5.3.search: a file whose only flaw is a sequence UTF-8 forbids although its bytes have
+/// the shape of a character (an overlong `E0 80 AF`, a surrogate `ED A0 80`, an overlong
+/// four-byte form, a code point past U+10FFFF), or two Latin-1 letters, is not UTF-8:
+/// searched by name it yields no match, and a search of its directory skips it. A UTF-8 file beside them must still match.
+/// Whether skipping such files sets `truncated` is not judged (SPEC leaves that to the
+/// adapter). The files are laid for the case and removed after it.
+fn search_strict_utf8_files(c: &mut Ctx<'_>) -> Outcome {
+    let dir = "utf8-forms";
+    let laid = std::fs::create_dir_all(c.target.root.join(dir)).is_ok()
+        && std::fs::write(c.target.root.join(dir).join("ok.txt"), "needle ok\n").is_ok()
+        && NOT_QUITE_UTF8.iter().all(|(name, bytes)| std::fs::write(c.target.root.join(dir).join(name), bytes).is_ok());
+    let out =
+        if laid { strict_utf8_searches(c, dir) } else { Outcome::Error("cannot lay the files of the case".into()) };
+    let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+    out
+}
+fn strict_utf8_searches(c: &mut Ctx<'_>, dir: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let r = c.call(&mut conn, req::search(dir, "needle"));
+    if data(&r).is_none() {
+        return Outcome::token(token(&r));
+    }
+    let paths: Vec<String> = matches(&r).iter().filter_map(|m| m["path"].as_str().map(String::from)).collect();
+    for (name, _) in NOT_QUITE_UTF8 {
+        let p = format!("{dir}/{name}");
+        if paths.contains(&p) {
+            problems.push(format!("a search of {dir} returned matches in {p}, which is not UTF-8: skip it"));
+        }
+    }
+    if !paths.contains(&format!("{dir}/ok.txt")) {
+        problems.push(format!("a search of {dir} for needle did not match {dir}/ok.txt, the UTF-8 file beside them"));
+    }
+    for (name, _) in NOT_QUITE_UTF8 {
+        let p = format!("{dir}/{name}");
+        let r = c.call(&mut conn, req::search(&p, "needle"));
+        if data(&r).is_none() {
+            return Outcome::with(token(&r), problems);
+        }
+        let n = matches(&r).len();
+        if n > 0 {
+            problems.push(format!("a search of {p}, which is not UTF-8, returned {n} match(es) instead of none"));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
 fn search_query_newline(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::search(".", "needle\nx")))
 }
@@ -4716,6 +4776,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.long-line-window", judged!(search_long_line_window)),
         ("adapter.search.skips-binary-files", judged!(search_skips_binary)),
         ("adapter.search.named-binary-file", judged!(search_direct_binary)),
+        ("adapter.search.strict-utf8-files", judged!(search_strict_utf8_files)),
         ("adapter.search.long-line-window-start", judged!(search_window_start)),
         ("adapter.search.long-line-window-end", judged!(search_window_end)),
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
