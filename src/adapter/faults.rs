@@ -371,6 +371,9 @@ faults! {
     /// The content guard looks for the bound handle only, not the other grants' handles.
     ScanBoundHandleOnly = "scan-bound-handle-only", "PC-4.5",
         "the content guard looks for the connection's own handle only: a file holding another grant's handle (another session's descriptor in the root) is read out";
+    /// The scan for the other grants' handles starts afresh at each chunk of a file.
+    OtherGrantScanPerChunk = "other-grant-scan-per-chunk", "PC-4.5",
+        "the content guard's scan for the other grants' handles starts afresh at each 256 KiB chunk of a file: another grant's handle cut by a chunk boundary is read out";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -4550,6 +4550,65 @@ fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
     out
 }
 
+/// Where `adapter.secret.other-grant-handle-across-chunks` cuts the handle: this many of its
+/// bytes lie before the multiple of 64 KiB, the rest after it (two whole 8-byte words and a
+/// part of a third before the cut, for a scan that skips words).
+const ACROSS_CUT: u64 = 20;
+
+/// SHOULD (PC-4.5, as `adapter.secret.other-grant-handle`): another grant's handle cut by a
+/// chunk boundary of the adapter's content scan is still found. The runner cannot know the
+/// adapter's chunk size, so the handle is laid across each multiple of 64 KiB up to 1 MiB in
+/// turn, in a sparse file of zero bytes (a few KiB on disk whatever its length), and a small
+/// window around it is read each time. A refusal other than `capability_in_content` is
+/// inconclusive: the case provoked that one only. The file is removed after the case.
+fn secret_other_grant_across_chunks(c: &mut Ctx<'_>) -> Outcome {
+    let Some(other) = c.target.narrow.clone() else {
+        return Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into());
+    };
+    if !granted(c, "fs.read") {
+        return Outcome::Skip("the descriptor does not grant fs.read".into());
+    }
+    let name = "other-grant-chunks.bin";
+    let path = c.target.root.join(name);
+    let out = across_chunks(c, name, &path, other.handle().expose().as_bytes());
+    let _ = std::fs::remove_file(&path);
+    out
+}
+fn across_chunks(c: &mut Ctx<'_>, name: &str, path: &std::path::Path, handle: &[u8]) -> Outcome {
+    use std::os::unix::fs::FileExt;
+    let want = format!("error:{}", AdapterCode::CapabilityInContent.as_str());
+    let mut conn = tryo!(c.bound());
+    for k in 1..=16u64 {
+        let cut = k * 64 * 1024;
+        let at = cut - ACROSS_CUT;
+        let laid = std::fs::File::create(path)
+            .and_then(|f| f.set_len(cut + 64).and_then(|()| f.write_all_at(handle, at)))
+            .is_ok();
+        if !laid {
+            return Outcome::Error("cannot lay the file of the case".into());
+        }
+        let r = c.call(&mut conn, req::read(name).offset(at - 8).max_bytes(64));
+        let t = token(&r);
+        if t == want {
+            continue;
+        }
+        if data(&r).is_some() {
+            return Outcome::with(
+                t,
+                vec![format!(
+                    "a window of {name} holding another grant's handle across offset {cut} ({k} × 64 KiB) was read \
+                     out: a content scan must find a handle cut by a chunk boundary (capability_in_content)"
+                )],
+            );
+        }
+        return Outcome::Error(format!(
+            "inconclusive: the read of {name} with the handle across offset {cut} answered `{t}`, not the \
+             capability_in_content it provokes, so nothing was judged"
+        ));
+    }
+    Outcome::token(want)
+}
+
 /// PC-4.5 (audit gap 2): the handle in a *match path*. The file's name holds the handle and
 /// its content only the query, so a content guard passes it and only a scan of the paths a
 /// search returns can refuse it.
@@ -4857,5 +4916,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
+        ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
     ]
 }
