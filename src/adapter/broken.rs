@@ -524,6 +524,51 @@ pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Val
     data
 }
 
+/// The chunk whose seams [`search_chunk_seams`] loses occurrences at.
+const SEAM_CHUNK: usize = 256 * 1024;
+
+/// [`Fault::SearchChunkSeams`]: fs.search of one file of 256 KiB to 2 MiB loses every
+/// occurrence that a multiple of 256 KiB cuts, as a scan of chunks that carries nothing from
+/// one chunk to the next would.
+pub(crate) fn search_chunk_seams(dir: &Path, job: &Job, mut data: Value) -> Value {
+    let (Some(rel), Some(query)) = (payload_path(job), job.payload.get("query").and_then(Value::as_str)) else {
+        return data;
+    };
+    let path = dir.join(rel);
+    let Ok(m) = std::fs::symlink_metadata(&path) else { return data };
+    if !m.is_file() || m.len() <= SEAM_CHUNK as u64 || m.len() > 2 << 20 {
+        return data;
+    }
+    let Ok(bytes) = std::fs::read(&path) else { return data };
+    let mut lost = Vec::new();
+    for (at, _) in memchr::memmem::find_iter(&bytes, query.as_bytes())
+        .scan(0usize, |next, at| {
+            // Non-overlapping, left to right.
+            let keep = at >= *next;
+            if keep {
+                *next = at + query.len();
+            }
+            Some((at, keep))
+        })
+        .filter(|(_, keep)| *keep)
+    {
+        if at / SEAM_CHUNK == (at + query.len() - 1) / SEAM_CHUNK {
+            continue;
+        }
+        let line_start = bytes[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        let column = String::from_utf8_lossy(&bytes[line_start..at]).chars().count() + 1;
+        lost.push((line, column));
+    }
+    if let Some(a) = data["matches"].as_array_mut() {
+        a.retain(|m| {
+            let at = (m["line"].as_u64().unwrap_or(0) as usize, m["column"].as_u64().unwrap_or(0) as usize);
+            !lost.contains(&at)
+        });
+    }
+    data
+}
+
 /// The regular files at or beneath `path` (no symlink followed), with their root-relative
 /// names under `shown`.
 fn collect_files(path: &Path, shown: &str, out: &mut Vec<(String, std::path::PathBuf)>) {

@@ -234,6 +234,9 @@ faults! {
     /// U+10FFFF) for characters, so a file whose only flaw is one is searched as text.
     SearchLenientUtf8 = "search-lenient-utf8", "PC-5.3.search",
         "fs.search takes overlong forms, surrogates and code points past U+10FFFF for characters: a file whose only flaw is one is searched as text and its matches returned";
+    /// fs.search of a file over 256 KiB loses the occurrences a multiple of 256 KiB cuts.
+    SearchChunkSeams = "search-chunk-seams", "PC-5.3.search",
+        "fs.search of a file of 256 KiB to 2 MiB loses every occurrence cut by a multiple of 256 KiB (a chunked scan that carries nothing across chunks)";
     /// A read cut by the response budget is refused instead of shortened.
     ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
         "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";

@@ -2084,6 +2084,115 @@ fn strict_utf8_searches(c: &mut Ctx<'_>, dir: &str) -> Outcome {
     }
     Outcome::with("result:ok", problems)
 }
+/// The matches of `query` in the file `path` whose text is `text`, as PC-5.3.search gives
+/// them for BMP text: the whole line up to 4096 characters, else the 4096-character window
+/// starting 1024 before the match, shifted back to stay inside the line.
+fn windowed_matches(path: &str, text: &str, query: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (i, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let chars: Vec<char> = line.chars().collect();
+        let mut seen = (0, 0); // (byte, char) of a position already counted
+        for (at, _) in line.match_indices(query) {
+            let column = seen.1 + line[seen.0..at].chars().count();
+            seen = (at, column);
+            let text: String = if chars.len() <= 4096 {
+                line.to_string()
+            } else {
+                let from = column.saturating_sub(1024).min(chars.len() - 4096);
+                chars[from..from + 4096].iter().collect()
+            };
+            out.push(json!({"path": path, "line": i + 1, "column": column + 1, "text": text}));
+        }
+    }
+    out
+}
+
+/// The text of `big/needles.txt` of `adapter.search.big-file-across-chunks`: one line of
+/// ASCII filler over 1 MiB with `needle` across each multiple of 64 KiB (its first three
+/// bytes before it).
+fn needles_across_chunks() -> String {
+    let mut t = String::with_capacity(17 * 64 * 1024);
+    for k in 1..=16usize {
+        let at = k * 64 * 1024 - 3;
+        t.extend(std::iter::repeat_n('a', at - t.len()));
+        t.push_str("needle");
+    }
+    t.push_str("aaaa\n");
+    t
+}
+
+/// PC-5.3.search on a file larger than any chunk an adapter is likely to read it in (the
+/// runner cannot know the chunk size, so every multiple of 64 KiB up to 1 MiB is a boundary):
+/// `big/needles.txt`, one line of over 1 MiB with `needle` across each multiple of 64 KiB,
+/// must give all of them, in order, with their columns and 4096-character windows, and with
+/// `maxResults: 2` the first two and `truncated: true` (the second's line goes on past every
+/// boundary); `big/euro.txt`, 1 MiB of `€` (three bytes each, so each power-of-two offset
+/// cuts one) then `needle` on a line of its own, is UTF-8 and must give that match. Both
+/// files are laid for the case and removed after it. Skipped when `maxResponseBytes` is
+/// under 128 KiB (the sixteen windows would not fit; a budget cut is judged elsewhere).
+fn search_big_file_across_chunks(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_response_bytes < 128 * 1024 {
+        return Outcome::Skip("maxResponseBytes is under 128 KiB: the sixteen match windows would not fit".into());
+    }
+    let needles = needles_across_chunks();
+    let euro = format!("{}\nneedle\n", "€".repeat(349_525));
+    let root = c.target.root.join("big");
+    let laid = std::fs::create_dir_all(&root).is_ok()
+        && std::fs::write(root.join("needles.txt"), &needles).is_ok()
+        && std::fs::write(root.join("euro.txt"), &euro).is_ok();
+    let out = if laid {
+        big_file_searches(c, &needles, &euro)
+    } else {
+        Outcome::Error("cannot lay the files of the case".into())
+    };
+    let _ = std::fs::remove_dir_all(&root);
+    out
+}
+fn big_file_searches(c: &mut Ctx<'_>, needles: &str, euro: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let where_ = |v: &[Value]| -> String {
+        let cols: Vec<String> = v.iter().take(20).map(|m| format!("{}:{}", m["line"], m["column"])).collect();
+        format!("[{}] ({} in all)", cols.join(" "), v.len())
+    };
+    let all = windowed_matches("big/needles.txt", needles, "needle");
+    for (max, want, truncated) in [(1000, &all[..], false), (2, &all[..2], true)] {
+        let r = c.call(&mut conn, req::search("big/needles.txt", "needle").max_results(max));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = matches(&r);
+        if got != want {
+            let wrong_text = got.iter().zip(want).filter(|(g, w)| g["text"] != w["text"]).count();
+            problems.push(format!(
+                "fs.search of big/needles.txt (maxResults {max}): matches at line:column {}, want {}{}",
+                where_(&got),
+                where_(want),
+                if wrong_text > 0 { format!("; {wrong_text} with a wrong text window") } else { String::new() }
+            ));
+        }
+        if d["truncated"] != truncated {
+            problems.push(format!(
+                "fs.search of big/needles.txt (maxResults {max}): truncated is {}, want {truncated}",
+                d["truncated"]
+            ));
+        }
+    }
+    let r = c.call(&mut conn, req::search("big/euro.txt", "needle"));
+    if data(&r).is_none() {
+        return Outcome::with(token(&r), problems);
+    }
+    let want = windowed_matches("big/euro.txt", euro, "needle");
+    if matches(&r) != want {
+        problems.push(format!(
+            "fs.search of big/euro.txt, UTF-8 whose three-byte characters any chunk boundary cuts: matches at \
+             line:column {}, want {}",
+            where_(&matches(&r)),
+            where_(&want)
+        ));
+    }
+    Outcome::with("result:ok", problems)
+}
+
 fn search_query_newline(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::search(".", "needle\nx")))
 }
@@ -4836,6 +4945,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.skips-binary-files", judged!(search_skips_binary)),
         ("adapter.search.named-binary-file", judged!(search_direct_binary)),
         ("adapter.search.strict-utf8-files", judged!(search_strict_utf8_files)),
+        ("adapter.search.big-file-across-chunks", judged!(search_big_file_across_chunks)),
         ("adapter.search.long-line-window-start", judged!(search_window_start)),
         ("adapter.search.long-line-window-end", judged!(search_window_end)),
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
