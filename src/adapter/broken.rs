@@ -486,6 +486,135 @@ pub(crate) fn plain_search(dir: &Path, job: &Job) -> Option<Result<Value, Adapte
     Some(Ok(json!({"matches": matches, "truncated": false})))
 }
 
+/// [`Fault::SearchLenientUtf8`]: the search's data plus the matches of every regular file
+/// it reached (the named file, or those beneath the named directory, without following
+/// symlinks) that strict UTF-8 refuses only for sequences of a character's shape that UTF-8
+/// forbids (overlong forms, surrogates, code points past U+10FFFF), each read as U+FFFD.
+/// Matches are kept in bytewise path order; lines over 4096 characters are left out.
+pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Value {
+    let (Some(rel), Some(query)) = (payload_path(job), job.payload.get("query").and_then(Value::as_str)) else {
+        return data;
+    };
+    let rel = rel.trim_end_matches('/');
+    let prefix = if rel == "." || rel.is_empty() { String::new() } else { rel.to_string() };
+    let mut files = Vec::new();
+    collect_files(&dir.join(rel), &prefix, &mut files);
+    let mut extra = Vec::new();
+    for (shown, path) in files {
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        if bytes.contains(&0) || std::str::from_utf8(&bytes).is_ok() {
+            continue; // the reference already judged it
+        }
+        let Some(text) = lenient_utf8(&bytes) else { continue };
+        for (n, line) in text.split('\n').enumerate() {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.chars().count() > 4096 {
+                continue;
+            }
+            for (at, _) in line.match_indices(query) {
+                let column = line[..at].chars().count() + 1;
+                extra.push(json!({"path": shown, "line": n + 1, "column": column, "text": line}));
+            }
+        }
+    }
+    if let Some(a) = data["matches"].as_array_mut() {
+        a.extend(extra);
+        a.sort_by(|x, y| x["path"].as_str().unwrap_or("").as_bytes().cmp(y["path"].as_str().unwrap_or("").as_bytes()));
+    }
+    data
+}
+
+/// The chunk whose seams [`search_chunk_seams`] loses occurrences at.
+const SEAM_CHUNK: usize = 256 * 1024;
+
+/// [`Fault::SearchChunkSeams`]: fs.search of one file of 256 KiB to 2 MiB loses every
+/// occurrence that a multiple of 256 KiB cuts, as a scan of chunks that carries nothing from
+/// one chunk to the next would.
+pub(crate) fn search_chunk_seams(dir: &Path, job: &Job, mut data: Value) -> Value {
+    let (Some(rel), Some(query)) = (payload_path(job), job.payload.get("query").and_then(Value::as_str)) else {
+        return data;
+    };
+    let path = dir.join(rel);
+    let Ok(m) = std::fs::symlink_metadata(&path) else { return data };
+    if !m.is_file() || m.len() <= SEAM_CHUNK as u64 || m.len() > 2 << 20 {
+        return data;
+    }
+    let Ok(bytes) = std::fs::read(&path) else { return data };
+    let mut lost = Vec::new();
+    for (at, _) in memchr::memmem::find_iter(&bytes, query.as_bytes())
+        .scan(0usize, |next, at| {
+            // Non-overlapping, left to right.
+            let keep = at >= *next;
+            if keep {
+                *next = at + query.len();
+            }
+            Some((at, keep))
+        })
+        .filter(|(_, keep)| *keep)
+    {
+        if at / SEAM_CHUNK == (at + query.len() - 1) / SEAM_CHUNK {
+            continue;
+        }
+        let line_start = bytes[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        let column = String::from_utf8_lossy(&bytes[line_start..at]).chars().count() + 1;
+        lost.push((line, column));
+    }
+    if let Some(a) = data["matches"].as_array_mut() {
+        a.retain(|m| {
+            let at = (m["line"].as_u64().unwrap_or(0) as usize, m["column"].as_u64().unwrap_or(0) as usize);
+            !lost.contains(&at)
+        });
+    }
+    data
+}
+
+/// The regular files at or beneath `path` (no symlink followed), with their root-relative
+/// names under `shown`.
+fn collect_files(path: &Path, shown: &str, out: &mut Vec<(String, std::path::PathBuf)>) {
+    let Ok(m) = std::fs::symlink_metadata(path) else { return };
+    if m.is_file() {
+        out.push((shown.to_string(), path.to_path_buf()));
+    } else if m.is_dir() {
+        let Ok(rd) = std::fs::read_dir(path) else { return };
+        for e in rd.flatten() {
+            let Ok(name) = e.file_name().into_string() else { continue };
+            let child = if shown.is_empty() { name.clone() } else { format!("{shown}/{name}") };
+            collect_files(&e.path(), &child, out);
+        }
+    }
+}
+
+/// `bytes` as text when their only flaws are sequences of a character's shape (a lead byte
+/// `E0`, `ED`, `F0` or `F4` and its continuation bytes) that UTF-8 forbids: each becomes
+/// U+FFFD. `None` for any other flaw.
+fn lenient_utf8(mut bytes: &[u8]) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                return Some(out);
+            }
+            Err(e) => {
+                let (good, rest) = bytes.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).ok()?);
+                let width = match rest.first()? {
+                    0xE0 | 0xED => 3,
+                    0xF0 | 0xF4 => 4,
+                    _ => return None,
+                };
+                let seq = rest.get(..width)?;
+                if !seq[1..].iter().all(|b| (0x80..=0xBF).contains(b)) {
+                    return None;
+                }
+                out.push('\u{FFFD}');
+                bytes = &rest[width..];
+            }
+        }
+    }
+}
+
 /// The `fs.read` data of `bytes[offset..offset + max_bytes]`: strict UTF-8 (the window is
 /// cut back to a character boundary) or, when `lossy`, with U+FFFD for bad bytes.
 fn window(bytes: &[u8], offset: Option<u64>, max_bytes: Option<u64>, lossy: bool) -> Result<Value, AdapterError> {

@@ -230,6 +230,13 @@ faults! {
     /// A directory search says `truncated` when nothing was cut or left out.
     SearchAlwaysTruncated = "search-always-truncated", "PC-5.3.search",
         "a directory search answers truncated:true even when every match fit and nothing was left out";
+    /// fs.search takes sequences UTF-8 forbids (overlong forms, surrogates, code points past
+    /// U+10FFFF) for characters, so a file whose only flaw is one is searched as text.
+    SearchLenientUtf8 = "search-lenient-utf8", "PC-5.3.search",
+        "fs.search takes overlong forms, surrogates and code points past U+10FFFF for characters: a file whose only flaw is one is searched as text and its matches returned";
+    /// fs.search of a file over 256 KiB loses the occurrences a multiple of 256 KiB cuts.
+    SearchChunkSeams = "search-chunk-seams", "PC-5.3.search",
+        "fs.search of a file of 256 KiB to 2 MiB loses every occurrence cut by a multiple of 256 KiB (a chunked scan that carries nothing across chunks)";
     /// A read cut by the response budget is refused instead of shortened.
     ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
         "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";
@@ -367,6 +374,9 @@ faults! {
     /// The content guard looks for the bound handle only, not the other grants' handles.
     ScanBoundHandleOnly = "scan-bound-handle-only", "PC-4.5",
         "the content guard looks for the connection's own handle only: a file holding another grant's handle (another session's descriptor in the root) is read out";
+    /// The scan for the other grants' handles starts afresh at each chunk of a file.
+    OtherGrantScanPerChunk = "other-grant-scan-per-chunk", "PC-4.5",
+        "the content guard's scan for the other grants' handles starts afresh at each 256 KiB chunk of a file: another grant's handle cut by a chunk boundary is read out";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -208,6 +208,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::SearchRegex) {
                 data = broken::search_regex(dir, job, data);
             }
+            if faults.has(Fault::SearchChunkSeams) {
+                data = broken::search_chunk_seams(dir, job, data);
+            }
+            if faults.has(Fault::SearchLenientUtf8) {
+                data = broken::search_lenient_utf8(dir, job, data);
+            }
             if faults.has(Fault::SearchAlwaysTruncated) && broken::is_dir(dir, job) {
                 data["truncated"] = true.into();
             }

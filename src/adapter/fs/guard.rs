@@ -256,6 +256,9 @@ pub struct Guard {
     /// Verdicts for this binding alone, used while the shared set does not cover its handle
     /// (a hand-written grant of another shape, or one without a fingerprint that matches).
     own: Mutex<HashMap<FileKey, u64>>,
+    /// Broken on purpose (the fault switch `other-grant-scan-per-chunk`, set by the server):
+    /// the scan for the other grants' handles starts afresh at each chunk fed.
+    minted_per_chunk: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -276,7 +279,22 @@ impl Guard {
     pub fn new(handle: CapabilityHandle, digests: Arc<GrantDigests>) -> Self {
         let digest = Sha256::digest(handle.expose().as_bytes()).into();
         let fingerprint = handle_fingerprint(handle.expose());
-        Self { handle: Arc::new(handle), digest, fingerprint, digests, own: Mutex::new(HashMap::new()) }
+        Self {
+            handle: Arc::new(handle),
+            digest,
+            fingerprint,
+            digests,
+            own: Mutex::new(HashMap::new()),
+            minted_per_chunk: false,
+        }
+    }
+
+    /// This guard broken on purpose, for the fault switch `other-grant-scan-per-chunk` only:
+    /// its scans for the other grants' handles start afresh at each chunk, so a handle cut by
+    /// a chunk boundary is missed.
+    pub fn minted_per_chunk(mut self) -> Self {
+        self.minted_per_chunk = true;
+        self
     }
 
     /// The cache whose verdicts hold for this binding under `set`.
@@ -313,7 +331,9 @@ impl Guard {
 
     /// A fresh streaming scanner.
     pub(super) fn scanner(&self) -> Scanner {
-        Scanner::new(self.handle.clone(), self.digests.snapshot())
+        let mut s = Scanner::new(self.handle.clone(), self.digests.snapshot());
+        s.minted_per_chunk = self.minted_per_chunk;
+        s
     }
 
     /// Bytes on each side of a range that can hold part of a handle overlapping it.
@@ -424,6 +444,8 @@ pub(super) struct Scanner {
     started: i64,
     /// Windows hashed with SHA-256.
     confirmed: u64,
+    /// See [`Guard::minted_per_chunk`].
+    minted_per_chunk: bool,
 }
 
 impl Scanner {
@@ -438,6 +460,7 @@ impl Scanner {
             found: false,
             started: now_secs(),
             confirmed: 0,
+            minted_per_chunk: false,
         }
     }
 
@@ -454,6 +477,9 @@ impl Scanner {
         WORK.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         self.feed_bound(chunk);
         if !self.found && !self.digests.set.is_empty() {
+            if self.minted_per_chunk {
+                self.run = 0;
+            }
             self.feed_minted(chunk);
         }
     }

@@ -2024,6 +2024,179 @@ fn search_direct_binary(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::search("latin1.txt", "needle")));
     ok_with(&r, &[("/matches", json!([]))])
 }
+
+/// The files of `adapter.search.strict-utf8-files`: each holds, on its first line, bytes that
+/// are not UTF-8 and the query on its second: a sequence of a character's shape that UTF-8
+/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), or two
+/// Latin-1 letters. Each first line is over 32 bytes and holds an even number of bytes over
+/// 0x7F where it can, so a check that skips ASCII a block at a time must still look inside.
+const NOT_QUITE_UTF8: [(&str, &[u8]); 5] = [
+    ("overlong-3.txt", b"x \xE0\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
+    ("surrogate.txt", b"x \xED\xA0\x80 x, a lone surrogate, past one block\nneedle here\n"),
+    ("overlong-4.txt", b"x \xF0\x80\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
+    ("past-10ffff.txt", b"x \xF4\x90\x80\x80 x, past U+10FFFF, past one block\nneedle here\n"),
+    ("latin1-pair.txt", b"caf\xE9 cr\xE8me, two Latin-1 letters in one block\nneedle here\n"),
+];
+
+/// PC-5.3.search: a file whose only flaw is a sequence UTF-8 forbids although its bytes have
+/// the shape of a character (an overlong `E0 80 AF`, a surrogate `ED A0 80`, an overlong
+/// four-byte form, a code point past U+10FFFF), or two Latin-1 letters, is not UTF-8:
+/// searched by name it yields no match, and a search of its directory skips it. A UTF-8 file beside them must still match.
+/// Whether skipping such files sets `truncated` is not judged (SPEC leaves that to the
+/// adapter). The files are laid for the case and removed after it.
+fn search_strict_utf8_files(c: &mut Ctx<'_>) -> Outcome {
+    let dir = "utf8-forms";
+    let laid = std::fs::create_dir_all(c.target.root.join(dir)).is_ok()
+        && std::fs::write(c.target.root.join(dir).join("ok.txt"), "needle ok\n").is_ok()
+        && NOT_QUITE_UTF8.iter().all(|(name, bytes)| std::fs::write(c.target.root.join(dir).join(name), bytes).is_ok());
+    let out =
+        if laid { strict_utf8_searches(c, dir) } else { Outcome::Error("cannot lay the files of the case".into()) };
+    let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+    out
+}
+fn strict_utf8_searches(c: &mut Ctx<'_>, dir: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let r = c.call(&mut conn, req::search(dir, "needle"));
+    if data(&r).is_none() {
+        return Outcome::token(token(&r));
+    }
+    let paths: Vec<String> = matches(&r).iter().filter_map(|m| m["path"].as_str().map(String::from)).collect();
+    for (name, _) in NOT_QUITE_UTF8 {
+        let p = format!("{dir}/{name}");
+        if paths.contains(&p) {
+            problems.push(format!("a search of {dir} returned matches in {p}, which is not UTF-8: skip it"));
+        }
+    }
+    if !paths.contains(&format!("{dir}/ok.txt")) {
+        problems.push(format!("a search of {dir} for needle did not match {dir}/ok.txt, the UTF-8 file beside them"));
+    }
+    for (name, _) in NOT_QUITE_UTF8 {
+        let p = format!("{dir}/{name}");
+        let r = c.call(&mut conn, req::search(&p, "needle"));
+        if data(&r).is_none() {
+            return Outcome::with(token(&r), problems);
+        }
+        let n = matches(&r).len();
+        if n > 0 {
+            problems.push(format!("a search of {p}, which is not UTF-8, returned {n} match(es) instead of none"));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+/// The matches of `query` in the file `path` whose text is `text`, as PC-5.3.search gives
+/// them for BMP text: the whole line up to 4096 characters, else the 4096-character window
+/// starting 1024 before the match, shifted back to stay inside the line.
+fn windowed_matches(path: &str, text: &str, query: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (i, line) in text.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        // The characters of a non-ASCII line, taken only when a match needs them.
+        let mut chars: Option<Vec<char>> = None;
+        let mut seen = (0, 0); // (byte, char) of a position already counted
+        for (at, _) in line.match_indices(query) {
+            let column = seen.1 + line[seen.0..at].chars().count();
+            seen = (at, column);
+            let text: String = if line.is_ascii() {
+                let from = column.saturating_sub(1024).min(line.len().saturating_sub(4096));
+                line[from..line.len().min(from + 4096)].to_string()
+            } else {
+                let chars = chars.get_or_insert_with(|| line.chars().collect());
+                let from = column.saturating_sub(1024).min(chars.len().saturating_sub(4096));
+                chars[from..chars.len().min(from + 4096)].iter().collect()
+            };
+            out.push(json!({"path": path, "line": i + 1, "column": column + 1, "text": text}));
+        }
+    }
+    out
+}
+
+/// The text of `big/needles.txt` of `adapter.search.big-file-across-chunks`: one line of
+/// spaces over 1 MiB with `needle` across each multiple of 64 KiB (its first three bytes
+/// before it). Spaces, not letters: an adapter's content scan looks for handles in runs of
+/// base64url letters, which a megabyte of letters would make slow for nothing.
+fn needles_across_chunks() -> String {
+    let mut t = String::with_capacity(17 * 64 * 1024);
+    for k in 1..=16usize {
+        let at = k * 64 * 1024 - 3;
+        t.push_str(&" ".repeat(at - t.len()));
+        t.push_str("needle");
+    }
+    t.push_str("    \n");
+    t
+}
+
+/// PC-5.3.search on a file larger than any chunk an adapter is likely to read it in (the
+/// runner cannot know the chunk size, so every multiple of 64 KiB up to 1 MiB is a boundary):
+/// `big/needles.txt`, one line of over 1 MiB with `needle` across each multiple of 64 KiB,
+/// must give all of them, in order, with their columns and 4096-character windows, and with
+/// `maxResults: 2` the first two and `truncated: true` (the second's line goes on past every
+/// boundary); `big/euro.txt`, 600,000 bytes of `€` (three bytes each, so each power-of-two
+/// offset cuts one) then `needle` on a line of its own, is UTF-8 and must give that match. Both
+/// files are laid for the case and removed after it. Skipped when `maxResponseBytes` is
+/// under 128 KiB (the sixteen windows would not fit; a budget cut is judged elsewhere).
+fn search_big_file_across_chunks(c: &mut Ctx<'_>) -> Outcome {
+    if c.target.admitted.limits().max_response_bytes < 128 * 1024 {
+        return Outcome::Skip("maxResponseBytes is under 128 KiB: the sixteen match windows would not fit".into());
+    }
+    let needles = needles_across_chunks();
+    let euro = format!("{}\nneedle\n", "€".repeat(200_000));
+    let root = c.target.root.join("big");
+    let laid = std::fs::create_dir_all(&root).is_ok()
+        && std::fs::write(root.join("needles.txt"), &needles).is_ok()
+        && std::fs::write(root.join("euro.txt"), &euro).is_ok();
+    let out = if laid {
+        big_file_searches(c, &needles, &euro)
+    } else {
+        Outcome::Error("cannot lay the files of the case".into())
+    };
+    let _ = std::fs::remove_dir_all(&root);
+    out
+}
+fn big_file_searches(c: &mut Ctx<'_>, needles: &str, euro: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    let where_ = |v: &[Value]| -> String {
+        let cols: Vec<String> = v.iter().take(20).map(|m| format!("{}:{}", m["line"], m["column"])).collect();
+        format!("[{}] ({} in all)", cols.join(" "), v.len())
+    };
+    let all = windowed_matches("big/needles.txt", needles, "needle");
+    for (max, want, truncated) in [(1000, &all[..], false), (2, &all[..2], true)] {
+        let r = c.call(&mut conn, req::search("big/needles.txt", "needle").max_results(max));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got = matches(&r);
+        if got != want {
+            let wrong_text = got.iter().zip(want).filter(|(g, w)| g["text"] != w["text"]).count();
+            problems.push(format!(
+                "fs.search of big/needles.txt (maxResults {max}): matches at line:column {}, want {}{}",
+                where_(&got),
+                where_(want),
+                if wrong_text > 0 { format!("; {wrong_text} with a wrong text window") } else { String::new() }
+            ));
+        }
+        if d["truncated"] != truncated {
+            problems.push(format!(
+                "fs.search of big/needles.txt (maxResults {max}): truncated is {}, want {truncated}",
+                d["truncated"]
+            ));
+        }
+    }
+    let r = c.call(&mut conn, req::search("big/euro.txt", "needle"));
+    if data(&r).is_none() {
+        return Outcome::with(token(&r), problems);
+    }
+    let want = windowed_matches("big/euro.txt", euro, "needle");
+    if matches(&r) != want {
+        problems.push(format!(
+            "fs.search of big/euro.txt, UTF-8 whose three-byte characters any chunk boundary cuts: matches at \
+             line:column {}, want {}",
+            where_(&matches(&r)),
+            where_(&want)
+        ));
+    }
+    Outcome::with("result:ok", problems)
+}
+
 fn search_query_newline(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::search(".", "needle\nx")))
 }
@@ -4490,6 +4663,65 @@ fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
     out
 }
 
+/// Where `adapter.secret.other-grant-handle-across-chunks` cuts the handle: this many of its
+/// bytes lie before the multiple of 64 KiB, the rest after it (two whole 8-byte words and a
+/// part of a third before the cut, for a scan that skips words).
+const ACROSS_CUT: u64 = 20;
+
+/// SHOULD (PC-4.5, as `adapter.secret.other-grant-handle`): another grant's handle cut by a
+/// chunk boundary of the adapter's content scan is still found. The runner cannot know the
+/// adapter's chunk size, so the handle is laid across each multiple of 64 KiB up to 1 MiB in
+/// turn, in a sparse file of zero bytes (a few KiB on disk whatever its length), and a small
+/// window around it is read each time. A refusal other than `capability_in_content` is
+/// inconclusive: the case provoked that one only. The file is removed after the case.
+fn secret_other_grant_across_chunks(c: &mut Ctx<'_>) -> Outcome {
+    let Some(other) = c.target.narrow.clone() else {
+        return Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into());
+    };
+    if !granted(c, "fs.read") {
+        return Outcome::Skip("the descriptor does not grant fs.read".into());
+    }
+    let name = "other-grant-chunks.bin";
+    let path = c.target.root.join(name);
+    let out = across_chunks(c, name, &path, other.handle().expose().as_bytes());
+    let _ = std::fs::remove_file(&path);
+    out
+}
+fn across_chunks(c: &mut Ctx<'_>, name: &str, path: &std::path::Path, handle: &[u8]) -> Outcome {
+    use std::os::unix::fs::FileExt;
+    let want = format!("error:{}", AdapterCode::CapabilityInContent.as_str());
+    let mut conn = tryo!(c.bound());
+    for k in 1..=16u64 {
+        let cut = k * 64 * 1024;
+        let at = cut - ACROSS_CUT;
+        let laid = std::fs::File::create(path)
+            .and_then(|f| f.set_len(cut + 64).and_then(|()| f.write_all_at(handle, at)))
+            .is_ok();
+        if !laid {
+            return Outcome::Error("cannot lay the file of the case".into());
+        }
+        let r = c.call(&mut conn, req::read(name).offset(at - 8).max_bytes(64));
+        let t = token(&r);
+        if t == want {
+            continue;
+        }
+        if data(&r).is_some() {
+            return Outcome::with(
+                t,
+                vec![format!(
+                    "a window of {name} holding another grant's handle across offset {cut} ({k} × 64 KiB) was read \
+                     out: a content scan must find a handle cut by a chunk boundary (capability_in_content)"
+                )],
+            );
+        }
+        return Outcome::Error(format!(
+            "inconclusive: the read of {name} with the handle across offset {cut} answered `{t}`, not the \
+             capability_in_content it provokes, so nothing was judged"
+        ));
+    }
+    Outcome::token(want)
+}
+
 /// PC-4.5 (audit gap 2): the handle in a *match path*. The file's name holds the handle and
 /// its content only the query, so a content guard passes it and only a scan of the paths a
 /// search returns can refuse it.
@@ -4716,6 +4948,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.search.long-line-window", judged!(search_long_line_window)),
         ("adapter.search.skips-binary-files", judged!(search_skips_binary)),
         ("adapter.search.named-binary-file", judged!(search_direct_binary)),
+        ("adapter.search.strict-utf8-files", judged!(search_strict_utf8_files)),
+        ("adapter.search.big-file-across-chunks", judged!(search_big_file_across_chunks)),
         ("adapter.search.long-line-window-start", judged!(search_window_start)),
         ("adapter.search.long-line-window-end", judged!(search_window_end)),
         ("adapter.search.query-with-newline", judged!(search_query_newline)),
@@ -4796,5 +5030,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
+        ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
     ]
 }
