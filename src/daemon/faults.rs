@@ -156,6 +156,9 @@ faults! {
     /// After `revoke`, the adapter connection stays open until the adapter closes it.
     RevokeKeepsConnection = "revoke-keeps-connection", "PC-3.4",
         "after revoke the daemon leaves the adapter connection open until the adapter ends it: no close backstop for an adapter that neither answers revoked nor closes";
+    /// After `revoke`, every read from the adapter restarts the close grace.
+    RevokeGraceRestarts = "revoke-grace-restarts", "PC-3.4",
+        "after revoke each read from the adapter restarts the close grace: an adapter that keeps sending bytes without closing holds the connection open for ever";
     /// A re-open of the same generation and policy binds again.
     ReopenRebinds = "reopen-rebinds", "PC-3.4",
         "a re-open with the same generation and policy binds the adapter again instead of created:false alone";

@@ -1404,9 +1404,11 @@ const BACKSTOP_TIMEOUT_MS: u64 = 1000;
 
 /// The protocol text (revoke is best effort; closing the private socket is the final
 /// revocation backstop) and SPEC §3.4: after `close`, the daemon ends the adapter connection
-/// itself, even when the adapter neither answers `revoked` nor closes. The daemon may wait for
-/// `revoked` within its own `requestTimeoutMs` (1 s here); the case allows twice that plus one
-/// step. The provoked state is confirmed: `close` answered ok, the probe still reading.
+/// itself, even when the adapter neither answers `revoked` nor closes — and keeps sending bytes
+/// (a line of spaces it never finishes, one every 200 ms): activity on the connection must not
+/// put the backstop off. The daemon may wait for `revoked` within its own `requestTimeoutMs`
+/// (1 s here); the case allows twice that plus one step. The provoked state is confirmed:
+/// `close` answered ok, the probe still reading.
 fn revoke_closes_connection(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set_revoke_silent(true);
     let out = revoke_backstop(c);
@@ -1425,7 +1427,28 @@ fn revoke_backstop(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     let wait = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
-    Outcome::token(if ended_within(c, idx, wait) { "closed" } else { "left-open" })
+    let t = Instant::now();
+    if !ended_within(c, idx, wait) {
+        return Outcome::token("left-open");
+    }
+    // Its write half ended; the socket is closed once the probe's bytes are refused.
+    loop {
+        if c.probe.seen().refused.iter().any(|(n, _)| *n == idx) {
+            return Outcome::token("closed");
+        }
+        if t.elapsed() >= wait {
+            return Outcome::with(
+                "left-open-reading",
+                vec![format!(
+                    "the daemon ended its half of the adapter connection after revoke but went on reading the \
+                     adapter's bytes for {} ms: an adapter that keeps sending holds the socket open, so closing it is \
+                     no backstop",
+                    wait.as_millis()
+                )],
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 /// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
 /// the old generation is in flight (its invoke reached the probe, which never answers it): the
