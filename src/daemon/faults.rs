@@ -349,6 +349,9 @@ faults! {
     /// Timed-out and cancelled calls are not counted.
     TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
         "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// A connection failure takes the calls it fails off the failed counter.
+    TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
+        "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";

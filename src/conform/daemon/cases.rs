@@ -2180,12 +2180,17 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
 /// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
 /// the EOF can end the queued calls in time.
 const EOF_TIMEOUT_MS: u64 = 8000;
+/// The most failed calls the adapter-EOF case accepts in a telemetry counter: far more than
+/// the four calls it makes, far less than a counter that wrapped.
+const EOF_FAILED_BOUND: u64 = 64;
 
 /// SPEC §4.3 (lifecycle): the adapter closes its connection (EOF) while one call is in flight
 /// and two more wait in the queue (maxConcurrentRequests 1, maxQueuedRequests 2; confirmed from
 /// the turn's events). Every pending call fails at once — the wake is answered long before
 /// `requestTimeoutMs` (8 s) — and nothing reconnects: a later call of that session never
-/// reaches the adapter. Another session bound to the same adapter keeps working.
+/// reaches the adapter. When the session's status still carries queue telemetry, its
+/// failed-calls counters stay within the calls made (SPEC §4.4). Another session bound to the
+/// same adapter keeps working.
 fn tools_eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
     let out = eof_fails_queued(c);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -2267,6 +2272,23 @@ fn eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
         p.push(
             "after the adapter closed, a later call of that session reached the adapter again (no reconnect)".into(),
         );
+    }
+    // SPEC §4.4: the telemetry counts the calls the EOF failed. When the session's status still
+    // carries it, no failed-calls counter (`failed…`) may exceed the calls this session made
+    // (four; bounded at EOF_FAILED_BOUND): a counter the failure took the calls off wraps.
+    if let Ok(r) = session_status(c) {
+        if rtoken(&r) == "ok" {
+            let d = data(&r);
+            let mut all = Vec::new();
+            numbers_under(&d, &mut all);
+            if let Some((k, n)) = all.iter().find(|(k, n)| k.starts_with("failed") && *n > EOF_FAILED_BOUND) {
+                p.push(format!(
+                    "after the adapter's EOF failed the pending calls, the session's telemetry counts {n} failed calls \
+                     (`{k}`) although the session made {} calls",
+                    calls.len() + 1
+                ));
+            }
+        }
     }
     // The other party: the other session's binding is untouched.
     let other = c.session.clone();
