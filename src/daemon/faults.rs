@@ -156,6 +156,9 @@ faults! {
     /// After `revoke`, the adapter connection stays open until the adapter closes it.
     RevokeKeepsConnection = "revoke-keeps-connection", "PC-3.4",
         "after revoke the daemon leaves the adapter connection open until the adapter ends it: no close backstop for an adapter that neither answers revoked nor closes";
+    /// After `revoke`, every read from the adapter restarts the close grace.
+    RevokeGraceRestarts = "revoke-grace-restarts", "PC-3.4",
+        "after revoke each read from the adapter restarts the close grace: an adapter that keeps sending bytes without closing holds the connection open for ever";
     /// A re-open of the same generation and policy binds again.
     ReopenRebinds = "reopen-rebinds", "PC-3.4",
         "a re-open with the same generation and policy binds the adapter again instead of created:false alone";
@@ -346,6 +349,9 @@ faults! {
     /// Timed-out and cancelled calls are not counted.
     TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
         "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// A connection failure takes the calls it fails off the failed counter.
+    TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
+        "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";

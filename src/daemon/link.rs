@@ -118,7 +118,8 @@ impl AdapterLink {
         let (rd, wr) = stream.into_split();
         let grace = timeout.min(REVOKE_GRACE);
         let keep_open = faults.has(DaemonFault::RevokeKeepsConnection);
-        tokio::spawn(drive(shared.clone(), wake.clone(), rd, wr, done_tx, Closing { grace, keep_open }));
+        let restart_grace = faults.has(DaemonFault::RevokeGraceRestarts);
+        tokio::spawn(drive(shared.clone(), wake.clone(), rd, wr, done_tx, Closing { grace, keep_open, restart_grace }));
         // From here on, dropping the link (an abandoned open included) revokes.
         let link = AdapterLink { inner: Arc::new(Inner { shared, wake, done, grace }) };
         match bound_rx.await {
@@ -276,7 +277,7 @@ async fn drive(
     done: watch::Sender<bool>,
     closing_policy: Closing,
 ) {
-    let Closing { grace, keep_open } = closing_policy;
+    let Closing { grace, keep_open, restart_grace } = closing_policy;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<OutLine>();
     let (werr_tx, mut werr_rx) = oneshot::channel();
     let writer_task = tokio::spawn(writer(wr, out_rx, werr_tx));
@@ -306,7 +307,8 @@ async fn drive(
                 // open until the adapter ends it.
                 closing = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
             }
-            State::Revoked if closing.is_none() => {
+            // Fault `revoke-grace-restarts`: the grace starts again at every wake-up (each read).
+            State::Revoked if closing.is_none() || restart_grace => {
                 // Dropping the sender lets the writer flush `revoke` and shut down its half;
                 // then wait briefly for the adapter's `revoked` and EOF.
                 out_tx = None;
@@ -352,10 +354,12 @@ async fn drive(
 }
 
 /// How a revoked connection ends: after `grace` at the latest (the adapter's `revoked` and
-/// EOF are awaited that long); `keep_open` only under the fault `revoke-keeps-connection`.
+/// EOF are awaited that long); `keep_open` only under the fault `revoke-keeps-connection`,
+/// `restart_grace` only under `revoke-grace-restarts`.
 struct Closing {
     grace: Duration,
     keep_open: bool,
+    restart_grace: bool,
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

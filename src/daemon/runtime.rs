@@ -982,7 +982,11 @@ impl AdapterRuntime {
         self.transmit.clear();
         self.tombstones.clear();
         let n = self.fail_pending(code);
-        self.counters.failed += n;
+        if self.faults.has(DaemonFault::TelemetryFailedWraps) {
+            self.counters.failed = self.counters.failed.wrapping_sub(n);
+        } else {
+            self.counters.failed += n;
+        }
         self.events.push_back(Event::Failed(code));
     }
 

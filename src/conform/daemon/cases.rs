@@ -1404,9 +1404,11 @@ const BACKSTOP_TIMEOUT_MS: u64 = 1000;
 
 /// The protocol text (revoke is best effort; closing the private socket is the final
 /// revocation backstop) and SPEC §3.4: after `close`, the daemon ends the adapter connection
-/// itself, even when the adapter neither answers `revoked` nor closes. The daemon may wait for
-/// `revoked` within its own `requestTimeoutMs` (1 s here); the case allows twice that plus one
-/// step. The provoked state is confirmed: `close` answered ok, the probe still reading.
+/// itself, even when the adapter neither answers `revoked` nor closes — and keeps sending bytes
+/// (a line of spaces it never finishes, one every 200 ms): activity on the connection must not
+/// put the backstop off. The daemon may wait for `revoked` within its own `requestTimeoutMs`
+/// (1 s here); the case allows twice that plus one step. The provoked state is confirmed:
+/// `close` answered ok, the probe still reading.
 fn revoke_closes_connection(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set_revoke_silent(true);
     let out = revoke_backstop(c);
@@ -1425,7 +1427,28 @@ fn revoke_backstop(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     let wait = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
-    Outcome::token(if ended_within(c, idx, wait) { "closed" } else { "left-open" })
+    let t = Instant::now();
+    if !ended_within(c, idx, wait) {
+        return Outcome::token("left-open");
+    }
+    // Its write half ended; the socket is closed once the probe's bytes are refused.
+    loop {
+        if c.probe.seen().refused.iter().any(|(n, _)| *n == idx) {
+            return Outcome::token("closed");
+        }
+        if t.elapsed() >= wait {
+            return Outcome::with(
+                "left-open-reading",
+                vec![format!(
+                    "the daemon ended its half of the adapter connection after revoke but went on reading the \
+                     adapter's bytes for {} ms: an adapter that keeps sending holds the socket open, so closing it is \
+                     no backstop",
+                    wait.as_millis()
+                )],
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 /// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
 /// the old generation is in flight (its invoke reached the probe, which never answers it): the
@@ -2157,12 +2180,17 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
 /// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
 /// the EOF can end the queued calls in time.
 const EOF_TIMEOUT_MS: u64 = 8000;
+/// The most failed calls the adapter-EOF case accepts in a telemetry counter: far more than
+/// the four calls it makes, far less than a counter that wrapped.
+const EOF_FAILED_BOUND: u64 = 64;
 
 /// SPEC §4.3 (lifecycle): the adapter closes its connection (EOF) while one call is in flight
 /// and two more wait in the queue (maxConcurrentRequests 1, maxQueuedRequests 2; confirmed from
 /// the turn's events). Every pending call fails at once — the wake is answered long before
 /// `requestTimeoutMs` (8 s) — and nothing reconnects: a later call of that session never
-/// reaches the adapter. Another session bound to the same adapter keeps working.
+/// reaches the adapter. When the session's status still carries queue telemetry, its
+/// failed-calls counters stay within the calls made (SPEC §4.4). Another session bound to the
+/// same adapter keeps working.
 fn tools_eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
     let out = eof_fails_queued(c);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -2244,6 +2272,23 @@ fn eof_fails_queued(c: &mut DCtx<'_>) -> Outcome {
         p.push(
             "after the adapter closed, a later call of that session reached the adapter again (no reconnect)".into(),
         );
+    }
+    // SPEC §4.4: the telemetry counts the calls the EOF failed. When the session's status still
+    // carries it, no failed-calls counter (`failed…`) may exceed the calls this session made
+    // (four; bounded at EOF_FAILED_BOUND): a counter the failure took the calls off wraps.
+    if let Ok(r) = session_status(c) {
+        if rtoken(&r) == "ok" {
+            let d = data(&r);
+            let mut all = Vec::new();
+            numbers_under(&d, &mut all);
+            if let Some((k, n)) = all.iter().find(|(k, n)| k.starts_with("failed") && *n > EOF_FAILED_BOUND) {
+                p.push(format!(
+                    "after the adapter's EOF failed the pending calls, the session's telemetry counts {n} failed calls \
+                     (`{k}`) although the session made {} calls",
+                    calls.len() + 1
+                ));
+            }
+        }
     }
     // The other party: the other session's binding is untouched.
     let other = c.session.clone();

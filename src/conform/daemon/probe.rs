@@ -122,6 +122,9 @@ pub struct ProbeLog {
     /// The connections the daemon ended (EOF or a read error, not a close of the probe's own),
     /// with when the probe saw it.
     pub ended: Vec<(usize, std::time::Instant)>,
+    /// The connections on which a silent probe's bytes after `revoke` were refused (a write
+    /// failed: the daemon closed the socket, not only its half), with when.
+    pub refused: Vec<(usize, std::time::Instant)>,
 }
 
 /// A running probe adapter.
@@ -139,7 +142,10 @@ pub struct Probe {
     /// A scripted answer for the next bind or invoke.
     pub script: Arc<Mutex<ScriptSlot>>,
     /// When set, `revoke` is neither answered nor followed by a close: the probe keeps
-    /// reading until the daemon ends the connection (the daemon's close backstop).
+    /// reading until the daemon ends the connection (the daemon's close backstop), and
+    /// meanwhile trickles the bytes of a line it never finishes (one space every
+    /// [`REVOKE_DRIP_EVERY`], for at most [`REVOKE_DRIP_FOR`]): an adapter's activity must not
+    /// put that backstop off.
     pub revoke_silent: Arc<AtomicBool>,
     /// Every capability handle the runner minted for this probe during the run, in order
     /// (`daemon.secrets.at-rest` looks for them where the daemon keeps its state).
@@ -293,6 +299,11 @@ fn why(e: &crate::contract::ContractError) -> String {
 
 /// The largest legal `bind` line (`maxRequestBytes` at its maximum, 4 MiB).
 const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
+
+/// How often a silent probe sends a byte after `revoke` ([`Probe::revoke_silent`]).
+pub const REVOKE_DRIP_EVERY: Duration = Duration::from_millis(200);
+/// How long a silent probe goes on sending bytes after `revoke`.
+pub const REVOKE_DRIP_FOR: Duration = Duration::from_secs(6);
 
 /// How a case wants the probe to answer (shared with [`Probe`], read per frame).
 struct Knobs {
@@ -605,6 +616,22 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
             Some("revoke") => {
                 if revoke_silent.load(Ordering::SeqCst) {
                     // Neither `revoked` nor a close: only the daemon can end this connection.
+                    // Bytes keep coming (an unfinished line of spaces) until a write fails.
+                    if let Ok(mut drip) = w.try_clone() {
+                        let log = log.clone();
+                        std::thread::spawn(move || {
+                            let t = std::time::Instant::now();
+                            while t.elapsed() < REVOKE_DRIP_FOR {
+                                std::thread::sleep(REVOKE_DRIP_EVERY);
+                                if drip.write_all(b" ").is_err() {
+                                    if let Ok(mut l) = log.lock() {
+                                        l.refused.push((n, std::time::Instant::now()));
+                                    }
+                                    break;
+                                }
+                            }
+                        });
+                    }
                     continue;
                 }
                 if let Some(id) = &identity {
