@@ -4640,6 +4640,18 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// The second grant the runner minted, for the cases that lay its handle in this root; the
+/// skip when there is none or the descriptor does not grant `fs.read`.
+fn other_grant(c: &Ctx<'_>) -> Result<crate::contract::Descriptor, Outcome> {
+    let Some(other) = c.target.narrow.clone() else {
+        return Err(Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into()));
+    };
+    if !granted(c, "fs.read") {
+        return Err(Outcome::Skip("the descriptor does not grant fs.read".into()));
+    }
+    Ok(other)
+}
+
 /// PC-4.5: the handle of *another* grant the adapter serves, in a file of this root (another
 /// session's descriptor lying there). The runner lays a file holding the second grant it
 /// minted (selftest, `--command`) and reads it through the descriptor's binding: it must be
@@ -4647,12 +4659,10 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
 /// SHOULD: the protocol text binds an adapter to its connection's own handle; the reference
 /// looks for every grant's (a MUST of the reference, PC-4.5). The file is removed at the end.
 fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
-    let Some(other) = c.target.narrow.clone() else {
-        return Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into());
+    let other = match other_grant(c) {
+        Ok(g) => g,
+        Err(skip) => return skip,
     };
-    if !granted(c, "fs.read") {
-        return Outcome::Skip("the descriptor does not grant fs.read".into());
-    }
     let name = "other-grant.json";
     let body = format!("{{\"capabilityHandle\":\"{}\"}}\n", other.handle().expose());
     if std::fs::write(c.target.root.join(name), body).is_err() {
@@ -4675,12 +4685,10 @@ const ACROSS_CUT: u64 = 20;
 /// window around it is read each time. A refusal other than `capability_in_content` is
 /// inconclusive: the case provoked that one only. The file is removed after the case.
 fn secret_other_grant_across_chunks(c: &mut Ctx<'_>) -> Outcome {
-    let Some(other) = c.target.narrow.clone() else {
-        return Outcome::Skip("the runner minted no second grant (it does with --command and in selftest)".into());
+    let other = match other_grant(c) {
+        Ok(g) => g,
+        Err(skip) => return skip,
     };
-    if !granted(c, "fs.read") {
-        return Outcome::Skip("the descriptor does not grant fs.read".into());
-    }
     let name = "other-grant-chunks.bin";
     let path = c.target.root.join(name);
     let out = across_chunks(c, name, &path, other.handle().expose().as_bytes());
