@@ -738,8 +738,10 @@ fn read_slot(bytes: &[u8]) -> SlotState {
             return None;
         }
         let len: usize = len.parse().ok()?;
-        let record = bytes.get(nl + 1..nl + 1 + len)?;
-        let rest = &bytes[nl + 1 + len..];
+        // A length past the file (or one that would overflow) is not a whole record.
+        let end = nl.checked_add(1)?.checked_add(len)?;
+        let record = bytes.get(nl + 1..end)?;
+        let rest = bytes.get(end..)?;
         let whole = hex::encode(Sha256::digest(record)) == digest
             && rest.iter().all(|&b| b == b' ')
             && bytes.len() == SPARE_BYTES;
@@ -1556,6 +1558,13 @@ mod tests {
         let mut magic = whole.clone();
         magic[0] = b'P';
         assert_eq!(read_slot(&magic), SlotState::Torn);
+        // A header whose length runs past the file, or past the largest index: torn, never a
+        // panic.
+        for len in [u64::MAX.to_string(), (SPARE_BYTES * 2).to_string()] {
+            let mut huge = format!("{SLOT_MAGIC} {} {len}\n", "0".repeat(64)).into_bytes();
+            huge.resize(SPARE_BYTES, b' ');
+            assert_eq!(read_slot(&huge), SlotState::Torn, "{len}");
+        }
         // A record too long for a slot is not put in one.
         assert_eq!(slot_content(&vec![b'x'; SPARE_BYTES]), None);
         assert!(is_slot_name("slot.0123456789abcdef"));
