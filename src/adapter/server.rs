@@ -714,11 +714,14 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
         warn!(conn = id, reason = "root_unpinned", "bind refused");
         return;
     };
-    let root = match tokio::task::spawn_blocking(move || Root::open_pinned(&root_path, pin)).await {
+    // The root is opened on this task, not on the blocking pool: a handful of `openat`s on
+    // the operator's own directory (as small reads are), where the hop to a pool thread and
+    // back cost more than the work (two thread wake-ups per bind).
+    let root = match Root::open_pinned(&root_path, pin) {
         // The fault that sends handles in results turns the content guard off as well.
-        Ok(Ok(r)) if faults.has(Fault::NoCapabilityScan) => Arc::new(r),
-        Ok(Ok(r)) => Arc::new(r.with_guard(guard)),
-        Ok(Err(e)) => {
+        Ok(r) if faults.has(Fault::NoCapabilityScan) => Arc::new(r),
+        Ok(r) => Arc::new(r.with_guard(guard)),
+        Err(e) => {
             let reason = match e {
                 PinError::Symlink => "root_symlink",
                 PinError::Changed => "root_changed",
@@ -726,10 +729,6 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
                 PinError::Io(_) => "root_unavailable",
             };
             warn!(conn = id, reason, "bind refused");
-            return;
-        }
-        Err(_) => {
-            warn!(conn = id, reason = "root_unavailable", "bind refused");
             return;
         }
     };
