@@ -121,9 +121,75 @@ pub fn is_timestamp(s: &str) -> bool {
     }
 }
 
+/// The instant a `modifiedAt` names, as Unix seconds and nanoseconds, when it has the form
+/// [`is_timestamp`] checks *and* is a real UTC time (the pattern alone admits month 13): a
+/// month 01–12, a day that month has (29 February in leap years only), hours 00–23, minutes
+/// 00–59, seconds 00–60 (a leap second, counted as the next minute's first).
+pub fn utc_instant(s: &str) -> Option<(i64, u32)> {
+    if !is_timestamp(s) {
+        return None;
+    }
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| b[r].iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+    let (y, mo, d, h, mi, sec) = (num(0..4), num(5..7), num(8..10), num(11..13), num(14..16), num(17..19));
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = match mo {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let frac = &b[19..b.len() - 1];
+    let nanos =
+        frac.iter().skip(1).chain(std::iter::repeat(&b'0')).take(9).fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
+    // Days from 1970-01-01 in the proleptic Gregorian calendar (March-based years).
+    let (yy, mm) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3_600 + mi * 60 + sec, nanos))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_instants_are_real_times() {
+        assert_eq!(utc_instant("1970-01-01T00:00:00Z"), Some((0, 0)));
+        assert_eq!(utc_instant("2000-02-29T00:00:00.005Z"), Some((951_782_400, 5_000_000)));
+        assert_eq!(utc_instant("2024-02-29T23:59:59.999999999Z"), Some((1_709_251_199, 999_999_999)));
+        assert_eq!(utc_instant("1969-12-31T23:59:59.5Z"), Some((-1, 500_000_000)));
+        assert_eq!(utc_instant("0000-01-01T00:00:00Z"), Some((-62_167_219_200, 0)));
+        assert_eq!(utc_instant("9999-12-31T23:59:60Z"), Some((253_402_300_800, 0)));
+        for t in [
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2025-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-01-00T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:60:00Z",
+            "2026-01-01T00:00:61Z",
+            "2026-01-01T00:00:00+00:00",
+        ] {
+            assert_eq!(utc_instant(t), None, "{t}");
+        }
+        // Every day of four centuries agrees with the calendar the reports and the reference
+        // adapter format with.
+        for day in (-146_097..146_097).step_by(7) {
+            let secs = day * 86_400 + 45_296;
+            let t = crate::util::utc::format_millis(secs, 0).unwrap();
+            assert_eq!(utc_instant(&t), Some((secs, 0)), "{t}");
+        }
+    }
 
     #[test]
     fn units_count_astral_twice() {
