@@ -890,6 +890,24 @@ pub(crate) fn modified_at_offset(mut data: Value) -> Value {
     data
 }
 
+/// [`Fault::ModifiedAtMonthFromZero`]: every `modifiedAt` of stat/list data with its month one
+/// less (`01` → `00`).
+pub(crate) fn modified_at_month_from_zero(mut data: Value) -> Value {
+    let fix = |m: &mut Value| {
+        if let Some(t) = m.get("modifiedAt").and_then(Value::as_str) {
+            let month = t.get(5..7).and_then(|x| x.parse::<u32>().ok());
+            if let Some(month) = month.filter(|m| *m >= 1) {
+                m["modifiedAt"] = format!("{}{:02}{}", &t[..5], month - 1, &t[7..]).into();
+            }
+        }
+    };
+    fix(&mut data);
+    if let Some(a) = data.get_mut("entries").and_then(Value::as_array_mut) {
+        a.iter_mut().for_each(fix);
+    }
+    data
+}
+
 /// The characters that make a query a pattern to a regex engine.
 const REGEX_META: &str = ".*+?()[]{}|\\^$";
 

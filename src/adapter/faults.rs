@@ -403,6 +403,9 @@ faults! {
     /// `modifiedAt` with an offset instead of the canonical `Z`.
     ModifiedAtOffset = "modified-at-offset", "PC-5.2",
         "fs.stat/fs.list modifiedAt ends in +00:00 instead of the canonical Z form";
+    /// `modifiedAt` with its month counted from zero (C's `tm_mon` without the `+ 1`).
+    ModifiedAtMonthFromZero = "modified-at-month-from-zero", "PC-5.3.stat",
+        "fs.stat/fs.list modifiedAt has its month counted from zero: a January time reads 00, any other month one early";
     /// `not_found` carries `retryable:true`.
     NotFoundRetryable = "not-found-retryable", "PC-5.3.errors",
         "not_found errors carry retryable:true (the code's flag is false)";

@@ -187,6 +187,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::ModifiedAtOffset) {
                 data = broken::modified_at_offset(data);
             }
+            if faults.has(Fault::ModifiedAtMonthFromZero) {
+                data = broken::modified_at_month_from_zero(data);
+            }
             if faults.has(Fault::BudgetCutNotTruncated) {
                 data = broken::budget_cut_not_truncated(job, data, "entries", "maxEntries");
             }
@@ -195,6 +198,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
         }
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = broken::modified_at_offset(data),
+        ToolOperation::FsStat if faults.has(Fault::ModifiedAtMonthFromZero) => {
+            data = broken::modified_at_month_from_zero(data)
+        }
         ToolOperation::FsSearch => {
             if faults.has(Fault::SearchOverlapping) {
                 data = broken::search_overlapping(job, data);

@@ -1811,6 +1811,49 @@ fn stat_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::stat("dir/missing.txt")))
 }
 
+/// The file's modification time the case sets: 2021-01-31T23:59:58.5Z. January (a month
+/// counted from zero is `00`), the last day of a month, seconds before midnight UTC (a local
+/// time labelled `Z` is another day), and half a second (either truncated or rounded passes).
+const MTIME: (i64, u32) = (1_612_137_598, 500_000_000);
+
+/// PC-5.3.stat / PC-5.3.list: `modifiedAt` is optional, but when an adapter sends it, it is the
+/// file's modification time. The case sets a file's time to [`MTIME`] and reads it back through
+/// `fs.stat` and through `fs.list` of its directory: each `modifiedAt` sent must be within a
+/// second of it (any precision, truncated or rounded). Sending none passes.
+fn stat_modified_at(c: &mut Ctx<'_>) -> Outcome {
+    const DIR: &str = "mtime";
+    const FILE: &str = "mtime/january.txt";
+    c.allow(&[DIR, FILE]);
+    let at = std::time::UNIX_EPOCH + Duration::new(MTIME.0 as u64, MTIME.1);
+    let laid = std::fs::create_dir_all(c.target.root.join(DIR))
+        .and_then(|()| std::fs::write(c.target.root.join(FILE), "m\n"))
+        .and_then(|()| std::fs::File::options().write(true).open(c.target.root.join(FILE)))
+        .and_then(|f| f.set_times(std::fs::FileTimes::new().set_modified(at).set_accessed(at)));
+    if let Err(e) = laid {
+        return Outcome::Error(format!("cannot lay {FILE} with its modification time: {e}"));
+    }
+    let want = MTIME.0 as f64 + f64::from(MTIME.1) / 1e9;
+    let mut problems = Vec::new();
+    let mut check = |what: &str, t: Option<&Value>| match t {
+        None => {}
+        Some(t) => match t.as_str().and_then(crate::contract::text::utc_instant) {
+            Some((s, ns)) if (s as f64 + f64::from(ns) / 1e9 - want).abs() <= 1.0 => {}
+            _ => problems.push(format!("{what} modifiedAt {t}: the file was modified at 2021-01-31T23:59:58.5Z")),
+        },
+    };
+    let r = tryo!(c.one(req::stat(FILE)));
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    check("fs.stat", d.get("modifiedAt"));
+    let r = tryo!(c.one(req::list(DIR)));
+    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+    let entry = d["entries"].as_array().and_then(|a| a.iter().find(|e| e["name"] == "january.txt"));
+    let Some(entry) = entry else {
+        return Outcome::with("result:ok", vec![format!("fs.list of {DIR} does not list january.txt")]);
+    };
+    check("fs.list entry", entry.get("modifiedAt"));
+    Outcome::with("result:ok", problems)
+}
+
 // ---------------------------------------------------------------- fs.read
 
 fn read_whole(c: &mut Ctx<'_>) -> Outcome {
@@ -4933,6 +4976,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.stat.fifo-unsupported", judged!(stat_fifo)),
         ("adapter.stat.device-unsupported", judged!(stat_device)),
         ("adapter.stat.not-found", judged!(stat_not_found)),
+        ("adapter.stat.modified-at-is-mtime", judged!(stat_modified_at)),
         ("adapter.stat.socket-unsupported", judged!(socket_unsupported)),
         ("adapter.read.empty-entries", judged!(empty_entries)),
         ("adapter.read.whole-file", judged!(read_whole)),
