@@ -150,20 +150,14 @@ fn set(root: &Value, path: &[PathSeg], new: Option<Value>) -> Value {
 /// rule, `contract::adapter_output`, on the full path).
 fn one_pass_frame(line: &[u8], b: &pi_conform::contract::frame::Binding, dir: Direction) -> bool {
     use pi_conform::contract::frame::FrameKind;
-    match onepass::accept_frame(line, b, dir) {
-        None => false,
-        Some(_) if dir == Direction::ToAdapter => true,
-        // What `adapter_output_passes` decides without the full judge: a successful result
-        // whose data keeps the single-frame obligations (decoded straight into its generated
-        // type), `bound`, `revoked`, `aborted:true`.
-        Some(k) => match k {
-            FrameKind::Result { ok: true, .. } => {
-                serde_json::from_slice::<pi_conform::contract::types::tool_adapter::AdapterFrame>(line)
-                    .is_ok_and(|f| pi_conform::contract::adapter_output::data_obligation(&f).is_none())
-            }
-            k => matches!(k, FrameKind::Bound | FrameKind::Revoked | FrameKind::Aborted(true)),
-        },
+    if dir == Direction::ToAdapter {
+        return onepass::accept_frame(line, b, dir).is_some();
     }
+    // What `adapter_output_passes` decides without the full judge.
+    matches!(
+        onepass::accept_adapter_output(line, b),
+        Some(FrameKind::Result { ok: true, .. } | FrameKind::Bound | FrameKind::Revoked | FrameKind::Aborted(true))
+    )
 }
 
 #[test]

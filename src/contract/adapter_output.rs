@@ -91,22 +91,12 @@ pub fn judge_adapter_output(line: &[u8], binding: &Binding) -> Result<(JudgedFra
 }
 
 /// Whether `judge_adapter_output` passes the line, without building what it returns when a
-/// faster path can tell (`validate`'s hot path): a frame the one-pass path accepts and that
-/// carries no error body meets every single-frame obligation once its data, decoded straight
-/// into the generated type (the one-pass path proved the line strict), keeps
-/// [`data_obligation`].
+/// faster path can tell (`validate`'s hot path): a frame the one-pass path accepts as an
+/// adapter's output (a daemon's rules and the data obligations of [`data_obligation`], read
+/// on its tape) and that carries no error body meets every single-frame obligation.
 pub fn adapter_output_passes(line: &[u8], binding: &Binding) -> Result<(), OutputError> {
-    use ToolOperation::{FsEdit, FsWrite};
-    match super::onepass::accept_frame(line, binding, Direction::ToDaemon) {
-        Some(
-            FrameKind::Result { ok: true, operation: FsWrite | FsEdit }
-            | FrameKind::Bound
-            | FrameKind::Revoked
-            | FrameKind::Aborted(true),
-        ) => Ok(()),
-        Some(FrameKind::Result { ok: true, .. })
-            if serde_json::from_slice::<AdapterFrame>(line).is_ok_and(|f| data_obligation(&f).is_none()) =>
-        {
+    match super::onepass::accept_adapter_output(line, binding) {
+        Some(FrameKind::Result { ok: true, .. } | FrameKind::Bound | FrameKind::Revoked | FrameKind::Aborted(true)) => {
             Ok(())
         }
         _ => judge_adapter_output(line, binding).map(|_| ()),
@@ -154,55 +144,91 @@ pub fn data_obligation(f: &AdapterFrame) -> Option<(&'static str, String, String
             if d.type_ == EntryType::Directory && *d.size != 0 {
                 return fail("PC-5.3.stat", "data.size".into(), "a directory's size is 0");
             }
-            d.modified_at.as_ref().filter(|t| super::text::utc_instant(t).is_none()).and_then(|_| {
+            d.modified_at.as_ref().filter(|t| !is_real_time(t)).and_then(|_| {
                 fail("PC-5.3.stat", "data.modifiedAt".into(), "modifiedAt is not a real UTC date and time")
             })
         }
         AdapterFrame::ResultFsList(r) => {
             let entries = &r.data.entries;
-            for (i, e) in entries.iter().enumerate() {
-                if i > 0 && entries[i - 1].name.as_bytes() >= e.name.as_bytes() {
-                    return fail(
-                        "PC-5.3.list",
-                        format!("data.entries.{i}.name"),
-                        "entries are not sorted bytewise by name, each name once",
-                    );
-                }
-                if e.modified_at.as_ref().is_some_and(|t| super::text::utc_instant(t).is_none()) {
-                    return fail(
-                        "PC-5.3.list",
-                        format!("data.entries.{i}.modifiedAt"),
-                        "modifiedAt is not a real UTC date and time",
-                    );
-                }
+            if let Some(i) = first_unsorted(entries.iter().map(|e| e.name.as_str())) {
+                return fail(
+                    "PC-5.3.list",
+                    format!("data.entries.{i}.name"),
+                    "entries are not sorted bytewise by name, each name once",
+                );
             }
-            None
+            let bad_time = entries.iter().position(|e| e.modified_at.as_ref().is_some_and(|t| !is_real_time(t)));
+            bad_time.and_then(|i| {
+                fail(
+                    "PC-5.3.list",
+                    format!("data.entries.{i}.modifiedAt"),
+                    "modifiedAt is not a real UTC date and time",
+                )
+            })
         }
         AdapterFrame::ResultFsSearch(r) => {
-            let matches = &r.data.matches;
-            let mut done: HashSet<&str> = HashSet::new();
-            for (i, m) in matches.iter().enumerate() {
-                let Some(prev) = i.checked_sub(1).map(|p| &matches[p]) else { continue };
-                if prev.path.as_str() == m.path.as_str() {
-                    if (prev.line, prev.column) >= (m.line, m.column) {
-                        return fail(
-                            "PC-5.3.search",
-                            format!("data.matches.{i}"),
-                            "the matches of one file are not left to right (line, then column, increasing)",
-                        );
-                    }
-                } else if !done.insert(prev.path.as_str()) || done.contains(m.path.as_str()) {
-                    return fail(
-                        "PC-5.3.search",
-                        format!("data.matches.{i}.path"),
-                        "the matches of one file are not together (files are searched one after another)",
-                    );
-                }
+            let matches = r.data.matches.iter().map(|m| (m.path.as_str(), m.line.get(), m.column.get()));
+            match first_out_of_order(matches) {
+                Some((i, false)) => fail(
+                    "PC-5.3.search",
+                    format!("data.matches.{i}"),
+                    "the matches of one file are not left to right (line, then column, increasing)",
+                ),
+                Some((i, true)) => fail(
+                    "PC-5.3.search",
+                    format!("data.matches.{i}.path"),
+                    "the matches of one file are not together (files are searched one after another)",
+                ),
+                None => None,
             }
-            None
         }
         _ => None,
     }
+}
+
+/// PC-5.2 / PC-5.3.stat: a `modifiedAt` (of the pattern's form) names a real UTC time.
+pub(crate) fn is_real_time(t: &str) -> bool {
+    super::text::utc_instant(t).is_some()
+}
+
+/// PC-5.3.list: the index of the first name that does not sort bytewise strictly after the
+/// one before it (out of order, or the same name twice); `None` when they all do.
+pub(crate) fn first_unsorted<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<usize> {
+    let mut prev: Option<&str> = None;
+    for (i, n) in names.into_iter().enumerate() {
+        if prev.is_some_and(|p| p.as_bytes() >= n.as_bytes()) {
+            return Some(i);
+        }
+        prev = Some(n);
+    }
+    None
+}
+
+/// PC-5.3.search over (path, line, column) in answer order: the index of the first match that
+/// breaks the order, and whether it is its file's matches being split up (`true`: the path
+/// was left before) rather than one file's out of order (`false`: not strictly after the
+/// match before it). Which file comes first is the walk's (and its case's) business.
+pub(crate) fn first_out_of_order<'a>(matches: impl IntoIterator<Item = (&'a str, u64, u64)>) -> Option<(usize, bool)> {
+    let mut left: HashSet<&str> = HashSet::new();
+    let mut prev: Option<(&str, u64, u64)> = None;
+    for (i, (path, line, column)) in matches.into_iter().enumerate() {
+        match prev {
+            Some((p, l, c)) if p == path => {
+                if (l, c) >= (line, column) {
+                    return Some((i, false));
+                }
+            }
+            Some((p, _, _)) => {
+                left.insert(p);
+                if left.contains(path) {
+                    return Some((i, true));
+                }
+            }
+            None => {}
+        }
+        prev = Some((path, line, column));
+    }
+    None
 }
 
 /// PC-4.5 for a result the daemon's judge refused on `operation` (`refusal`): only

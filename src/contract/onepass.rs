@@ -835,6 +835,53 @@ pub fn accept_frame(line: &[u8], binding: &Binding, dir: Direction) -> Option<Fr
     with_root(line, Some(binding.handle()), |f| frame(f, binding, dir))
 }
 
+/// [`accept_frame`] towards the daemon, and a successful result's data keeps the adapter's
+/// single-frame obligations (`adapter_output::data_obligation`, the same rules read on the
+/// tape); `None` when this path does not decide.
+pub fn accept_adapter_output(line: &[u8], binding: &Binding) -> Option<FrameKind> {
+    let dir = Direction::ToDaemon;
+    if super::schema::confirming() || line.len() as u64 + 1 > binding.line_limit(dir) {
+        return None;
+    }
+    with_root(line, Some(binding.handle()), |f| {
+        let k = frame(f, binding, dir)?;
+        match k {
+            FrameKind::Result { ok: true, operation } => obligations_ok(operation, &f.obj(key!("data"))?).then_some(k),
+            _ => Some(k),
+        }
+    })
+}
+
+/// `adapter_output::data_obligation` finds nothing in the data `d` of a successful result.
+fn obligations_ok(op: ToolOperation, d: &Obj<'_>) -> bool {
+    use super::adapter_output::{first_out_of_order, first_unsorted, is_real_time};
+    let real_time = |o: &Obj<'_>| o.opt(key!("modifiedAt"), Obj::str, is_real_time);
+    match op {
+        ToolOperation::FsRead => d.int(key!("bytesRead")) == d.str_len(key!("content")).map(|n| n as u64),
+        ToolOperation::FsStat => {
+            (d.str(key!("type")) != Some("directory") || d.int(key!("size")) == Some(0)) && real_time(d)
+        }
+        ToolOperation::FsList => d.arr(key!("entries")).is_some_and(|a| {
+            let doc = a.0.doc;
+            let entries = || a.0.filter_map(move |(i, _)| Obj::at(doc, i));
+            first_unsorted(entries().map(|e| e.str(key!("name")).unwrap_or_default())).is_none()
+                && entries().all(|e| real_time(&e))
+        }),
+        ToolOperation::FsSearch => d.arr(key!("matches")).is_some_and(|a| {
+            let doc = a.0.doc;
+            let matches = a.0.filter_map(move |(i, _)| Obj::at(doc, i)).map(|m| {
+                (
+                    m.str(key!("path")).unwrap_or_default(),
+                    m.int(key!("line")).unwrap_or(0),
+                    m.int(key!("column")).unwrap_or(0),
+                )
+            });
+            first_out_of_order(matches).is_none()
+        }),
+        ToolOperation::FsWrite | ToolOperation::FsEdit => true,
+    }
+}
+
 fn frame(f: &Obj<'_>, binding: &Binding, dir: Direction) -> Option<FrameKind> {
     let m = masks();
     let kind = f.str(key!("kind"))?;
