@@ -213,11 +213,8 @@ pub(crate) fn first_out_of_order<'a>(matches: impl IntoIterator<Item = (&'a str,
     let mut prev: Option<(&str, u64, u64)> = None;
     for (i, (path, line, column)) in matches.into_iter().enumerate() {
         match prev {
-            Some((p, l, c)) if p == path => {
-                if (l, c) >= (line, column) {
-                    return Some((i, false));
-                }
-            }
+            Some((p, l, c)) if p == path && (l, c) >= (line, column) => return Some((i, false)),
+            Some((p, _, _)) if p == path => {}
             Some((p, _, _)) => {
                 left.insert(p);
                 if left.contains(path) {
