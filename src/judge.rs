@@ -187,12 +187,27 @@ fn judge_frame_bytes(line: &[u8], ctx: &Context) -> Verdict {
             Err(e) => Verdict::from_error(&e.error.error, Some(e.error.disposition)),
         };
     }
+    frame_by_daemon_rules(line, binding, ctx.direction)
+}
+
+/// A frame judged by the rules a daemon applies (towards the daemon) or an adapter applies
+/// (towards the adapter) — for a frame travelling to the daemon, without the adapter's own
+/// single-frame obligations: what a daemon must accept, which the golden frame vectors pin and
+/// the daemon suite replays. (`judge_line` judges what an adapter sends with the obligations.)
+pub fn judge_frame_by_daemon_rules(line: &[u8], ctx: &Context) -> Verdict {
+    match &ctx.binding {
+        Some(binding) => frame_by_daemon_rules(line, binding, ctx.direction),
+        None => judge_frame_bytes(line, ctx),
+    }
+}
+
+fn frame_by_daemon_rules(line: &[u8], binding: &Binding, direction: Direction) -> Verdict {
     // The accept path: one pass, no `Value`; anything it does not accept gets the full path,
     // which alone reports refusals.
-    if onepass::accept_frame(line, binding, ctx.direction).is_some() {
+    if onepass::accept_frame(line, binding, direction).is_some() {
         return Verdict::Valid;
     }
-    match parse_adapter_frame(line, binding, ctx.direction) {
+    match parse_adapter_frame(line, binding, direction) {
         Ok(_) => Verdict::Valid,
         Err(e) => Verdict::from_error(&e.error, Some(e.disposition)),
     }

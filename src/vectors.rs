@@ -286,10 +286,17 @@ impl VectorSet {
         Ok(ctx)
     }
 
-    /// Judge one vector.
+    /// Judge one vector. A frame vector pins what a daemon (towards the daemon) or an adapter
+    /// (towards the adapter) must do with the frame, so it is judged by those rules
+    /// ([`crate::judge::judge_frame_by_daemon_rules`]); `validate --direction to-daemon` and the
+    /// adapter runner add the adapter's own obligations on what it sends (a listing sorted, a
+    /// `bytesRead` that is its content's length), which a daemon does not check.
     pub fn judge(&self, v: &Vector) -> Result<Verdict, String> {
         let ctx = self.context(v)?;
         let line = self.line(v)?;
+        if v.kind == Kind::Frame {
+            return Ok(crate::judge::judge_frame_by_daemon_rules(&line, &ctx));
+        }
         Ok(judge_line(&line, Some(v.kind), &ctx).1)
     }
 }

@@ -43,7 +43,7 @@ use super::probe::ScriptAt;
 use super::DCtx;
 use crate::conform::case::{CaseMeta, Level, Outcome};
 use crate::contract::{admit_descriptor, Binding, Direction};
-use crate::judge::{judge_line, Context, Kind};
+use crate::judge::Context;
 use crate::vectors::{meets, Vector, VectorSet};
 
 /// The `kind` of the frame of `v`, as far as it can be told without the bases: a patch of
@@ -290,11 +290,12 @@ fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Judge `line` as a `to-daemon` frame on `binding`; `Err` when the verdict is not the
-/// vector's expectation (the reason to skip).
+/// Judge `line` as a `to-daemon` frame on `binding` by the rules a daemon applies (not the
+/// adapter's own obligations: the probe replays what a daemon must accept or refuse); `Err`
+/// when the verdict is not the vector's expectation (the reason to skip).
 pub fn rejudge(line: &[u8], binding: &Binding, v: &Vector) -> Result<(), String> {
     let ctx = Context { binding: Some(binding.clone()), direction: Direction::ToDaemon, ..Context::default() };
-    let verdict = judge_line(line, Some(Kind::Frame), &ctx).1;
+    let verdict = crate::judge::judge_frame_by_daemon_rules(line, &ctx);
     if meets(&verdict, &v.expect) {
         return Ok(());
     }
