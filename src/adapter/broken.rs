@@ -808,6 +808,28 @@ pub(crate) fn budget_cut_not_truncated(job: &Job, mut data: Value, items: &str, 
     data
 }
 
+/// [`Fault::BudgetExactItemDropped`]: a listing (`items` = `entries` or `matches`) that says
+/// `truncated:true` and fills the job's data budget to the byte is measured as if it said
+/// `truncated:false` (one byte longer): its last item is dropped, and with none left the
+/// answer is `response_too_large` (cargo-mutants' `||`→`&&` in `fs/budget.rs`'s
+/// `Bounded::finish`, sample 15).
+pub(crate) fn budget_exact_item_dropped(job: &Job, mut data: Value, items: &str) -> Result<Value, AdapterError> {
+    if data["truncated"] != true || crate::wire::json_len(&data) != Some(job.budget) {
+        return Ok(data);
+    }
+    let left = data[items].as_array_mut().map_or(0, |a| {
+        a.pop();
+        a.len()
+    });
+    if left == 0 {
+        return Err(AdapterError::new(
+            AdapterCode::ResponseTooLarge,
+            "the result does not fit the response size limit",
+        ));
+    }
+    Ok(data)
+}
+
 /// [`Fault::SearchByteColumns`]: columns count UTF-8 bytes (whole lines only).
 pub(crate) fn search_byte_columns(mut data: Value) -> Value {
     if let Some(a) = data["matches"].as_array_mut() {

@@ -286,6 +286,9 @@ faults! {
     /// A result line exactly maxResponseBytes long is refused.
     BudgetOffByOne = "budget-off-by-one", "PC-4.5",
         "a result line exactly maxResponseBytes long (LF included) is answered response_too_large";
+    /// A listing the response budget cut, filling it to the byte, loses its last item.
+    BudgetExactItemDropped = "budget-exact-item-dropped", "PC-4.5",
+        "an fs.list or fs.search result cut by a limit (truncated:true) that fills the response budget to the byte is counted as if truncated:false, one byte longer: its last item is dropped too, and a single item is answered response_too_large";
     /// A listing or search holding exactly maxEntries/maxResults items says truncated:true.
     TruncatedAtLimit = "truncated-at-limit", "PC-5.3",
         "fs.list/fs.search say truncated:true when they hold exactly maxEntries/maxResults items";

@@ -193,6 +193,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::TruncatedAtLimit) {
                 data = broken::truncated_at_limit(job, data, "entries", "maxEntries");
             }
+            if faults.has(Fault::BudgetExactItemDropped) {
+                data = broken::budget_exact_item_dropped(job, data, "entries")?;
+            }
         }
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = broken::modified_at_offset(data),
         ToolOperation::FsSearch => {
@@ -225,6 +228,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::TruncatedAtLimit) {
                 data = broken::truncated_at_limit(job, data, "matches", "maxResults");
+            }
+            if faults.has(Fault::BudgetExactItemDropped) {
+                data = broken::budget_exact_item_dropped(job, data, "matches")?;
             }
         }
         ToolOperation::FsRead

@@ -3490,6 +3490,101 @@ fn limits_response_budget_exact(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", problems)
 }
 
+/// PC-4.5, SHOULD, exact boundary and one past: a search cut by the response budget to one
+/// match that, with `truncated:true`, fills `maxResponseBytes` to the byte. The runner lays a
+/// file whose first line (`needle` and 2000 dashes) and second line (`needle`) both match, and
+/// measures the result line of `maxResults: 1` (one match, `truncated:true`: the limit cut it).
+/// Bound with `maxResponseBytes` exactly that long, the same search with `maxResults: 2` is cut
+/// by the budget to the same line: the first match must come back, `truncated:true`. Answering
+/// `response_too_large` there breaks a SHOULD only (PC-4.5 allows either answer for a result
+/// over the budget; PC-5.3.errors requires it only when not even one match fits). One byte
+/// smaller, not even one match fits: `response_too_large`. A search, not a listing: one entry
+/// (a name of at most 255 bytes) cannot make a line as long as the smallest `maxResponseBytes`
+/// (1 KiB), while a match's text is its whole line.
+fn limits_response_budget_exact_match(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.search") {
+        return Outcome::Skip("the descriptor does not grant fs.search".into());
+    }
+    let name = "budget-one-match.txt";
+    let file = c.target.root.join(name);
+    if std::fs::write(&file, format!("needle{}\nneedle\n", "-".repeat(2000))).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = exact_match(c, name);
+    let _ = std::fs::remove_file(&file);
+    out
+}
+
+fn exact_match(c: &mut Ctx<'_>, name: &str) -> Outcome {
+    // One request id and keys of one length on every connection, so that only the budget and
+    // `maxResults` differ between the result lines; a key per payload (PC-4.5 conflicts).
+    let id = "budget-one-match";
+    let (line_len, first) = {
+        let mut conn = tryo!(c.bound());
+        conn.send(&c.invoke(id, "budget-one-match-1", req::search(name, "needle").max_results(1)));
+        let r = conn.recv_for(id);
+        match (&r, data(&r)) {
+            (Recv::Frame(_, raw), Some(d))
+                if d["truncated"] == true && d["matches"].as_array().is_some_and(|m| m.len() == 1) =>
+            {
+                (raw.len() + 1, d["matches"][0].clone())
+            }
+            _ => {
+                return Outcome::Error(format!(
+                    "inconclusive: the search of {name} with maxResults 1 was answered `{}`, not one match with \
+                     truncated:true, so the line to fit was never measured",
+                    token(&r)
+                ))
+            }
+        }
+    };
+    if (line_len as i64) < 1025 || line_len as i64 > c.target.admitted.limits().max_response_bytes {
+        return Outcome::Skip(format!("a {line_len}-byte result line cannot be a budget within the grant"));
+    }
+    let mut problems = Vec::new();
+    for (budget, key) in [(line_len, "budget-one-match-2"), (line_len - 1, "budget-one-match-3")] {
+        let mut b = c.bind_frame();
+        b["limits"]["maxResponseBytes"] = json!(budget);
+        let mut conn = tryo!(c.bind_with(&b));
+        conn.note(&format!(
+            "maxResponseBytes {budget}: the first match alone, truncated:true, is a {line_len}-byte line, LF included"
+        ));
+        conn.send(&c.invoke(id, key, req::search(name, "needle").max_results(2)));
+        let r = conn.recv_for(id);
+        let Some(v) = r.frame() else { return Outcome::with(token(&r), problems) };
+        let too_large = v.error_code() == Some(AdapterCode::ResponseTooLarge.as_str());
+        if v.ok() == Some(false) && !too_large {
+            // Refused for another reason than the budget: not what the case provoked.
+            return Outcome::Error(format!(
+                "inconclusive: with maxResponseBytes {budget} the search was answered `{}`",
+                token(&r)
+            ));
+        }
+        let got = v["data"]["matches"].as_array().map(Vec::len).unwrap_or(0);
+        if budget == line_len {
+            if too_large {
+                problems.push(format!(
+                    "with maxResponseBytes {budget}, exactly the length of the line holding the first match with \
+                     truncated:true, the search was answered response_too_large: the match fits to the byte and \
+                     should come back (PC-5.3.errors: response_too_large only when not even one match fits)"
+                ));
+            } else if got != 1 || v["data"]["matches"][0] != first || v["data"]["truncated"] != true {
+                problems.push(format!(
+                    "with maxResponseBytes {budget} the search returned {got} matches, truncated {}; want the first \
+                     match, as with maxResults 1, and truncated:true (the budget cut the second)",
+                    v["data"]["truncated"]
+                ));
+            }
+        } else if !too_large {
+            problems.push(format!(
+                "with maxResponseBytes {budget}, one byte short of the line holding one match, the search returned {got} \
+                 matches: not even one match fits, so the answer is response_too_large (PC-5.3.errors)"
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
 /// PC-5.3.read: the window is shortened to fit the response budget, counted as the JSON the
 /// result carries. The runner lays a file of `"` characters (each escaped to two bytes) three
 /// quarters of `maxResponseBytes` long and reads it whole: its raw bytes fit the budget, its
@@ -5005,6 +5100,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.confine.swap-race", judged!(confine_swap_race)),
         ("adapter.limits.response-budget", judged!(limits_response_budget)),
         ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
+        ("adapter.limits.response-budget-exact-match", judged!(limits_response_budget_exact_match)),
         ("adapter.limits.response-budget-escapes", judged!(limits_response_budget_escapes)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
