@@ -808,6 +808,16 @@ pub(crate) fn budget_cut_not_truncated(job: &Job, mut data: Value, items: &str, 
     data
 }
 
+/// [`Fault::FingerprintMemberOrder`]: the idempotency fingerprint of (operation, payload) over
+/// the payload as decoded, its members in the order sent (not the canonical JSON), so the
+/// same payload with its members in another order has another fingerprint.
+pub(crate) fn ordered_fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
+    let mut buf = op.to_string().into_bytes();
+    buf.push(0);
+    buf.extend(serde_json::to_vec(payload).unwrap_or_default());
+    Sha256::digest(&buf).into()
+}
+
 /// [`Fault::BudgetExactItemDropped`]: a listing (`items` = `entries` or `matches`) that says
 /// `truncated:true` and fills the job's data budget to the byte is measured as if it said
 /// `truncated:false` (one byte longer): its last item is dropped, and with none left the

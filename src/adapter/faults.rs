@@ -348,6 +348,9 @@ faults! {
     /// Every failure forgets its key: only successes are replayed.
     ErrorsNotKept = "errors-not-kept", "PC-4.5",
         "a mutating request that fails (digest_mismatch, already_exists, …) forgets its key: its retry under the same key and payload runs again instead of replaying the failure";
+    /// The idempotency fingerprint keeps the payload's member order.
+    FingerprintMemberOrder = "fingerprint-member-order", "PC-4.5",
+        "the idempotency fingerprint is taken over the payload with its members in the order sent, not its canonical JSON: a replay of the same payload with its members in another order is idempotency_conflict";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";

@@ -4162,6 +4162,106 @@ fn idem_replay_write(c: &mut Ctx<'_>) -> Outcome {
     }
     Outcome::with(token(&r2), p)
 }
+/// PC-4.5, every spelling: the fingerprint is of the canonical payload, so a replay is the same
+/// payload whatever its JSON spelling. A write is replayed under its key with its members in
+/// reverse order, its strings spelled with `\u` escapes and whitespace between the tokens,
+/// after the runner changed the file: the stored outcome must come back and nothing be written
+/// (`idempotency_conflict` or a second write both break the rule). A read-only listing under
+/// another key is repeated with `maxEntries` 2 spelled `2.0` and the members reordered: it may
+/// run again, but it is the same fingerprint, never `idempotency_conflict`. The file is removed
+/// at the end.
+fn idem_replay_any_spelling(c: &mut Ctx<'_>) -> Outcome {
+    let file = "idem-spelled.txt";
+    c.allow(&[file]);
+    let out = idem_replay_any_spelling_cells(c, file);
+    let _ = std::fs::remove_file(c.target.root.join(file));
+    out
+}
+
+/// `text` with every character spelled as a `\u` escape (ASCII text only).
+fn all_escaped(text: &str) -> String {
+    text.chars().map(|ch| format!("\\u{:04x}", ch as u32)).collect()
+}
+
+/// `frame` as a line whose compact payload is replaced by `payload` (raw JSON text).
+fn with_payload_text(frame: &Value, payload: &str) -> Option<String> {
+    let text = serde_json::to_string(frame).ok()?;
+    let compact = serde_json::to_string(&frame["payload"]).ok()?;
+    let line = text.replacen(&format!("\"payload\":{compact}"), &format!("\"payload\" : {payload}"), 1);
+    (line != text).then_some(line)
+}
+
+fn idem_replay_any_spelling_cells(c: &mut Ctx<'_>, file: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let content = "first\n";
+    let call = req::write(file, content).create(true);
+    conn.send(&c.invoke("sp-1", "spelled-key", call.clone()));
+    let r1 = conn.recv_for("sp-1");
+    let Some(d1) = data(&r1).cloned() else { return Outcome::token(token(&r1)) };
+    let changed = b"changed by someone else";
+    if std::fs::write(c.target.root.join(file), changed).is_err() {
+        return Outcome::Error(format!("cannot change {file} between the write and its replay"));
+    }
+    let spelled = format!(
+        "{{ \"create\" : true , \"content\" : \"{}\" , \"path\" : \"{}\" }}",
+        all_escaped("first").to_string() + "\\n",
+        all_escaped(file)
+    );
+    let Some(line) = with_payload_text(&c.invoke("sp-2", "spelled-key", call), &spelled) else {
+        return Outcome::Error("harness: the payload of the replay was not in its invoke".into());
+    };
+    conn.send_raw(format!("{line}\n").as_bytes());
+    let r2 = conn.recv_for("sp-2");
+    let mut p = Vec::new();
+    let conflict = format!("error:{}", AdapterCode::IdempotencyConflict.as_str());
+    if token(&r2) == conflict {
+        p.push(
+            "the replay of a write under its key, the same payload with its members in reverse order, its strings \
+             \\u-escaped and spaces between the tokens, was answered idempotency_conflict: the fingerprint is of \
+             the canonical payload, so it is the same payload and its stored outcome must be replayed"
+                .into(),
+        );
+    } else if data(&r2) != Some(&d1) {
+        p.push(format!(
+            "the replay of a write in another spelling of the same payload answered `{}`, not the stored outcome",
+            token(&r2)
+        ));
+    }
+    if read_root(c, file) != changed {
+        p.push(format!("{file} was written again by the replay in another spelling: the write ran twice"));
+    }
+    if matches!(r2, Recv::Closed | Recv::Timeout) {
+        conn = tryo!(c.bound());
+    }
+    // Read-only: the same listing with maxEntries spelled 2.0 and its members reordered.
+    let list = req::list("sorted").max_entries(2);
+    conn.send(&c.invoke("sp-3", "spelled-list-key", list.clone()));
+    let r3 = conn.recv_for("sp-3");
+    if data(&r3).is_none() {
+        return Outcome::with(token(&r3), p);
+    }
+    let spelled = format!("{{\"maxEntries\": 2.0, \"path\": \"{}\"}}", all_escaped("sorted"));
+    let Some(line) = with_payload_text(&c.invoke("sp-4", "spelled-list-key", list), &spelled) else {
+        return Outcome::Error("harness: the payload of the listing was not in its invoke".into());
+    };
+    conn.send_raw(format!("{line}\n").as_bytes());
+    let r4 = conn.recv_for("sp-4");
+    if token(&r4) == conflict {
+        p.push(
+            "a listing repeated under its key with maxEntries 2 spelled 2.0 and its members reordered was answered \
+             idempotency_conflict: an integral number is an integer whatever its spelling, so it is the same \
+             payload (a read-only request may run again, never conflict)"
+                .into(),
+        );
+    } else if data(&r4) != data(&r3) {
+        p.push(format!(
+            "a listing repeated in another spelling of the same payload answered `{}`, not the same two entries",
+            token(&r4)
+        ));
+    }
+    Outcome::with(token(&r2), p)
+}
+
 /// PC-4.5 (audit gap 6): a mutating request's *failure* is its stored outcome too. Only a
 /// retryable failure (nothing kept) may run again; `digest_mismatch` and `already_exists` are
 /// not retryable, so the same key and payload under a new requestId replays them even after
@@ -5112,6 +5212,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.abort.running-target", judged!(abort_running)),
         ("adapter.abort.queued-target", judged!(abort_queued)),
         ("adapter.idempotency.replay-write", judged!(idem_replay_write)),
+        ("adapter.idempotency.replay-any-spelling", judged!(idem_replay_any_spelling)),
         ("adapter.idempotency.replay-edit", judged!(idem_replay_edit)),
         ("adapter.idempotency.replay-failure", judged!(idem_replay_failure)),
         ("adapter.idempotency.conflict", judged!(idem_conflict)),
