@@ -151,6 +151,9 @@ faults! {
     /// An invoke holding a number spelled with a fraction or an exponent is refused.
     FloatSpellingRefused = "float-spelling-refused", "PC-1",
         "an invoke holding a number spelled with a fraction or an exponent (2.0, 1e3) is answered invalid_request (the spelling is judged, not the value)";
+    /// A bind holding a number spelled with a fraction or an exponent is closed.
+    BindFloatSpellingRefused = "bind-float-spelling-refused", "PC-1",
+        "a bind holding a number spelled with a fraction or an exponent (a generation 1.0, a limit 1.6e1) is closed without bound (the spelling is judged, not the value)";
     /// A fractional number is truncated to an integer.
     FractionTruncated = "fraction-truncated", "PC-1",
         "a number with a fractional part in an invoke is truncated to an integer (maxEntries 2.5 lists 2)";

@@ -120,6 +120,9 @@ pub fn handle_bind_with(
     if faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
         return Err(BindRefusal::Malformed);
     }
+    if faults.has(Fault::BindFloatSpellingRefused) && broken::has_float_spelling(line) {
+        return Err(BindRefusal::Malformed);
+    }
     let grant_of = |handle: &str| {
         let digest = handle_digest(handle);
         grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))

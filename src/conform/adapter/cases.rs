@@ -1086,6 +1086,55 @@ fn bind_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(if r.frame().is_some_and(|v| v.kind() == Some("bound")) { "bound".into() } else { token(&r) })
 }
 
+/// PC-1, every spelling: an integral JSON number is an integer whatever its spelling, in a
+/// `bind` as in an invoke (`adapter.invoke.number-spellings`). The descriptor's own bind is
+/// sent twice, on its own connection each time, with its `generation` and all seven limits
+/// re-spelled: once with a fraction (`1.0`, `1048576.0`), once with an exponent (`1e0`,
+/// `1.048576E6`, `0e0` for a zero). Each is the same bind: `bound`, echoing the values (the
+/// judge compares the echo with the bind's values).
+fn bind_number_spellings(c: &mut Ctx<'_>) -> Outcome {
+    let base = c.bind_frame();
+    let text = serde_json::to_string(&base).unwrap_or_default();
+    let fraction = |n: u64| format!("{n}.0");
+    let exponent = |n: u64| {
+        let d = n.to_string();
+        match d.len() {
+            1 => format!("{d}e0"),
+            l => format!("{}.{}E{}", &d[..1], &d[1..], l - 1),
+        }
+    };
+    let mut problems = Vec::new();
+    let mut last = String::from("bound");
+    for (how, spell) in [("with a fraction", &fraction as &dyn Fn(u64) -> String), ("with an exponent", &exponent)] {
+        let mut line = text.clone();
+        let mut members = vec![("generation".to_string(), base["generation"].as_u64())];
+        if let Some(l) = base["limits"].as_object() {
+            members.extend(l.iter().map(|(k, v)| (k.clone(), v.as_u64())));
+        }
+        for (k, v) in members {
+            let Some(v) = v else { return Outcome::Error(format!("harness: the bind's {k} is not an integer")) };
+            let plain = format!("\"{k}\":{v}");
+            let respelled = line.replacen(&plain, &format!("\"{k}\":{}", spell(v)), 1);
+            if respelled == line {
+                return Outcome::Error(format!("harness: the bind's {k} was not found to re-spell"));
+            }
+            line = respelled;
+        }
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind's generation and limits spelled {how}"));
+        conn.send_raw(format!("{line}\n").as_bytes());
+        let r = conn.recv();
+        if r.frame().is_none_or(|v| v.kind() != Some("bound")) {
+            last = token(&r);
+            problems.push(format!(
+                "the descriptor's bind with its generation and limits spelled {how} was answered `{last}`: an integral \
+                 number is an integer whatever its spelling, so it is the same bind and must be bound"
+            ));
+        }
+    }
+    Outcome::with(last, problems)
+}
+
 /// An `invoke` spelled with escapes (identity, `kind`, `operation`, the payload's key and
 /// path) is the same invoke: executed.
 fn invoke_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
@@ -5074,6 +5123,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.wrong-adapter-version", judged!(bind_wrong_adapter_version)),
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
         ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
+        ("adapter.bind.number-spellings", judged!(bind_number_spellings)),
         ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
         ("adapter.bind.malformed-operations-and-limits", judged!(bind_malformed_operations_and_limits)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
