@@ -397,6 +397,9 @@ faults! {
     /// is checked for the whole handle.
     SecretWindowedSearch = "secret-windowed-search", "PC-4.5",
         "fs.search of a file holding the handle returns match windows; only each result line is checked for the whole handle";
+    /// fs.edit of a file holding the handle runs; only the result line is checked.
+    EditUnguarded = "edit-unguarded", "PC-4.5",
+        "fs.edit of a file holding the handle runs (only each result line is checked for the whole handle): its replacement or edit_not_found tells whether an oldText occurs in the file";
     /// fs.search results are sent without the final scan of the result line: only the content
     /// guard runs, so a match path holding the handle goes out.
     SearchResultUnscanned = "search-result-unscanned", "PC-4.5",

@@ -129,6 +129,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         }
         Err(e)
             if e.code == AdapterCode::CapabilityInContent
+                && op == ToolOperation::FsEdit
+                && faults.has(Fault::EditUnguarded) =>
+        {
+            broken::plain_edit(&dir.join(path), job, false)
+        }
+        Err(e)
+            if e.code == AdapterCode::CapabilityInContent
                 && op == ToolOperation::FsSearch
                 && faults.has(Fault::SecretWindowedSearch) =>
         {

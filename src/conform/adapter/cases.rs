@@ -5040,6 +5040,50 @@ fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
     not_reassembled(refused, !pieces.is_empty())
 }
 
+/// SHOULD (PC-4.5, as `adapter.secret.windowed-read`): fs.edit of the file holding the handle
+/// must not tell, answer by answer, which strings occur in it. Two edits of
+/// `secret/grant.json`, each with `newText` equal to its `oldText` (so an executed one changes
+/// no byte): one whose `oldText` is the handle's first third (it occurs once), one whose
+/// `oldText` occurs nowhere. Answered alike (the reference refuses both
+/// `capability_in_content`), they tell nothing; a replacement for the first and
+/// `edit_not_found` for the second tell that the piece is in the file, and so, probe by probe,
+/// the handle. A refusal of another kind is inconclusive.
+fn secret_edit_probe(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    plant_secret(c);
+    c.allow(&["secret", "secret/grant.json"]);
+    let piece: String = h.chars().take((h.chars().count() / 3).max(1)).collect();
+    let absent = "pi-conform-absent-text";
+    let mut conn = tryo!(c.bound());
+    let mut answers = Vec::new();
+    for old in [piece.as_str(), absent] {
+        let r = c.call(&mut conn, req::edit("secret/grant.json", &[(old, old)]));
+        let t = token(&r);
+        let told = [
+            "result:ok".to_string(),
+            format!("error:{}", AdapterCode::EditNotFound.as_str()),
+            format!("error:{}", AdapterCode::EditAmbiguous.as_str()),
+            format!("error:{}", AdapterCode::CapabilityInContent.as_str()),
+        ];
+        if !told.contains(&t) {
+            return Outcome::Error(format!("inconclusive: an fs.edit of secret/grant.json was answered `{t}`"));
+        }
+        answers.push(t);
+    }
+    if answers[0] != answers[1] {
+        return Outcome::with(
+            "told",
+            vec![format!(
+                "fs.edit of secret/grant.json, which holds the handle, answered `{}` for an oldText that is a third of \
+                 the handle and `{}` for one that occurs nowhere: the answers tell which strings occur in the file, so \
+                 the handle can be had probe by probe; refuse every edit of a file holding it (capability_in_content)",
+                answers[0], answers[1]
+            )],
+        );
+    }
+    Outcome::token("not-told")
+}
+
 /// The outcome of a windowed secret case whose pieces did not give the handle back: it passes
 /// when the adapter answered windows or refused the file `capability_in_content`; any other
 /// refusal before a single window tested nothing (inconclusive).
@@ -5283,6 +5327,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.entry-name", judged!(secret_list_name)),
         ("adapter.secret.search-match-path", judged!(secret_search_match_path)),
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
+        ("adapter.secret.edit-probe", judged!(secret_edit_probe)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
