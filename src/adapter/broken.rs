@@ -1028,6 +1028,11 @@ pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())
 }
 
+/// [`Fault::EditLargeFileRefused`]: the length of the job's file (0 when it cannot be read).
+pub(crate) fn file_len(dir: &Path, job: &Job) -> u64 {
+    payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map_or(0, |m| m.len())
+}
+
 /// [`Fault::EditGrowthRefused`]: whether an edit's texts could grow its (existing) file by more
 /// than the file's own size.
 pub(crate) fn edit_outgrows_file(dir: &Path, job: &Job) -> bool {

@@ -273,6 +273,9 @@ faults! {
     /// fs.edit refuses an edit that grows the file by more than its size.
     EditGrowthRefused = "edit-growth-refused", "PC-5.3.edit",
         "fs.edit refuses invalid_request an edit whose newText grows the file by more than the file's own size (a buffer sized by the file)";
+    /// fs.edit of a file over 1 MiB is refused as too large.
+    EditLargeFileRefused = "edit-large-file-refused", "PC-5.3.edit",
+        "fs.edit of a file over 1 MiB is refused invalid_request (too large to edit), where the reference edits files up to 64 MiB";
     /// Edit failures quote the file's beginning in their message.
     ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
         "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";

@@ -73,6 +73,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
     }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditLargeFileRefused) && broken::file_len(dir, job) > 1 << 20 {
+        return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
+    }
     if op == ToolOperation::FsEdit && faults.has(Fault::EditGrowthRefused) && broken::edit_outgrows_file(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }

@@ -2796,6 +2796,39 @@ fn edit_grows_file(c: &mut Ctx<'_>) -> Outcome {
     let want = format!("foo bar foo\nunique line\n{grown}\n");
     on_disk(ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", &want)
 }
+/// PC-5.3.edit, SHOULD: an edit is not limited to small files. The runner lays a file of
+/// 1.55 MiB (49,152 numbered lines of 33 bytes) and edits one line 1.29 MiB in, past every
+/// power-of-two read size up to 1 MiB: the edit applies, with `replacements` 1, the digest of
+/// the result and the result on disk. The reference edits files up to 64 MiB (a DECISION for
+/// it, PC-5.3.edit); another adapter may bound the size it loads, so a refusal here (an
+/// `invalid_request` "too large" or an `io_error`) is a warning, not a failure. The file is
+/// removed at the end.
+fn edit_large_file(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let name = "large-edit.txt";
+    c.allow(&[name]);
+    let line = |i: usize| format!("line {i:07} of the large edit..\n");
+    let body: String = (0..49_152).map(line).collect();
+    if std::fs::write(c.target.root.join(name), &body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let (old, new) = ("line 0040960 of", "LINE 0040960 edited, of");
+    let want = body.replacen(old, new, 1);
+    let r = c.one(req::edit(name, &[(old, new)]));
+    let out = match r {
+        Ok(r) => on_disk(
+            ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]),
+            c,
+            name,
+            &want,
+        ),
+        Err(o) => o,
+    };
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
 fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("absent", "x")])))
 }
@@ -5280,6 +5313,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.sequential", judged!(edit_sequential)),
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.grows-file", judged!(edit_grows_file)),
+        ("adapter.edit.large-file", judged!(edit_large_file)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
         ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
