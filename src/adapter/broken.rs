@@ -1028,6 +1028,17 @@ pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())
 }
 
+/// [`Fault::EditMemoryLeaked`]: whether this edit of a file of 1 MiB or more, its size added
+/// to those of every such edit so far (never given back), passes the 128 MiB all edits may
+/// hold together; the edit then waits for ever, as behind a reservation that never fits
+/// (cargo-mutants' `<impl Drop for EditMemory>::drop` → `()`, sample 15). Smaller files are
+/// left out, so that the fault stalls the edits of large files only.
+pub(crate) fn edit_memory_leaked(dir: &Path, job: &Job) -> bool {
+    static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let size = file_len(dir, job);
+    size >= 1 << 20 && HELD.fetch_add(size, std::sync::atomic::Ordering::Relaxed) + size > 128 << 20
+}
+
 /// [`Fault::EditLargeFileRefused`]: the length of the job's file (0 when it cannot be read).
 pub(crate) fn file_len(dir: &Path, job: &Job) -> u64 {
     payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map_or(0, |m| m.len())

@@ -276,6 +276,9 @@ faults! {
     /// fs.edit of a file over 1 MiB is refused as too large.
     EditLargeFileRefused = "edit-large-file-refused", "PC-5.3.edit",
         "fs.edit of a file over 1 MiB is refused invalid_request (too large to edit), where the reference edits files up to 64 MiB";
+    /// The memory an fs.edit reserves is never given back.
+    EditMemoryLeaked = "edit-memory-leaked", "PC-5.3.edit",
+        "the memory an fs.edit of a file of 1 MiB or more reserves (its file's size) is never given back: once such edits of 128 MiB in all have run, every later one waits for ever";
     /// Edit failures quote the file's beginning in their message.
     ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
         "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";

@@ -73,6 +73,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
     }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditMemoryLeaked) && broken::edit_memory_leaked(dir, job) {
+        while !job.cancel.is_cancelled() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        return Err(AdapterError::new(AdapterCode::IoError, "cancelled"));
+    }
     if op == ToolOperation::FsEdit && faults.has(Fault::EditLargeFileRefused) && broken::file_len(dir, job) > 1 << 20 {
         return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }

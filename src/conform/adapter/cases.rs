@@ -2829,6 +2829,54 @@ fn edit_large_file(c: &mut Ctx<'_>) -> Outcome {
     let _ = std::fs::remove_file(c.target.root.join(name));
     out
 }
+/// PC-5.3.edit and SPEC 7.4 (a bound holds by a typed, immediate refusal, never a stall):
+/// what an edit holds is given back when it ends. The runner lays a sparse file of 48 MiB of
+/// zero bytes (valid UTF-8, a few KiB on disk) and sends three edits of it in turn, each with
+/// an `oldText` found nowhere: each must be answered within a step (`edit_not_found`, nothing
+/// written). Together they load 144 MiB, more than the 128 MiB the reference lets all edits
+/// hold at once (PC-5.3.edit), so an adapter that never gives an edit's memory back stalls the
+/// third, and every edit after it, for ever. An adapter that does not edit a file this large
+/// (a first answer `invalid_request`) is not tested here (skip). The file is removed at the end.
+fn edit_memory_given_back(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let name = "sparse-edit.bin";
+    c.allow(&[name]);
+    let laid = std::fs::File::create(c.target.root.join(name)).and_then(|f| f.set_len(48 << 20));
+    if laid.is_err() {
+        let _ = std::fs::remove_file(c.target.root.join(name));
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = edit_memory_cells(c, name);
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+fn edit_memory_cells(c: &mut Ctx<'_>, name: &str) -> Outcome {
+    let not_found = format!("error:{}", AdapterCode::EditNotFound.as_str());
+    let mut conn = tryo!(c.bound());
+    for n in 1..=3 {
+        let r = c.call(&mut conn, req::edit(name, &[("pi-conform-absent-text", "x")]));
+        let t = token(&r);
+        if n == 1 && t == format!("error:{}", AdapterCode::InvalidRequest.as_str()) {
+            return Outcome::Skip("the adapter does not edit a 48 MiB file (invalid_request)".into());
+        }
+        if t != not_found {
+            let why = match r {
+                Recv::Timeout => format!(
+                    "edit {n} of three, each of a 48 MiB file and found nowhere, got no answer within a step: what the \
+                     earlier edits held was never given back, so this edit and every later one waits for ever"
+                ),
+                _ => format!("edit {n} of three of a 48 MiB file, with an oldText found nowhere, was answered `{t}`"),
+            };
+            return Outcome::with(t, vec![why]);
+        }
+    }
+    if read_root(c, name).iter().any(|b| *b != 0) || read_root(c, name).len() != 48 << 20 {
+        return Outcome::with(not_found, vec![format!("{name} was changed by edits that found nothing")]);
+    }
+    Outcome::token(not_found)
+}
 fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("absent", "x")])))
 }
@@ -5314,6 +5362,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.grows-file", judged!(edit_grows_file)),
         ("adapter.edit.large-file", judged!(edit_large_file)),
+        ("adapter.edit.memory-given-back", judged!(edit_memory_given_back)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
         ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
