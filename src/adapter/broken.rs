@@ -808,6 +808,38 @@ pub(crate) fn budget_cut_not_truncated(job: &Job, mut data: Value, items: &str, 
     data
 }
 
+/// [`Fault::FingerprintMemberOrder`]: the idempotency fingerprint of (operation, payload) over
+/// the payload as decoded, its members in the order sent (not the canonical JSON), so the
+/// same payload with its members in another order has another fingerprint.
+pub(crate) fn ordered_fingerprint(op: ToolOperation, payload: &Value) -> [u8; 32] {
+    let mut buf = op.to_string().into_bytes();
+    buf.push(0);
+    buf.extend(serde_json::to_vec(payload).unwrap_or_default());
+    Sha256::digest(&buf).into()
+}
+
+/// [`Fault::BudgetExactItemDropped`]: a listing (`items` = `entries` or `matches`) that says
+/// `truncated:true` and fills the job's data budget to the byte is measured as if it said
+/// `truncated:false` (one byte longer): its last item is dropped, and with none left the
+/// answer is `response_too_large` (cargo-mutants' `||`→`&&` in `fs/budget.rs`'s
+/// `Bounded::finish`, sample 15).
+pub(crate) fn budget_exact_item_dropped(job: &Job, mut data: Value, items: &str) -> Result<Value, AdapterError> {
+    if data["truncated"] != true || crate::wire::json_len(&data) != Some(job.budget) {
+        return Ok(data);
+    }
+    let left = data[items].as_array_mut().map_or(0, |a| {
+        a.pop();
+        a.len()
+    });
+    if left == 0 {
+        return Err(AdapterError::new(
+            AdapterCode::ResponseTooLarge,
+            "the result does not fit the response size limit",
+        ));
+    }
+    Ok(data)
+}
+
 /// [`Fault::SearchByteColumns`]: columns count UTF-8 bytes (whole lines only).
 pub(crate) fn search_byte_columns(mut data: Value) -> Value {
     if let Some(a) = data["matches"].as_array_mut() {
@@ -1012,6 +1044,22 @@ pub(crate) fn read_cut_by_budget(dir: &Path, job: &Job, data: &Value) -> bool {
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())
+}
+
+/// [`Fault::EditMemoryLeaked`]: whether this edit of a file of 1 MiB or more, its size added
+/// to those of every such edit so far (never given back), passes the 128 MiB all edits may
+/// hold together; the edit then waits for ever, as behind a reservation that never fits
+/// (cargo-mutants' `<impl Drop for EditMemory>::drop` → `()`, sample 15). Smaller files are
+/// left out, so that the fault stalls the edits of large files only.
+pub(crate) fn edit_memory_leaked(dir: &Path, job: &Job) -> bool {
+    static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let size = file_len(dir, job);
+    size >= 1 << 20 && HELD.fetch_add(size, std::sync::atomic::Ordering::Relaxed) + size > 128 << 20
+}
+
+/// [`Fault::EditLargeFileRefused`]: the length of the job's file (0 when it cannot be read).
+pub(crate) fn file_len(dir: &Path, job: &Job) -> u64 {
+    payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map_or(0, |m| m.len())
 }
 
 /// [`Fault::EditGrowthRefused`]: whether an edit's texts could grow its (existing) file by more

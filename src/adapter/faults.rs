@@ -151,6 +151,9 @@ faults! {
     /// An invoke holding a number spelled with a fraction or an exponent is refused.
     FloatSpellingRefused = "float-spelling-refused", "PC-1",
         "an invoke holding a number spelled with a fraction or an exponent (2.0, 1e3) is answered invalid_request (the spelling is judged, not the value)";
+    /// A bind holding a number spelled with a fraction or an exponent is closed.
+    BindFloatSpellingRefused = "bind-float-spelling-refused", "PC-1",
+        "a bind holding a number spelled with a fraction or an exponent (a generation 1.0, a limit 1.6e1) is closed without bound (the spelling is judged, not the value)";
     /// A fractional number is truncated to an integer.
     FractionTruncated = "fraction-truncated", "PC-1",
         "a number with a fractional part in an invoke is truncated to an integer (maxEntries 2.5 lists 2)";
@@ -270,6 +273,12 @@ faults! {
     /// fs.edit refuses an edit that grows the file by more than its size.
     EditGrowthRefused = "edit-growth-refused", "PC-5.3.edit",
         "fs.edit refuses invalid_request an edit whose newText grows the file by more than the file's own size (a buffer sized by the file)";
+    /// fs.edit of a file over 1 MiB is refused as too large.
+    EditLargeFileRefused = "edit-large-file-refused", "PC-5.3.edit",
+        "fs.edit of a file over 1 MiB is refused invalid_request (too large to edit), where the reference edits files up to 64 MiB";
+    /// The memory an fs.edit reserves is never given back.
+    EditMemoryLeaked = "edit-memory-leaked", "PC-5.3.edit",
+        "the memory an fs.edit of a file of 1 MiB or more reserves (its file's size) is never given back: once such edits of 128 MiB in all have run, every later one waits for ever";
     /// Edit failures quote the file's beginning in their message.
     ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
         "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";
@@ -286,6 +295,9 @@ faults! {
     /// A result line exactly maxResponseBytes long is refused.
     BudgetOffByOne = "budget-off-by-one", "PC-4.5",
         "a result line exactly maxResponseBytes long (LF included) is answered response_too_large";
+    /// A listing the response budget cut, filling it to the byte, loses its last item.
+    BudgetExactItemDropped = "budget-exact-item-dropped", "PC-4.5",
+        "an fs.list or fs.search result cut by a limit (truncated:true) that fills the response budget to the byte is counted as if truncated:false, one byte longer: its last item is dropped too, and a single item is answered response_too_large";
     /// A listing or search holding exactly maxEntries/maxResults items says truncated:true.
     TruncatedAtLimit = "truncated-at-limit", "PC-5.3",
         "fs.list/fs.search say truncated:true when they hold exactly maxEntries/maxResults items";
@@ -345,6 +357,9 @@ faults! {
     /// Every failure forgets its key: only successes are replayed.
     ErrorsNotKept = "errors-not-kept", "PC-4.5",
         "a mutating request that fails (digest_mismatch, already_exists, …) forgets its key: its retry under the same key and payload runs again instead of replaying the failure";
+    /// The idempotency fingerprint keeps the payload's member order.
+    FingerprintMemberOrder = "fingerprint-member-order", "PC-4.5",
+        "the idempotency fingerprint is taken over the payload with its members in the order sent, not its canonical JSON: a replay of the same payload with its members in another order is idempotency_conflict";
     /// A key reused with another payload is executed.
     NoIdempotencyConflict = "no-idempotency-conflict", "PC-4.5",
         "a key reused with another payload is executed instead of idempotency_conflict";
@@ -388,6 +403,9 @@ faults! {
     /// is checked for the whole handle.
     SecretWindowedSearch = "secret-windowed-search", "PC-4.5",
         "fs.search of a file holding the handle returns match windows; only each result line is checked for the whole handle";
+    /// fs.edit of a file holding the handle runs; only the result line is checked.
+    EditUnguarded = "edit-unguarded", "PC-4.5",
+        "fs.edit of a file holding the handle runs (only each result line is checked for the whole handle): its replacement or edit_not_found tells whether an oldText occurs in the file";
     /// fs.search results are sent without the final scan of the result line: only the content
     /// guard runs, so a match path holding the handle goes out.
     SearchResultUnscanned = "search-result-unscanned", "PC-4.5",

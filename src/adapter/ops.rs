@@ -73,6 +73,15 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
     }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditMemoryLeaked) && broken::edit_memory_leaked(dir, job) {
+        while !job.cancel.is_cancelled() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        return Err(AdapterError::new(AdapterCode::IoError, "cancelled"));
+    }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditLargeFileRefused) && broken::file_len(dir, job) > 1 << 20 {
+        return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
+    }
     if op == ToolOperation::FsEdit && faults.has(Fault::EditGrowthRefused) && broken::edit_outgrows_file(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }
@@ -126,6 +135,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                 && (faults.has(Fault::SecretWindowedRead) || faults.has(Fault::EscapedHandleInResults)) =>
         {
             broken::plain_execute(dir, job).unwrap_or(Err(e))
+        }
+        Err(e)
+            if e.code == AdapterCode::CapabilityInContent
+                && op == ToolOperation::FsEdit
+                && faults.has(Fault::EditUnguarded) =>
+        {
+            broken::plain_edit(&dir.join(path), job, false)
         }
         Err(e)
             if e.code == AdapterCode::CapabilityInContent
@@ -196,6 +212,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::TruncatedAtLimit) {
                 data = broken::truncated_at_limit(job, data, "entries", "maxEntries");
             }
+            if faults.has(Fault::BudgetExactItemDropped) {
+                data = broken::budget_exact_item_dropped(job, data, "entries")?;
+            }
         }
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtOffset) => data = broken::modified_at_offset(data),
         ToolOperation::FsStat if faults.has(Fault::ModifiedAtMonthFromZero) => {
@@ -231,6 +250,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::TruncatedAtLimit) {
                 data = broken::truncated_at_limit(job, data, "matches", "maxResults");
+            }
+            if faults.has(Fault::BudgetExactItemDropped) {
+                data = broken::budget_exact_item_dropped(job, data, "matches")?;
             }
         }
         ToolOperation::FsRead

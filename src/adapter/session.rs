@@ -120,6 +120,9 @@ pub fn handle_bind_with(
     if faults.has(Fault::EscapedStringsRefused) && broken::has_escape(line) {
         return Err(BindRefusal::Malformed);
     }
+    if faults.has(Fault::BindFloatSpellingRefused) && broken::has_float_spelling(line) {
+        return Err(BindRefusal::Malformed);
+    }
     let grant_of = |handle: &str| {
         let digest = handle_digest(handle);
         grants.iter().find(|g| g.handle_sha256 == digest).map(|g| (g.operations.clone(), g.ceilings.to_json()))
@@ -516,7 +519,7 @@ impl Session {
         if self.inflight.contains_key(&request_id) && !self.faults.has(Fault::DuplicateRequestIdRuns) {
             return self.close(CloseReason::ProtocolViolation("duplicate_request_id"));
         }
-        let fp = fingerprint(op, &payload);
+        let fp = fingerprint_with(self.faults, op, &payload);
         let begun = idempotency::lock(&self.cache).begin(now, &key, fp, &request_id, self.owner, is_mutating(op));
         let lookup = match begun {
             Lookup::Replay(_) | Lookup::Wait(_) if self.faults.has(Fault::NoIdempotency) => Lookup::New,
@@ -794,7 +797,7 @@ impl Session {
             if let Some(f) = self.inflight.get_mut(&id) {
                 f.stage = Stage::Queued;
             }
-            let fp = self.inflight.get(&id).map(|f| fingerprint(f.operation, &f.payload));
+            let fp = self.inflight.get(&id).map(|f| fingerprint_with(self.faults, f.operation, &f.payload));
             if let Some(fp) = fp {
                 let mutating = self.inflight.get(&id).is_some_and(|f| is_mutating(f.operation));
                 let _ = idempotency::lock(&self.cache).begin(now, key, fp, &id, self.owner, mutating);
@@ -879,6 +882,16 @@ fn op_name(op: ToolOperation) -> &'static str {
         ToolOperation::FsSearch => "fs.search",
         ToolOperation::FsWrite => "fs.write",
         ToolOperation::FsEdit => "fs.edit",
+    }
+}
+
+/// The idempotency fingerprint of an invoke: the contract's, on canonical JSON; under
+/// [`Fault::FingerprintMemberOrder`] one that keeps the payload's members in the order sent.
+fn fingerprint_with(faults: Faults, op: ToolOperation, payload: &Value) -> [u8; 32] {
+    if faults.has(Fault::FingerprintMemberOrder) {
+        broken::ordered_fingerprint(op, payload)
+    } else {
+        fingerprint(op, payload)
     }
 }
 

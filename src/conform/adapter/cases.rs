@@ -1086,6 +1086,55 @@ fn bind_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
     Outcome::token(if r.frame().is_some_and(|v| v.kind() == Some("bound")) { "bound".into() } else { token(&r) })
 }
 
+/// PC-1, every spelling: an integral JSON number is an integer whatever its spelling, in a
+/// `bind` as in an invoke (`adapter.invoke.number-spellings`). The descriptor's own bind is
+/// sent twice, on its own connection each time, with its `generation` and all seven limits
+/// re-spelled: once with a fraction (`1.0`, `1048576.0`), once with an exponent (`1e0`,
+/// `1.048576E6`, `0e0` for a zero). Each is the same bind: `bound`, echoing the values (the
+/// judge compares the echo with the bind's values).
+fn bind_number_spellings(c: &mut Ctx<'_>) -> Outcome {
+    let base = c.bind_frame();
+    let text = serde_json::to_string(&base).unwrap_or_default();
+    let fraction = |n: u64| format!("{n}.0");
+    let exponent = |n: u64| {
+        let d = n.to_string();
+        match d.len() {
+            1 => format!("{d}e0"),
+            l => format!("{}.{}E{}", &d[..1], &d[1..], l - 1),
+        }
+    };
+    let mut problems = Vec::new();
+    let mut last = String::from("bound");
+    for (how, spell) in [("with a fraction", &fraction as &dyn Fn(u64) -> String), ("with an exponent", &exponent)] {
+        let mut line = text.clone();
+        let mut members = vec![("generation".to_string(), base["generation"].as_u64())];
+        if let Some(l) = base["limits"].as_object() {
+            members.extend(l.iter().map(|(k, v)| (k.clone(), v.as_u64())));
+        }
+        for (k, v) in members {
+            let Some(v) = v else { return Outcome::Error(format!("harness: the bind's {k} is not an integer")) };
+            let plain = format!("\"{k}\":{v}");
+            let respelled = line.replacen(&plain, &format!("\"{k}\":{}", spell(v)), 1);
+            if respelled == line {
+                return Outcome::Error(format!("harness: the bind's {k} was not found to re-spell"));
+            }
+            line = respelled;
+        }
+        let mut conn = tryo!(c.connect());
+        conn.note(&format!("the bind's generation and limits spelled {how}"));
+        conn.send_raw(format!("{line}\n").as_bytes());
+        let r = conn.recv();
+        if r.frame().is_none_or(|v| v.kind() != Some("bound")) {
+            last = token(&r);
+            problems.push(format!(
+                "the descriptor's bind with its generation and limits spelled {how} was answered `{last}`: an integral \
+                 number is an integer whatever its spelling, so it is the same bind and must be bound"
+            ));
+        }
+    }
+    Outcome::with(last, problems)
+}
+
 /// An `invoke` spelled with escapes (identity, `kind`, `operation`, the payload's key and
 /// path) is the same invoke: executed.
 fn invoke_escaped_spelling(c: &mut Ctx<'_>) -> Outcome {
@@ -2790,6 +2839,87 @@ fn edit_grows_file(c: &mut Ctx<'_>) -> Outcome {
     let want = format!("foo bar foo\nunique line\n{grown}\n");
     on_disk(ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]), c, "edit.txt", &want)
 }
+/// PC-5.3.edit, SHOULD: an edit is not limited to small files. The runner lays a file of
+/// 1.55 MiB (49,152 numbered lines of 33 bytes) and edits one line 1.29 MiB in, past every
+/// power-of-two read size up to 1 MiB: the edit applies, with `replacements` 1, the digest of
+/// the result and the result on disk. The reference edits files up to 64 MiB (a DECISION for
+/// it, PC-5.3.edit); another adapter may bound the size it loads, so a refusal here (an
+/// `invalid_request` "too large" or an `io_error`) is a warning, not a failure. The file is
+/// removed at the end.
+fn edit_large_file(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let name = "large-edit.txt";
+    c.allow(&[name]);
+    let line = |i: usize| format!("line {i:07} of the large edit..\n");
+    let body: String = (0..49_152).map(line).collect();
+    if std::fs::write(c.target.root.join(name), &body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let (old, new) = ("line 0040960 of", "LINE 0040960 edited, of");
+    let want = body.replacen(old, new, 1);
+    let r = c.one(req::edit(name, &[(old, new)]));
+    let out = match r {
+        Ok(r) => on_disk(
+            ok_with(&r, &[("/replacements", json!(1)), ("/digest", json!(sha(want.as_bytes())))]),
+            c,
+            name,
+            &want,
+        ),
+        Err(o) => o,
+    };
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+/// PC-5.3.edit and SPEC 7.4 (a bound holds by a typed, immediate refusal, never a stall):
+/// what an edit holds is given back when it ends. The runner lays a sparse file of 48 MiB of
+/// zero bytes (valid UTF-8, a few KiB on disk) and sends three edits of it in turn, each with
+/// an `oldText` found nowhere: each must be answered within a step (`edit_not_found`, nothing
+/// written). Together they load 144 MiB, more than the 128 MiB the reference lets all edits
+/// hold at once (PC-5.3.edit), so an adapter that never gives an edit's memory back stalls the
+/// third, and every edit after it, for ever. An adapter that does not edit a file this large
+/// (a first answer `invalid_request`) is not tested here (skip). The file is removed at the end.
+fn edit_memory_given_back(c: &mut Ctx<'_>) -> Outcome {
+    if !c.target.admitted.grants(ToolOperation::FsEdit) {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let name = "sparse-edit.bin";
+    c.allow(&[name]);
+    let laid = std::fs::File::create(c.target.root.join(name)).and_then(|f| f.set_len(48 << 20));
+    if laid.is_err() {
+        let _ = std::fs::remove_file(c.target.root.join(name));
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = edit_memory_cells(c, name);
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+fn edit_memory_cells(c: &mut Ctx<'_>, name: &str) -> Outcome {
+    let not_found = format!("error:{}", AdapterCode::EditNotFound.as_str());
+    let mut conn = tryo!(c.bound());
+    for n in 1..=3 {
+        let r = c.call(&mut conn, req::edit(name, &[("pi-conform-absent-text", "x")]));
+        let t = token(&r);
+        if n == 1 && t == format!("error:{}", AdapterCode::InvalidRequest.as_str()) {
+            return Outcome::Skip("the adapter does not edit a 48 MiB file (invalid_request)".into());
+        }
+        if t != not_found {
+            let why = match r {
+                Recv::Timeout => format!(
+                    "edit {n} of three, each of a 48 MiB file and found nowhere, got no answer within a step: what the \
+                     earlier edits held was never given back, so this edit and every later one waits for ever"
+                ),
+                _ => format!("edit {n} of three of a 48 MiB file, with an oldText found nowhere, was answered `{t}`"),
+            };
+            return Outcome::with(t, vec![why]);
+        }
+    }
+    if read_root(c, name).iter().any(|b| *b != 0) || read_root(c, name).len() != 48 << 20 {
+        return Outcome::with(not_found, vec![format!("{name} was changed by edits that found nothing")]);
+    }
+    Outcome::token(not_found)
+}
 fn edit_not_found(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::edit("edit.txt", &[("absent", "x")])))
 }
@@ -3533,6 +3663,101 @@ fn limits_response_budget_exact(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", problems)
 }
 
+/// PC-4.5, SHOULD, exact boundary and one past: a search cut by the response budget to one
+/// match that, with `truncated:true`, fills `maxResponseBytes` to the byte. The runner lays a
+/// file whose first line (`needle` and 2000 dashes) and second line (`needle`) both match, and
+/// measures the result line of `maxResults: 1` (one match, `truncated:true`: the limit cut it).
+/// Bound with `maxResponseBytes` exactly that long, the same search with `maxResults: 2` is cut
+/// by the budget to the same line: the first match must come back, `truncated:true`. Answering
+/// `response_too_large` there breaks a SHOULD only (PC-4.5 allows either answer for a result
+/// over the budget; PC-5.3.errors requires it only when not even one match fits). One byte
+/// smaller, not even one match fits: `response_too_large`. A search, not a listing: one entry
+/// (a name of at most 255 bytes) cannot make a line as long as the smallest `maxResponseBytes`
+/// (1 KiB), while a match's text is its whole line.
+fn limits_response_budget_exact_match(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.search") {
+        return Outcome::Skip("the descriptor does not grant fs.search".into());
+    }
+    let name = "budget-one-match.txt";
+    let file = c.target.root.join(name);
+    if std::fs::write(&file, format!("needle{}\nneedle\n", "-".repeat(2000))).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = exact_match(c, name);
+    let _ = std::fs::remove_file(&file);
+    out
+}
+
+fn exact_match(c: &mut Ctx<'_>, name: &str) -> Outcome {
+    // One request id and keys of one length on every connection, so that only the budget and
+    // `maxResults` differ between the result lines; a key per payload (PC-4.5 conflicts).
+    let id = "budget-one-match";
+    let (line_len, first) = {
+        let mut conn = tryo!(c.bound());
+        conn.send(&c.invoke(id, "budget-one-match-1", req::search(name, "needle").max_results(1)));
+        let r = conn.recv_for(id);
+        match (&r, data(&r)) {
+            (Recv::Frame(_, raw), Some(d))
+                if d["truncated"] == true && d["matches"].as_array().is_some_and(|m| m.len() == 1) =>
+            {
+                (raw.len() + 1, d["matches"][0].clone())
+            }
+            _ => {
+                return Outcome::Error(format!(
+                    "inconclusive: the search of {name} with maxResults 1 was answered `{}`, not one match with \
+                     truncated:true, so the line to fit was never measured",
+                    token(&r)
+                ))
+            }
+        }
+    };
+    if (line_len as i64) < 1025 || line_len as i64 > c.target.admitted.limits().max_response_bytes {
+        return Outcome::Skip(format!("a {line_len}-byte result line cannot be a budget within the grant"));
+    }
+    let mut problems = Vec::new();
+    for (budget, key) in [(line_len, "budget-one-match-2"), (line_len - 1, "budget-one-match-3")] {
+        let mut b = c.bind_frame();
+        b["limits"]["maxResponseBytes"] = json!(budget);
+        let mut conn = tryo!(c.bind_with(&b));
+        conn.note(&format!(
+            "maxResponseBytes {budget}: the first match alone, truncated:true, is a {line_len}-byte line, LF included"
+        ));
+        conn.send(&c.invoke(id, key, req::search(name, "needle").max_results(2)));
+        let r = conn.recv_for(id);
+        let Some(v) = r.frame() else { return Outcome::with(token(&r), problems) };
+        let too_large = v.error_code() == Some(AdapterCode::ResponseTooLarge.as_str());
+        if v.ok() == Some(false) && !too_large {
+            // Refused for another reason than the budget: not what the case provoked.
+            return Outcome::Error(format!(
+                "inconclusive: with maxResponseBytes {budget} the search was answered `{}`",
+                token(&r)
+            ));
+        }
+        let got = v["data"]["matches"].as_array().map(Vec::len).unwrap_or(0);
+        if budget == line_len {
+            if too_large {
+                problems.push(format!(
+                    "with maxResponseBytes {budget}, exactly the length of the line holding the first match with \
+                     truncated:true, the search was answered response_too_large: the match fits to the byte and \
+                     should come back (PC-5.3.errors: response_too_large only when not even one match fits)"
+                ));
+            } else if got != 1 || v["data"]["matches"][0] != first || v["data"]["truncated"] != true {
+                problems.push(format!(
+                    "with maxResponseBytes {budget} the search returned {got} matches, truncated {}; want the first \
+                     match, as with maxResults 1, and truncated:true (the budget cut the second)",
+                    v["data"]["truncated"]
+                ));
+            }
+        } else if !too_large {
+            problems.push(format!(
+                "with maxResponseBytes {budget}, one byte short of the line holding one match, the search returned {got} \
+                 matches: not even one match fits, so the answer is response_too_large (PC-5.3.errors)"
+            ));
+        }
+    }
+    Outcome::with("result:ok", problems)
+}
+
 /// PC-5.3.read: the window is shortened to fit the response budget, counted as the JSON the
 /// result carries. The runner lays a file of `"` characters (each escaped to two bytes) three
 /// quarters of `maxResponseBytes` long and reads it whole: its raw bytes fit the budget, its
@@ -4110,6 +4335,106 @@ fn idem_replay_write(c: &mut Ctx<'_>) -> Outcome {
     }
     Outcome::with(token(&r2), p)
 }
+/// PC-4.5, every spelling: the fingerprint is of the canonical payload, so a replay is the same
+/// payload whatever its JSON spelling. A write is replayed under its key with its members in
+/// reverse order, its strings spelled with `\u` escapes and whitespace between the tokens,
+/// after the runner changed the file: the stored outcome must come back and nothing be written
+/// (`idempotency_conflict` or a second write both break the rule). A read-only listing under
+/// another key is repeated with `maxEntries` 2 spelled `2.0` and the members reordered: it may
+/// run again, but it is the same fingerprint, never `idempotency_conflict`. The file is removed
+/// at the end.
+fn idem_replay_any_spelling(c: &mut Ctx<'_>) -> Outcome {
+    let file = "idem-spelled.txt";
+    c.allow(&[file]);
+    let out = idem_replay_any_spelling_cells(c, file);
+    let _ = std::fs::remove_file(c.target.root.join(file));
+    out
+}
+
+/// `text` with every character spelled as a `\u` escape (ASCII text only).
+fn all_escaped(text: &str) -> String {
+    text.chars().map(|ch| format!("\\u{:04x}", ch as u32)).collect()
+}
+
+/// `frame` as a line whose compact payload is replaced by `payload` (raw JSON text).
+fn with_payload_text(frame: &Value, payload: &str) -> Option<String> {
+    let text = serde_json::to_string(frame).ok()?;
+    let compact = serde_json::to_string(&frame["payload"]).ok()?;
+    let line = text.replacen(&format!("\"payload\":{compact}"), &format!("\"payload\" : {payload}"), 1);
+    (line != text).then_some(line)
+}
+
+fn idem_replay_any_spelling_cells(c: &mut Ctx<'_>, file: &str) -> Outcome {
+    let mut conn = tryo!(c.bound());
+    let content = "first\n";
+    let call = req::write(file, content).create(true);
+    conn.send(&c.invoke("sp-1", "spelled-key", call.clone()));
+    let r1 = conn.recv_for("sp-1");
+    let Some(d1) = data(&r1).cloned() else { return Outcome::token(token(&r1)) };
+    let changed = b"changed by someone else";
+    if std::fs::write(c.target.root.join(file), changed).is_err() {
+        return Outcome::Error(format!("cannot change {file} between the write and its replay"));
+    }
+    let spelled = format!(
+        "{{ \"create\" : true , \"content\" : \"{}\" , \"path\" : \"{}\" }}",
+        all_escaped("first").to_string() + "\\n",
+        all_escaped(file)
+    );
+    let Some(line) = with_payload_text(&c.invoke("sp-2", "spelled-key", call), &spelled) else {
+        return Outcome::Error("harness: the payload of the replay was not in its invoke".into());
+    };
+    conn.send_raw(format!("{line}\n").as_bytes());
+    let r2 = conn.recv_for("sp-2");
+    let mut p = Vec::new();
+    let conflict = format!("error:{}", AdapterCode::IdempotencyConflict.as_str());
+    if token(&r2) == conflict {
+        p.push(
+            "the replay of a write under its key, the same payload with its members in reverse order, its strings \
+             \\u-escaped and spaces between the tokens, was answered idempotency_conflict: the fingerprint is of \
+             the canonical payload, so it is the same payload and its stored outcome must be replayed"
+                .into(),
+        );
+    } else if data(&r2) != Some(&d1) {
+        p.push(format!(
+            "the replay of a write in another spelling of the same payload answered `{}`, not the stored outcome",
+            token(&r2)
+        ));
+    }
+    if read_root(c, file) != changed {
+        p.push(format!("{file} was written again by the replay in another spelling: the write ran twice"));
+    }
+    if matches!(r2, Recv::Closed | Recv::Timeout) {
+        conn = tryo!(c.bound());
+    }
+    // Read-only: the same listing with maxEntries spelled 2.0 and its members reordered.
+    let list = req::list("sorted").max_entries(2);
+    conn.send(&c.invoke("sp-3", "spelled-list-key", list.clone()));
+    let r3 = conn.recv_for("sp-3");
+    if data(&r3).is_none() {
+        return Outcome::with(token(&r3), p);
+    }
+    let spelled = format!("{{\"maxEntries\": 2.0, \"path\": \"{}\"}}", all_escaped("sorted"));
+    let Some(line) = with_payload_text(&c.invoke("sp-4", "spelled-list-key", list), &spelled) else {
+        return Outcome::Error("harness: the payload of the listing was not in its invoke".into());
+    };
+    conn.send_raw(format!("{line}\n").as_bytes());
+    let r4 = conn.recv_for("sp-4");
+    if token(&r4) == conflict {
+        p.push(
+            "a listing repeated under its key with maxEntries 2 spelled 2.0 and its members reordered was answered \
+             idempotency_conflict: an integral number is an integer whatever its spelling, so it is the same \
+             payload (a read-only request may run again, never conflict)"
+                .into(),
+        );
+    } else if data(&r4) != data(&r3) {
+        p.push(format!(
+            "a listing repeated in another spelling of the same payload answered `{}`, not the same two entries",
+            token(&r4)
+        ));
+    }
+    Outcome::with(token(&r2), p)
+}
+
 /// PC-4.5 (audit gap 6): a mutating request's *failure* is its stored outcome too. Only a
 /// retryable failure (nothing kept) may run again; `digest_mismatch` and `already_exists` are
 /// not retryable, so the same key and payload under a new requestId replays them even after
@@ -4839,6 +5164,50 @@ fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
     not_reassembled(refused, !pieces.is_empty())
 }
 
+/// SHOULD (PC-4.5, as `adapter.secret.windowed-read`): fs.edit of the file holding the handle
+/// must not tell, answer by answer, which strings occur in it. Two edits of
+/// `secret/grant.json`, each with `newText` equal to its `oldText` (so an executed one changes
+/// no byte): one whose `oldText` is the handle's first third (it occurs once), one whose
+/// `oldText` occurs nowhere. Answered alike (the reference refuses both
+/// `capability_in_content`), they tell nothing; a replacement for the first and
+/// `edit_not_found` for the second tell that the piece is in the file, and so, probe by probe,
+/// the handle. A refusal of another kind is inconclusive.
+fn secret_edit_probe(c: &mut Ctx<'_>) -> Outcome {
+    let h = c.target.handle().to_string();
+    plant_secret(c);
+    c.allow(&["secret", "secret/grant.json"]);
+    let piece: String = h.chars().take((h.chars().count() / 3).max(1)).collect();
+    let absent = "pi-conform-absent-text";
+    let mut conn = tryo!(c.bound());
+    let mut answers = Vec::new();
+    for old in [piece.as_str(), absent] {
+        let r = c.call(&mut conn, req::edit("secret/grant.json", &[(old, old)]));
+        let t = token(&r);
+        let told = [
+            "result:ok".to_string(),
+            format!("error:{}", AdapterCode::EditNotFound.as_str()),
+            format!("error:{}", AdapterCode::EditAmbiguous.as_str()),
+            format!("error:{}", AdapterCode::CapabilityInContent.as_str()),
+        ];
+        if !told.contains(&t) {
+            return Outcome::Error(format!("inconclusive: an fs.edit of secret/grant.json was answered `{t}`"));
+        }
+        answers.push(t);
+    }
+    if answers[0] != answers[1] {
+        return Outcome::with(
+            "told",
+            vec![format!(
+                "fs.edit of secret/grant.json, which holds the handle, answered `{}` for an oldText that is a third of \
+                 the handle and `{}` for one that occurs nowhere: the answers tell which strings occur in the file, so \
+                 the handle can be had probe by probe; refuse every edit of a file holding it (capability_in_content)",
+                answers[0], answers[1]
+            )],
+        );
+    }
+    Outcome::token("not-told")
+}
+
 /// The outcome of a windowed secret case whose pieces did not give the handle back: it passes
 /// when the adapter answered windows or refused the file `capability_in_content`; any other
 /// refusal before a single window tested nothing (inconclusive).
@@ -4922,6 +5291,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.bind.wrong-adapter-version", judged!(bind_wrong_adapter_version)),
         ("adapter.bind.fit-check", judged!(bind_fit_check)),
         ("adapter.bind.escaped-spelling", judged!(bind_escaped_spelling)),
+        ("adapter.bind.number-spellings", judged!(bind_number_spellings)),
         ("adapter.bind.escaped-unknown-key", judged!(bind_escaped_unknown_key)),
         ("adapter.bind.malformed-operations-and-limits", judged!(bind_malformed_operations_and_limits)),
         ("adapter.invoke.unknown-frame-key", judged!(invoke_unknown_frame_key)),
@@ -5035,6 +5405,8 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.edit.sequential", judged!(edit_sequential)),
         ("adapter.edit.keeps-mode", judged!(edit_keeps_mode)),
         ("adapter.edit.grows-file", judged!(edit_grows_file)),
+        ("adapter.edit.large-file", judged!(edit_large_file)),
+        ("adapter.edit.memory-given-back", judged!(edit_memory_given_back)),
         ("adapter.edit.not-found", judged!(edit_not_found)),
         ("adapter.edit.ambiguous", judged!(edit_ambiguous)),
         ("adapter.edit.content-free-messages", judged!(edit_content_free_messages)),
@@ -5049,6 +5421,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.confine.swap-race", judged!(confine_swap_race)),
         ("adapter.limits.response-budget", judged!(limits_response_budget)),
         ("adapter.limits.response-budget-exact", judged!(limits_response_budget_exact)),
+        ("adapter.limits.response-budget-exact-match", judged!(limits_response_budget_exact_match)),
         ("adapter.limits.response-budget-escapes", judged!(limits_response_budget_escapes)),
         ("adapter.limits.busy-beyond-queue", judged!(limits_busy)),
         ("adapter.limits.never-busy-under-limit", judged!(limits_never_busy_under_limit)),
@@ -5060,6 +5433,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.abort.running-target", judged!(abort_running)),
         ("adapter.abort.queued-target", judged!(abort_queued)),
         ("adapter.idempotency.replay-write", judged!(idem_replay_write)),
+        ("adapter.idempotency.replay-any-spelling", judged!(idem_replay_any_spelling)),
         ("adapter.idempotency.replay-edit", judged!(idem_replay_edit)),
         ("adapter.idempotency.replay-failure", judged!(idem_replay_failure)),
         ("adapter.idempotency.conflict", judged!(idem_conflict)),
@@ -5080,6 +5454,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.entry-name", judged!(secret_list_name)),
         ("adapter.secret.search-match-path", judged!(secret_search_match_path)),
         ("adapter.secret.windowed-read", judged!(secret_windowed_read)),
+        ("adapter.secret.edit-probe", judged!(secret_edit_probe)),
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
