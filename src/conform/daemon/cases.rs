@@ -1407,8 +1407,12 @@ const BACKSTOP_TIMEOUT_MS: u64 = 1000;
 /// itself, even when the adapter neither answers `revoked` nor closes — and keeps sending bytes
 /// (a line of spaces it never finishes, one every 200 ms): activity on the connection must not
 /// put the backstop off. The daemon may wait for `revoked` within its own `requestTimeoutMs`
-/// (1 s here); the case allows twice that plus one step. The provoked state is confirmed:
-/// `close` answered ok, the probe still reading.
+/// (1 s here); the case allows twice that plus one step for its half-close (the probe's EOF),
+/// then the same again from that EOF, plus one trickle interval, for the socket to be closed
+/// (a trickled byte refused), so a daemon that closes near the end of its grace is never
+/// judged by when the probe's next byte happened to be due. The provoked state is confirmed:
+/// `close` answered ok, the probe still reading and able to trickle (a probe that cannot clone
+/// its socket to send the bytes makes the case inconclusive).
 fn revoke_closes_connection(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set_revoke_silent(true);
     let out = revoke_backstop(c);
@@ -1426,29 +1430,52 @@ fn revoke_backstop(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&r)
         ));
     }
-    let wait = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
-    let t = Instant::now();
-    if !ended_within(c, idx, wait) {
+    let grace = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
+    if !ended_within(c, idx, grace) {
         return Outcome::token("left-open");
     }
     // Its write half ended; the socket is closed once the probe's bytes are refused.
     loop {
-        if c.probe.seen().refused.iter().any(|(n, _)| *n == idx) {
-            return Outcome::token("closed");
+        let seen = c.probe.seen();
+        let now = Instant::now();
+        match backstop_verdict(&seen, idx, grace, now) {
+            Some(out) => return out,
+            None => std::thread::sleep(Duration::from_millis(20)),
         }
-        if t.elapsed() >= wait {
-            return Outcome::with(
-                "left-open-reading",
-                vec![format!(
-                    "the daemon ended its half of the adapter connection after revoke but went on reading the \
-                     adapter's bytes for {} ms: an adapter that keeps sending holds the socket open, so closing it is \
-                     no backstop",
-                    wait.as_millis()
-                )],
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
+}
+/// The close-backstop case's verdict on probe connection `idx` at `now`, once the daemon ended
+/// its half (`None`: wait on). Closed when a trickled byte was refused; inconclusive when the
+/// probe could not trickle; still reading once `grace` plus one trickle interval passed since
+/// the probe saw the EOF (the refusal of a byte shows at the next byte due after the close).
+fn backstop_verdict(seen: &super::probe::ProbeLog, idx: usize, grace: Duration, now: Instant) -> Option<Outcome> {
+    if seen.refused.iter().any(|(n, _)| *n == idx) {
+        return Some(Outcome::token("closed"));
+    }
+    if seen.drip_unavailable.contains(&idx) {
+        return Some(Outcome::Error(
+            "inconclusive: the probe could not clone its socket to keep sending bytes after revoke, so whether the \
+             daemon closed the socket (and not only its half) cannot be observed"
+                .into(),
+        ));
+    }
+    let eof = seen.ended.iter().find(|(n, _)| *n == idx).map(|(_, at)| *at)?;
+    let allowed = grace + super::probe::REVOKE_DRIP_EVERY;
+    let since = now.saturating_duration_since(eof);
+    if since < allowed {
+        return None;
+    }
+    Some(Outcome::with(
+        "left-open-reading",
+        vec![format!(
+            "the daemon ended its half of the adapter connection after revoke but went on reading the adapter's \
+             bytes for {} ms after that (allowed: {} ms and one {} ms trickle interval): an adapter that keeps \
+             sending holds the socket open, so closing it is no backstop",
+            since.as_millis(),
+            grace.as_millis(),
+            super::probe::REVOKE_DRIP_EVERY.as_millis()
+        )],
+    ))
 }
 /// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
 /// the old generation is in flight (its invoke reached the probe, which never answers it): the
@@ -6012,5 +6039,35 @@ mod tests {
         let ok = Recv::Frame(Peer::raw(json!({"ok": true, "data": {}})), Vec::new());
         assert_eq!(token(refusal(&ok, "invalid_field", Some("payload"))), "accepted");
         assert_eq!(token(refusal(&Recv::Timeout, "invalid_field", Some("payload"))), "timeout");
+    }
+
+    #[test]
+    fn the_close_backstop_is_timed_from_the_half_close_and_inconclusive_without_a_trickle() {
+        use super::super::probe::{ProbeLog, REVOKE_DRIP_EVERY};
+        let grace = Duration::from_millis(2000);
+        let t0 = Instant::now();
+        let eof = t0 + Duration::from_millis(1900);
+        let mut seen = ProbeLog { ended: vec![(3, eof)], ..ProbeLog::default() };
+        // No byte refused yet, within the grace from the EOF plus one trickle interval: wait on
+        // (the old budget, measured from before the EOF, had already run out here).
+        assert!(backstop_verdict(&seen, 3, grace, eof + grace + REVOKE_DRIP_EVERY / 2).is_none());
+        // The daemon closed near the end of the grace: the next byte due is refused.
+        seen.refused.push((3, eof + grace + REVOKE_DRIP_EVERY / 2));
+        assert_eq!(token(backstop_verdict(&seen, 3, grace, eof + grace + REVOKE_DRIP_EVERY).unwrap()), "closed");
+        // Still reading past the grace and one interval: the backstop failed.
+        let open = ProbeLog { ended: vec![(3, eof)], ..ProbeLog::default() };
+        match backstop_verdict(&open, 3, grace, eof + grace + REVOKE_DRIP_EVERY) {
+            Some(Outcome::Observed { token, problems }) => {
+                assert_eq!(token, "left-open-reading");
+                assert!(!problems.is_empty());
+            }
+            other => panic!("expected left-open-reading, got {other:?}"),
+        }
+        // Another connection's refusal says nothing about this one.
+        let other = ProbeLog { ended: vec![(3, eof)], refused: vec![(2, eof)], ..ProbeLog::default() };
+        assert!(backstop_verdict(&other, 3, grace, eof).is_none());
+        // A probe that could not clone its socket never trickled: inconclusive, never a failure.
+        let blind = ProbeLog { ended: vec![(3, eof)], drip_unavailable: vec![3], ..ProbeLog::default() };
+        assert!(matches!(backstop_verdict(&blind, 3, grace, eof + grace * 10), Some(Outcome::Error(_))));
     }
 }

@@ -125,6 +125,9 @@ pub struct ProbeLog {
     /// The connections on which a silent probe's bytes after `revoke` were refused (a write
     /// failed: the daemon closed the socket, not only its half), with when.
     pub refused: Vec<(usize, std::time::Instant)>,
+    /// The connections on which a silent probe could not send its bytes after `revoke` (its
+    /// socket could not be cloned for the trickle): whether the daemon refuses them is unknown.
+    pub drip_unavailable: Vec<usize>,
 }
 
 /// A running probe adapter.
@@ -144,8 +147,8 @@ pub struct Probe {
     /// When set, `revoke` is neither answered nor followed by a close: the probe keeps
     /// reading until the daemon ends the connection (the daemon's close backstop), and
     /// meanwhile trickles the bytes of a line it never finishes (one space every
-    /// [`REVOKE_DRIP_EVERY`], for at most [`REVOKE_DRIP_FOR`]): an adapter's activity must not
-    /// put that backstop off.
+    /// [`REVOKE_DRIP_EVERY`], for as long as the knob stays set and at most
+    /// [`REVOKE_DRIP_FOR`]): an adapter's activity must not put that backstop off.
     pub revoke_silent: Arc<AtomicBool>,
     /// Every capability handle the runner minted for this probe during the run, in order
     /// (`daemon.secrets.at-rest` looks for them where the daemon keeps its state).
@@ -302,8 +305,10 @@ const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
 
 /// How often a silent probe sends a byte after `revoke` ([`Probe::revoke_silent`]).
 pub const REVOKE_DRIP_EVERY: Duration = Duration::from_millis(200);
-/// How long a silent probe goes on sending bytes after `revoke`.
-pub const REVOKE_DRIP_FOR: Duration = Duration::from_secs(6);
+/// The longest a silent probe goes on sending bytes after `revoke`; it stops earlier when a
+/// write fails or the case clears [`Probe::revoke_silent`] (every case clears it when it ends,
+/// so that the trickle outlasts whatever wait the case allows at any `--time-scale`).
+pub const REVOKE_DRIP_FOR: Duration = Duration::from_secs(600);
 
 /// How a case wants the probe to answer (shared with [`Probe`], read per frame).
 struct Knobs {
@@ -617,20 +622,27 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                 if revoke_silent.load(Ordering::SeqCst) {
                     // Neither `revoked` nor a close: only the daemon can end this connection.
                     // Bytes keep coming (an unfinished line of spaces) until a write fails.
-                    if let Ok(mut drip) = w.try_clone() {
-                        let log = log.clone();
-                        std::thread::spawn(move || {
-                            let t = std::time::Instant::now();
-                            while t.elapsed() < REVOKE_DRIP_FOR {
-                                std::thread::sleep(REVOKE_DRIP_EVERY);
-                                if drip.write_all(b" ").is_err() {
-                                    if let Ok(mut l) = log.lock() {
-                                        l.refused.push((n, std::time::Instant::now()));
+                    match w.try_clone() {
+                        Ok(mut drip) => {
+                            let (log, on) = (log.clone(), revoke_silent.clone());
+                            std::thread::spawn(move || {
+                                let t = std::time::Instant::now();
+                                while t.elapsed() < REVOKE_DRIP_FOR && on.load(Ordering::SeqCst) {
+                                    std::thread::sleep(REVOKE_DRIP_EVERY);
+                                    if drip.write_all(b" ").is_err() {
+                                        if let Ok(mut l) = log.lock() {
+                                            l.refused.push((n, std::time::Instant::now()));
+                                        }
+                                        break;
                                     }
-                                    break;
                                 }
+                            });
+                        }
+                        Err(_) => {
+                            if let Ok(mut l) = log.lock() {
+                                l.drip_unavailable.push(n);
                             }
-                        });
+                        }
                     }
                     continue;
                 }
