@@ -331,6 +331,9 @@ faults! {
     /// status with a sessionId answers session_not_found for a resident session.
     SessionStatusNotFound = "session-status-not-found", "PC-2.5",
         "status with the sessionId of a resident session is answered session_not_found";
+    /// An open that creates a generation answers no session.
+    OpenSessionNull = "open-session-null", "PC-2.5",
+        "an open that creates a generation answers {created:true, session:null} instead of the session resource it opened";
     /// Tools added on a same-generation reopen are accepted.
     ToolsAddedOnReopen = "tools-added-on-reopen", "PC-3.4",
         "a live generation opened without tools and re-opened with a descriptor answers created:false instead of session_policy_conflict";

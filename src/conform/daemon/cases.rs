@@ -1670,8 +1670,18 @@ fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
 fn link_frames_after_revoke(c: &DCtx<'_>, link: usize) -> usize {
     c.probe.seen().frames.iter().filter(|(n, _)| *n == link).skip_while(|(_, f)| f["kind"] != "revoke").skip(1).count()
 }
+/// SPEC §3.4: re-opening a bound generation with the same policy answers `created:false`
+/// without binding again. SPEC §2.5: each successful open answers `{created, session}`, the
+/// session naming the `sessionId` and `generation` it opened — the first open's
+/// (`created:true`) and the re-open's alike, read through the contract's `PortableOpenData`.
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
-    let (d, _) = tryo!(open_bound(c, 1));
+    let d = tryo!(c.descriptor(1, None));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let first = tryo!(one(c, v));
+    if rtoken(&first) != "ok" {
+        return precondition_open(&first);
+    }
     let conns = c.probe.seen().connections;
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
@@ -1679,7 +1689,34 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     if c.probe.seen().connections != conns {
         p.push("a re-open at the same generation and policy rebound the adapter".into());
     }
+    p.extend(open_names_session(&first, "the first open", &c.session, 1));
+    if rtoken(&r) != "ok" {
+        return Outcome::with(rtoken(&r), p);
+    }
+    p.extend(open_names_session(&r, "the re-open", &c.session, 1));
     Outcome::with(format!("created:{}", data(&r)["created"]), p)
+}
+/// SPEC §2.5: the data of an open answered ok is `{created, session}`, its session naming
+/// `session_id` and `generation` (the contract's `PortableOpenData`); what breaks it, said of
+/// `what`. The session is `null` only when it was closed meanwhile, which no case here does.
+fn open_names_session(r: &Recv, what: &str, session_id: &str, generation: u64) -> Vec<String> {
+    let d = match serde_json::from_value::<protocol_v2::PortableOpenData>(data(r)) {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![format!("{what}'s data breaks the contract (PortableOpenData: {{created, session}}): {e}")]
+        }
+    };
+    match d.session {
+        None => vec![format!(
+            "{what} answered session: null although nothing closed the session: an open answers the session it \
+             opened ({{created, session}})"
+        )],
+        Some(s) if s.session_id != session_id || s.generation != generation => vec![format!(
+            "{what} of session {session_id} generation {generation} answered the session {} generation {}",
+            s.session_id, s.generation
+        )],
+        Some(_) => Vec::new(),
+    }
 }
 fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Close, InvokeMode::Normal);
