@@ -352,6 +352,9 @@ faults! {
     /// Timed-out and cancelled calls are not counted.
     TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
         "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// A call that times out while still queued is not counted.
+    QueuedTimeoutUncounted = "queued-timeout-uncounted", "PC-4.4",
+        "a call that times out while still queued (never sent) is not counted as timed out: the queue telemetry counts only the active calls that expired";
     /// A connection failure takes the calls it fails off the failed counter.
     TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
         "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";

@@ -751,7 +751,9 @@ impl AdapterRuntime {
                 if let Some(c) = self.calls.remove(id) {
                     self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
                 }
-                self.counters.timed_out += 1;
+                if !self.faults.has(DaemonFault::QueuedTimeoutUncounted) {
+                    self.counters.timed_out += 1;
+                }
                 let mut e = CallError::local(
                     DaemonCode::AdapterRequestTimeout.as_str(),
                     "the request timed out before it was sent",

@@ -2169,13 +2169,16 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
     let w = tryo!(c.wake_calls(1, &calls));
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
-    let (mut started_before_end, mut ended) = (0usize, false);
+    let (mut started_before_end, mut ended, mut ends) = (0usize, false, 0u64);
     loop {
         let r = conn.recv_within(c.target.step * 3);
         match r.frame() {
             Some(f) if f.kind() == Some("event") => match f["event"].as_str() {
                 Some("toolCallStart" | "toolStart") if !ended => started_before_end += 1,
-                Some("toolCallEnd" | "toolEnd") => ended = true,
+                Some("toolCallEnd" | "toolEnd") => {
+                    ended = true;
+                    ends += 1;
+                }
                 _ => {}
             },
             Some(f) if f.request_id() == Some(rid.as_str()) => break,
@@ -2239,7 +2242,36 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
             )],
         );
     }
-    Outcome::token("expired-from-admission")
+    // SPEC §4.4: every call the turn saw end timed out (the probe answered none, nothing
+    // aborted the turn, the connection stayed up), those that expired in the queue included.
+    // When the session's status carries queue telemetry, its timed-out counter counts them all.
+    let mut p = Vec::new();
+    if let Ok(r) = session_status(c) {
+        if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
+            let mut all = Vec::new();
+            numbers_under(t, &mut all);
+            match all.iter().filter(|(k, _)| k.starts_with("timedOut")).map(|(_, n)| *n).max() {
+                Some(n) if n >= ends => {}
+                Some(n) => p.push(format!(
+                    "the telemetry counts {n} timed-out calls after {ends} calls of the turn timed out (the probe \
+                     answered none; some expired while still queued): a call that times out in the queue is a \
+                     timed-out call too"
+                )),
+                None => p.push("the telemetry has no timed-out-calls counter (`timedOut…`)".into()),
+            }
+        }
+    }
+    Outcome::with("expired-from-admission", p)
+}
+/// The object of a status's data holding a `capacity` object: the session's queue telemetry,
+/// whatever it is called (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`).
+fn telemetry_holder(v: &Value) -> Option<&Value> {
+    match v {
+        Value::Object(m) if m.get("capacity").is_some_and(Value::is_object) => Some(v),
+        Value::Object(m) => m.values().find_map(telemetry_holder),
+        Value::Array(a) => a.iter().find_map(telemetry_holder),
+        _ => None,
+    }
 }
 /// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
 /// the EOF can end the queued calls in time.
@@ -3640,15 +3672,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     }
     let d = data(&r);
     // The object holding `capacity` is the telemetry.
-    fn holder(v: &Value) -> Option<&Value> {
-        match v {
-            Value::Object(m) if m.get("capacity").is_some_and(Value::is_object) => Some(v),
-            Value::Object(m) => m.values().find_map(holder),
-            Value::Array(a) => a.iter().find_map(holder),
-            _ => None,
-        }
-    }
-    let Some(t) = holder(&d) else {
+    let Some(t) = telemetry_holder(&d) else {
         return Outcome::with(
             "no-telemetry",
             vec![format!(
