@@ -169,6 +169,9 @@ faults! {
     /// Invokes carry an extra key.
     InvokeExtraKey = "invoke-extra-key", "PC-4.2",
         "invoke frames carry an extra toolCallId key (not a closed frame)";
+    /// A socket error on the adapter connection does not fail it.
+    IoErrorIgnored = "io-error-ignored", "PC-4.3",
+        "a socket error on the adapter connection (a write the adapter no longer reads: it shut its reading half) does not fail the connection: the call fails only at requestTimeoutMs and later invokes are written into the dead socket";
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";

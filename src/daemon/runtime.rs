@@ -721,6 +721,9 @@ impl AdapterRuntime {
 
     /// The socket failed (read or write).
     pub fn handle_io_error(&mut self, _now: Instant) {
+        if self.faults.has(DaemonFault::IoErrorIgnored) {
+            return;
+        }
         self.fail(DaemonCode::AdapterConnectionFailed.as_str());
     }
 

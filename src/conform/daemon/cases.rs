@@ -2273,6 +2273,91 @@ fn telemetry_holder(v: &Value) -> Option<&Value> {
         _ => None,
     }
 }
+/// `requestTimeoutMs` of the write-error case: far longer than the case allows for a call to
+/// fail, so that only the socket error can end it in time.
+const WRITE_ERROR_TIMEOUT_MS: u64 = 8000;
+
+/// SPEC §4.3 (lifecycle): a socket error fails the whole adapter connection
+/// (`adapter_connection_failed`), a write error as much as a read error. The probe answers
+/// `bound`, then shuts its reading half and holds the socket open without reading or closing:
+/// the daemon meets the error only when it writes the next frame, the invoke of a wake's one
+/// tool call. That call must fail at once — the wake is answered in less than half of
+/// `requestTimeoutMs` (8 s) — and nothing reconnects: a later wake's call neither opens a new
+/// connection to the adapter nor waits for its timeout. The provoked state is confirmed: the
+/// probe shut its reading half, this platform makes such a write fail (Linux: `EPIPE`), and the
+/// turn started a tool call.
+fn tools_write_error_fails(c: &mut DCtx<'_>) -> Outcome {
+    let out = write_error_fails(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn write_error_fails(c: &mut DCtx<'_>) -> Outcome {
+    if !super::probe::write_fails_after_peer_shut_read() {
+        return Outcome::Error(
+            "inconclusive: on this platform a write to a socket whose peer shut its reading half does not fail, so \
+             the probe cannot provoke a write error"
+                .into(),
+        );
+    }
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(WRITE_ERROR_TIMEOUT_MS))));
+    c.probe.set(BoundMode::ShutReadAfterBound, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    let link = c.probe.seen().connections.saturating_sub(1);
+    let t = Instant::now();
+    while !c.probe.seen().shut_read.contains(&link) {
+        if t.elapsed() >= c.target.step {
+            return Outcome::Error(
+                "inconclusive: the probe could not shut the reading half of its connection after bound".into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let wait = Duration::from_millis(WRITE_ERROR_TIMEOUT_MS) * 2;
+    let budget = Duration::from_millis(WRITE_ERROR_TIMEOUT_MS / 2);
+    let first = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": "."}))], wait));
+    if first.resp.frame().is_some() && first.ends().is_empty() && first.started_before_first_end() == 0 {
+        return Outcome::Error(format!(
+            "inconclusive: the wake was answered {} without starting a tool call, so nothing was written to the \
+             adapter",
+            rtoken(&first.resp)
+        ));
+    }
+    let mut p = Vec::new();
+    if first.resp.frame().is_none() {
+        p.push(format!(
+            "the wake was not answered ({}) after its call's invoke could not be written",
+            rtoken(&first.resp)
+        ));
+    } else if first.took >= budget {
+        p.push(format!(
+            "the wake was answered only {} ms after it was sent: the write of its call's invoke failed (the adapter \
+             shut its reading half), which fails the adapter connection and its calls at once, not at \
+             requestTimeoutMs ({WRITE_ERROR_TIMEOUT_MS} ms)",
+            first.took.as_millis()
+        ));
+    }
+    // No reconnect, and no later call waiting on the dead connection.
+    let conns = c.probe.seen().connections;
+    let later = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": "."}))], wait));
+    if c.probe.seen().connections != conns {
+        p.push(
+            "after the adapter connection failed, a later call of that session connected to the adapter again".into(),
+        );
+    }
+    if later.resp.frame().is_none() || later.took >= budget {
+        p.push(format!(
+            "a later wake of the session was answered {} after {} ms: once the adapter connection failed, its calls \
+             fail at once (nothing is written to the dead connection)",
+            rtoken(&later.resp),
+            later.took.as_millis()
+        ));
+    }
+    Outcome::with(if p.is_empty() { "failed-at-once" } else { "waited" }, p)
+}
 /// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
 /// the EOF can end the queued calls in time.
 const EOF_TIMEOUT_MS: u64 = 8000;
@@ -5957,6 +6042,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.concurrency-limit", tools_concurrency_limit),
         ("daemon.tools.queue-wait-counts-toward-timeout", tools_queue_wait_counts),
         ("daemon.tools.eof-fails-queued-calls", tools_eof_fails_queued),
+        ("daemon.tools.write-error-fails-connection", tools_write_error_fails),
         ("daemon.tools.abort-capacity", tools_abort_capacity),
         ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
         ("daemon.tools.path-empty-refused", path_empty),
