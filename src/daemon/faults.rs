@@ -361,6 +361,9 @@ faults! {
     /// A connection failure takes the calls it fails off the failed counter.
     TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
         "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";
+    /// Refused and completed calls are taken off their counters.
+    TelemetryCallsWrap = "telemetry-calls-wrap", "PC-4.4",
+        "a call refused at admission or completed is taken off the queue telemetry's rejected / completed counter instead of added to it: both wrap to nearly 2^64";
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";

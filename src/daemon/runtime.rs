@@ -441,7 +441,11 @@ impl AdapterRuntime {
         match &r {
             Ok(_) => self.counters.accepted += 1,
             Err(e) => {
-                self.counters.rejected += 1;
+                if self.faults.has(DaemonFault::TelemetryCallsWrap) {
+                    self.counters.rejected = self.counters.rejected.wrapping_sub(1);
+                } else {
+                    self.counters.rejected += 1;
+                }
                 self.last_refusal = Some(e.code.clone());
             }
         }
@@ -905,7 +909,11 @@ impl AdapterRuntime {
                 self.latency.entry(c.op).or_default().record(now.saturating_duration_since(at));
             }
             let outcome = if v["ok"] == Value::Bool(true) {
-                self.counters.completed += 1;
+                if self.faults.has(DaemonFault::TelemetryCallsWrap) {
+                    self.counters.completed = self.counters.completed.wrapping_sub(1);
+                } else {
+                    self.counters.completed += 1;
+                }
                 Ok(v["data"].clone())
             } else {
                 self.counters.failed += 1;

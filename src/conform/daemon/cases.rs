@@ -2101,6 +2101,12 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         );
     }
     if invokes == allowed && refused.len() >= extra {
+        // SPEC §4.4: the refusals are counted, not taken off a counter.
+        if let Ok(r) = session_status(c) {
+            if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
+                p.extend(telemetry_counters_bounded(t));
+            }
+        }
         return Outcome::with("refused-before-write", p);
     }
     if refused.is_empty() && invokes == calls.len() {
@@ -2242,26 +2248,54 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
             )],
         );
     }
-    // SPEC §4.4: every call the turn saw end timed out (the probe answered none, nothing
-    // aborted the turn, the connection stayed up), those that expired in the queue included.
-    // When the session's status carries queue telemetry, its timed-out counter counts them all.
+    // SPEC §4.4: the probe answered none of the calls, nothing aborted the turn and the
+    // connection stayed up, so every call the turn saw end either timed out — those that
+    // expired still queued included — or never got a slot: refused at admission (the
+    // telemetry's `rejected…` counter) or cancelled by the daemon itself (`cancelled…`). When
+    // the session's status carries queue telemetry, its timed-out counter (`timedOut…`) counts
+    // at least the rest.
     let mut p = Vec::new();
     if let Ok(r) = session_status(c) {
         if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
             let mut all = Vec::new();
             numbers_under(t, &mut all);
-            match all.iter().filter(|(k, _)| k.starts_with("timedOut")).map(|(_, n)| *n).max() {
-                Some(n) if n >= ends => {}
+            let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
+            let not_timed = counter("rejected").unwrap_or(0).saturating_add(counter("cancelled").unwrap_or(0));
+            let want = ends.saturating_sub(not_timed);
+            match counter("timedOut") {
+                Some(n) if n >= want => {}
                 Some(n) => p.push(format!(
-                    "the telemetry counts {n} timed-out calls after {ends} calls of the turn timed out (the probe \
-                     answered none; some expired while still queued): a call that times out in the queue is a \
-                     timed-out call too"
+                    "the telemetry counts {n} timed-out calls after {want} of the turn's {ends} calls timed out (the \
+                     probe answered none; {not_timed} were refused or cancelled; some expired while still queued): a \
+                     call that times out in the queue is a timed-out call too"
                 )),
                 None => p.push("the telemetry has no timed-out-calls counter (`timedOut…`)".into()),
             }
         }
     }
     Outcome::with("expired-from-admission", p)
+}
+/// The most calls a telemetry counter may count in the cases that read one: far more than any
+/// of them makes (at most eight), far less than a counter that wrapped below zero.
+const TELEMETRY_COUNTER_BOUND: u64 = 64;
+
+/// SPEC §4.4: the queue telemetry's call counters (`accepted…`, `completed…`, `failed…`,
+/// `rejected…`, `cancelled…`, `timedOut…`) count calls, so after a case that made a handful of
+/// calls none exceeds [`TELEMETRY_COUNTER_BOUND`]: a counter a call was taken off instead of
+/// added to wraps to nearly 2^64. What breaks it, said of the telemetry `t`.
+fn telemetry_counters_bounded(t: &Value) -> Vec<String> {
+    let mut all = Vec::new();
+    numbers_under(t, &mut all);
+    let prefixes = ["accepted", "completed", "failed", "rejected", "cancelled", "timedOut"];
+    all.iter()
+        .filter(|(k, n)| prefixes.iter().any(|p| k.starts_with(p)) && *n > TELEMETRY_COUNTER_BOUND)
+        .map(|(k, n)| {
+            format!(
+                "the queue telemetry's counter `{k}` is {n} after the session made at most eight calls: a call \
+                 counter wrapped (a call taken off it instead of counted)"
+            )
+        })
+        .collect()
 }
 /// The object of a status's data holding a `capacity` object: the session's queue telemetry,
 /// whatever it is called (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`).
@@ -3811,6 +3845,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             }
         }
     }
+    p.extend(telemetry_counters_bounded(t));
     // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
     // `saturation`). At most two of 1 + 7 slots were ever used, and none is now.
     let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
