@@ -2796,6 +2796,24 @@ pub struct OpenedEventData {
     ///A new generation.
     pub created: bool,
 }
+///Portable daemon data (not on any validation path; open): what every daemon's open answer holds (SPEC 2.5): created, and the session (null only when it was closed meanwhile). The runner reads another daemon's open answer through it; OpenData is this project's fuller shape.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct PortableOpenData {
+    ///A new generation was opened.
+    pub created: bool,
+    ///The session (null when it was closed meanwhile).
+    #[serde(deserialize_with = "::std::option::Option::deserialize")]
+    pub session: ::std::option::Option<PortableSession>,
+}
+///Portable daemon data (not on any validation path; open): what a session resource in another daemon's answer must name, whatever else it holds (SPEC 2.5): its session id and generation. This project's SessionResource and Pi Daemon 0.3.3's session snapshot both carry them.
+#[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
+pub struct PortableSession {
+    ///Generation.
+    pub generation: u64,
+    ///Session id.
+    #[serde(rename = "sessionId")]
+    pub session_id: ::std::string::String,
+}
 ///Pi Daemon envelope protocol v2: commands, responses, events and handshake data. Outer envelopes are forward tolerant; the tools policy and the descriptor are closed.
 #[derive(::serde::Deserialize, ::serde::Serialize, Clone, Debug)]
 #[serde(untagged)]

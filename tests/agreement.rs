@@ -177,6 +177,8 @@ const DAEMON_DATA_DEFS: &[&str] = &[
     "SessionTools",
     "SessionResource",
     "OpenData",
+    "PortableSession",
+    "PortableOpenData",
     "SessionStatusData",
     "ToolCallEntry",
     "TurnResult",

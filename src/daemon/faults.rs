@@ -169,6 +169,9 @@ faults! {
     /// Invokes carry an extra key.
     InvokeExtraKey = "invoke-extra-key", "PC-4.2",
         "invoke frames carry an extra toolCallId key (not a closed frame)";
+    /// A socket error on the adapter connection does not fail it.
+    IoErrorIgnored = "io-error-ignored", "PC-4.3",
+        "a socket error on the adapter connection (a write the adapter no longer reads: it shut its reading half) does not fail the connection: the call fails only at requestTimeoutMs and later invokes are written into the dead socket";
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";
@@ -331,6 +334,9 @@ faults! {
     /// status with a sessionId answers session_not_found for a resident session.
     SessionStatusNotFound = "session-status-not-found", "PC-2.5",
         "status with the sessionId of a resident session is answered session_not_found";
+    /// An open that creates a generation answers no session.
+    OpenSessionNull = "open-session-null", "PC-2.5",
+        "an open that creates a generation answers {created:true, session:null} instead of the session resource it opened";
     /// Tools added on a same-generation reopen are accepted.
     ToolsAddedOnReopen = "tools-added-on-reopen", "PC-3.4",
         "a live generation opened without tools and re-opened with a descriptor answers created:false instead of session_policy_conflict";
@@ -349,9 +355,15 @@ faults! {
     /// Timed-out and cancelled calls are not counted.
     TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
         "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
+    /// A call that times out while still queued is not counted.
+    QueuedTimeoutUncounted = "queued-timeout-uncounted", "PC-4.4",
+        "a call that times out while still queued (never sent) is not counted as timed out: the queue telemetry counts only the active calls that expired";
     /// A connection failure takes the calls it fails off the failed counter.
     TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
         "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";
+    /// Refused and completed calls are taken off their counters.
+    TelemetryCallsWrap = "telemetry-calls-wrap", "PC-4.4",
+        "a call refused at admission or completed is taken off the queue telemetry's rejected / completed counter instead of added to it: both wrap to nearly 2^64";
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";

@@ -507,7 +507,8 @@ impl Host {
             Some(&open.request_id),
             data(&protocol_v2::OpenedEventData { created: true }),
         );
-        Ok(data(&protocol_v2::OpenData { created: true, session: self.core().resource(&sid) }))
+        let session = if self.faults.has(DaemonFault::OpenSessionNull) { None } else { self.core().resource(&sid) };
+        Ok(data(&protocol_v2::OpenData { created: true, session }))
     }
 
     /// One more wake key journaled for `sid`: raise its record's high-water mark.

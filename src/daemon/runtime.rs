@@ -441,7 +441,11 @@ impl AdapterRuntime {
         match &r {
             Ok(_) => self.counters.accepted += 1,
             Err(e) => {
-                self.counters.rejected += 1;
+                if self.faults.has(DaemonFault::TelemetryCallsWrap) {
+                    self.counters.rejected = self.counters.rejected.wrapping_sub(1);
+                } else {
+                    self.counters.rejected += 1;
+                }
                 self.last_refusal = Some(e.code.clone());
             }
         }
@@ -721,6 +725,9 @@ impl AdapterRuntime {
 
     /// The socket failed (read or write).
     pub fn handle_io_error(&mut self, _now: Instant) {
+        if self.faults.has(DaemonFault::IoErrorIgnored) {
+            return;
+        }
         self.fail(DaemonCode::AdapterConnectionFailed.as_str());
     }
 
@@ -751,7 +758,9 @@ impl AdapterRuntime {
                 if let Some(c) = self.calls.remove(id) {
                     self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
                 }
-                self.counters.timed_out += 1;
+                if !self.faults.has(DaemonFault::QueuedTimeoutUncounted) {
+                    self.counters.timed_out += 1;
+                }
                 let mut e = CallError::local(
                     DaemonCode::AdapterRequestTimeout.as_str(),
                     "the request timed out before it was sent",
@@ -900,7 +909,11 @@ impl AdapterRuntime {
                 self.latency.entry(c.op).or_default().record(now.saturating_duration_since(at));
             }
             let outcome = if v["ok"] == Value::Bool(true) {
-                self.counters.completed += 1;
+                if self.faults.has(DaemonFault::TelemetryCallsWrap) {
+                    self.counters.completed = self.counters.completed.wrapping_sub(1);
+                } else {
+                    self.counters.completed += 1;
+                }
                 Ok(v["data"].clone())
             } else {
                 self.counters.failed += 1;

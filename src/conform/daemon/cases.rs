@@ -1407,8 +1407,12 @@ const BACKSTOP_TIMEOUT_MS: u64 = 1000;
 /// itself, even when the adapter neither answers `revoked` nor closes — and keeps sending bytes
 /// (a line of spaces it never finishes, one every 200 ms): activity on the connection must not
 /// put the backstop off. The daemon may wait for `revoked` within its own `requestTimeoutMs`
-/// (1 s here); the case allows twice that plus one step. The provoked state is confirmed:
-/// `close` answered ok, the probe still reading.
+/// (1 s here); the case allows twice that plus one step for its half-close (the probe's EOF),
+/// then the same again from that EOF, plus one trickle interval, for the socket to be closed
+/// (a trickled byte refused), so a daemon that closes near the end of its grace is never
+/// judged by when the probe's next byte happened to be due. The provoked state is confirmed:
+/// `close` answered ok, the probe still reading and able to trickle (a probe that cannot clone
+/// its socket to send the bytes makes the case inconclusive).
 fn revoke_closes_connection(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set_revoke_silent(true);
     let out = revoke_backstop(c);
@@ -1426,29 +1430,52 @@ fn revoke_backstop(c: &mut DCtx<'_>) -> Outcome {
             rtoken(&r)
         ));
     }
-    let wait = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
-    let t = Instant::now();
-    if !ended_within(c, idx, wait) {
+    let grace = Duration::from_millis(BACKSTOP_TIMEOUT_MS * 2) + c.target.step;
+    if !ended_within(c, idx, grace) {
         return Outcome::token("left-open");
     }
     // Its write half ended; the socket is closed once the probe's bytes are refused.
     loop {
-        if c.probe.seen().refused.iter().any(|(n, _)| *n == idx) {
-            return Outcome::token("closed");
+        let seen = c.probe.seen();
+        let now = Instant::now();
+        match backstop_verdict(&seen, idx, grace, now) {
+            Some(out) => return out,
+            None => std::thread::sleep(Duration::from_millis(20)),
         }
-        if t.elapsed() >= wait {
-            return Outcome::with(
-                "left-open-reading",
-                vec![format!(
-                    "the daemon ended its half of the adapter connection after revoke but went on reading the \
-                     adapter's bytes for {} ms: an adapter that keeps sending holds the socket open, so closing it is \
-                     no backstop",
-                    wait.as_millis()
-                )],
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
+}
+/// The close-backstop case's verdict on probe connection `idx` at `now`, once the daemon ended
+/// its half (`None`: wait on). Closed when a trickled byte was refused; inconclusive when the
+/// probe could not trickle; still reading once `grace` plus one trickle interval passed since
+/// the probe saw the EOF (the refusal of a byte shows at the next byte due after the close).
+fn backstop_verdict(seen: &super::probe::ProbeLog, idx: usize, grace: Duration, now: Instant) -> Option<Outcome> {
+    if seen.refused.iter().any(|(n, _)| *n == idx) {
+        return Some(Outcome::token("closed"));
+    }
+    if seen.drip_unavailable.contains(&idx) {
+        return Some(Outcome::Error(
+            "inconclusive: the probe could not clone its socket to keep sending bytes after revoke, so whether the \
+             daemon closed the socket (and not only its half) cannot be observed"
+                .into(),
+        ));
+    }
+    let eof = seen.ended.iter().find(|(n, _)| *n == idx).map(|(_, at)| *at)?;
+    let allowed = grace + super::probe::REVOKE_DRIP_EVERY;
+    let since = now.saturating_duration_since(eof);
+    if since < allowed {
+        return None;
+    }
+    Some(Outcome::with(
+        "left-open-reading",
+        vec![format!(
+            "the daemon ended its half of the adapter connection after revoke but went on reading the adapter's \
+             bytes for {} ms after that (allowed: {} ms and one {} ms trickle interval): an adapter that keeps \
+             sending holds the socket open, so closing it is no backstop",
+            since.as_millis(),
+            grace.as_millis(),
+            super::probe::REVOKE_DRIP_EVERY.as_millis()
+        )],
+    ))
 }
 /// SPEC §3.4 and §4.3 (lifecycle): a higher generation replaces the session while a call of
 /// the old generation is in flight (its invoke reached the probe, which never answers it): the
@@ -1643,8 +1670,18 @@ fn close_in_flight(c: &mut DCtx<'_>) -> Outcome {
 fn link_frames_after_revoke(c: &DCtx<'_>, link: usize) -> usize {
     c.probe.seen().frames.iter().filter(|(n, _)| *n == link).skip_while(|(_, f)| f["kind"] != "revoke").skip(1).count()
 }
+/// SPEC §3.4: re-opening a bound generation with the same policy answers `created:false`
+/// without binding again. SPEC §2.5: each successful open answers `{created, session}`, the
+/// session naming the `sessionId` and `generation` it opened — the first open's
+/// (`created:true`) and the re-open's alike, read through the contract's `PortableOpenData`.
 fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
-    let (d, _) = tryo!(open_bound(c, 1));
+    let d = tryo!(c.descriptor(1, None));
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let first = tryo!(one(c, v));
+    if rtoken(&first) != "ok" {
+        return precondition_open(&first);
+    }
     let conns = c.probe.seen().connections;
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
@@ -1652,7 +1689,34 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     if c.probe.seen().connections != conns {
         p.push("a re-open at the same generation and policy rebound the adapter".into());
     }
+    p.extend(open_names_session(&first, "the first open", &c.session, 1));
+    if rtoken(&r) != "ok" {
+        return Outcome::with(rtoken(&r), p);
+    }
+    p.extend(open_names_session(&r, "the re-open", &c.session, 1));
     Outcome::with(format!("created:{}", data(&r)["created"]), p)
+}
+/// SPEC §2.5: the data of an open answered ok is `{created, session}`, its session naming
+/// `session_id` and `generation` (the contract's `PortableOpenData`); what breaks it, said of
+/// `what`. The session is `null` only when it was closed meanwhile, which no case here does.
+fn open_names_session(r: &Recv, what: &str, session_id: &str, generation: u64) -> Vec<String> {
+    let d = match serde_json::from_value::<protocol_v2::PortableOpenData>(data(r)) {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![format!("{what}'s data breaks the contract (PortableOpenData: {{created, session}}): {e}")]
+        }
+    };
+    match d.session {
+        None => vec![format!(
+            "{what} answered session: null although nothing closed the session: an open answers the session it \
+             opened ({{created, session}})"
+        )],
+        Some(s) if s.session_id != session_id || s.generation != generation => vec![format!(
+            "{what} of session {session_id} generation {generation} answered the session {} generation {}",
+            s.session_id, s.generation
+        )],
+        Some(_) => Vec::new(),
+    }
 }
 fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Close, InvokeMode::Normal);
@@ -2037,6 +2101,12 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         );
     }
     if invokes == allowed && refused.len() >= extra {
+        // SPEC §4.4: the refusals are counted, not taken off a counter.
+        if let Ok(r) = session_status(c) {
+            if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
+                p.extend(telemetry_counters_bounded(t));
+            }
+        }
         return Outcome::with("refused-before-write", p);
     }
     if refused.is_empty() && invokes == calls.len() {
@@ -2105,13 +2175,16 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
     let w = tryo!(c.wake_calls(1, &calls));
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
-    let (mut started_before_end, mut ended) = (0usize, false);
+    let (mut started_before_end, mut ended, mut ends) = (0usize, false, 0u64);
     loop {
         let r = conn.recv_within(c.target.step * 3);
         match r.frame() {
             Some(f) if f.kind() == Some("event") => match f["event"].as_str() {
                 Some("toolCallStart" | "toolStart") if !ended => started_before_end += 1,
-                Some("toolCallEnd" | "toolEnd") => ended = true,
+                Some("toolCallEnd" | "toolEnd") => {
+                    ended = true;
+                    ends += 1;
+                }
                 _ => {}
             },
             Some(f) if f.request_id() == Some(rid.as_str()) => break,
@@ -2175,7 +2248,149 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
             )],
         );
     }
-    Outcome::token("expired-from-admission")
+    // SPEC §4.4: the probe answered none of the calls, nothing aborted the turn and the
+    // connection stayed up, so every call the turn saw end either timed out — those that
+    // expired still queued included — or never got a slot: refused at admission (the
+    // telemetry's `rejected…` counter) or cancelled by the daemon itself (`cancelled…`). When
+    // the session's status carries queue telemetry, its timed-out counter (`timedOut…`) counts
+    // at least the rest.
+    let mut p = Vec::new();
+    if let Ok(r) = session_status(c) {
+        if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
+            let mut all = Vec::new();
+            numbers_under(t, &mut all);
+            let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
+            let not_timed = counter("rejected").unwrap_or(0).saturating_add(counter("cancelled").unwrap_or(0));
+            let want = ends.saturating_sub(not_timed);
+            match counter("timedOut") {
+                Some(n) if n >= want => {}
+                Some(n) => p.push(format!(
+                    "the telemetry counts {n} timed-out calls after {want} of the turn's {ends} calls timed out (the \
+                     probe answered none; {not_timed} were refused or cancelled; some expired while still queued): a \
+                     call that times out in the queue is a timed-out call too"
+                )),
+                None => p.push("the telemetry has no timed-out-calls counter (`timedOut…`)".into()),
+            }
+        }
+    }
+    Outcome::with("expired-from-admission", p)
+}
+/// The most calls a telemetry counter may count in the cases that read one: far more than any
+/// of them makes (at most eight), far less than a counter that wrapped below zero.
+const TELEMETRY_COUNTER_BOUND: u64 = 64;
+
+/// SPEC §4.4: the queue telemetry's call counters (`accepted…`, `completed…`, `failed…`,
+/// `rejected…`, `cancelled…`, `timedOut…`) count calls, so after a case that made a handful of
+/// calls none exceeds [`TELEMETRY_COUNTER_BOUND`]: a counter a call was taken off instead of
+/// added to wraps to nearly 2^64. What breaks it, said of the telemetry `t`.
+fn telemetry_counters_bounded(t: &Value) -> Vec<String> {
+    let mut all = Vec::new();
+    numbers_under(t, &mut all);
+    let prefixes = ["accepted", "completed", "failed", "rejected", "cancelled", "timedOut"];
+    all.iter()
+        .filter(|(k, n)| prefixes.iter().any(|p| k.starts_with(p)) && *n > TELEMETRY_COUNTER_BOUND)
+        .map(|(k, n)| {
+            format!(
+                "the queue telemetry's counter `{k}` is {n} after the session made at most eight calls: a call \
+                 counter wrapped (a call taken off it instead of counted)"
+            )
+        })
+        .collect()
+}
+/// The object of a status's data holding a `capacity` object: the session's queue telemetry,
+/// whatever it is called (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`).
+fn telemetry_holder(v: &Value) -> Option<&Value> {
+    match v {
+        Value::Object(m) if m.get("capacity").is_some_and(Value::is_object) => Some(v),
+        Value::Object(m) => m.values().find_map(telemetry_holder),
+        Value::Array(a) => a.iter().find_map(telemetry_holder),
+        _ => None,
+    }
+}
+/// `requestTimeoutMs` of the write-error case: far longer than the case allows for a call to
+/// fail, so that only the socket error can end it in time.
+const WRITE_ERROR_TIMEOUT_MS: u64 = 8000;
+
+/// SPEC §4.3 (lifecycle): a socket error fails the whole adapter connection
+/// (`adapter_connection_failed`), a write error as much as a read error. The probe answers
+/// `bound`, then shuts its reading half and holds the socket open without reading or closing:
+/// the daemon meets the error only when it writes the next frame, the invoke of a wake's one
+/// tool call. That call must fail at once — the wake is answered in less than half of
+/// `requestTimeoutMs` (8 s) — and nothing reconnects: a later wake's call neither opens a new
+/// connection to the adapter nor waits for its timeout. The provoked state is confirmed: the
+/// probe shut its reading half, this platform makes such a write fail (Linux: `EPIPE`), and the
+/// turn started a tool call.
+fn tools_write_error_fails(c: &mut DCtx<'_>) -> Outcome {
+    let out = write_error_fails(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn write_error_fails(c: &mut DCtx<'_>) -> Outcome {
+    if !super::probe::write_fails_after_peer_shut_read() {
+        return Outcome::Error(
+            "inconclusive: on this platform a write to a socket whose peer shut its reading half does not fail, so \
+             the probe cannot provoke a write error"
+                .into(),
+        );
+    }
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(WRITE_ERROR_TIMEOUT_MS))));
+    c.probe.set(BoundMode::ShutReadAfterBound, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return precondition_open(&r);
+    }
+    let link = c.probe.seen().connections.saturating_sub(1);
+    let t = Instant::now();
+    while !c.probe.seen().shut_read.contains(&link) {
+        if t.elapsed() >= c.target.step {
+            return Outcome::Error(
+                "inconclusive: the probe could not shut the reading half of its connection after bound".into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let wait = Duration::from_millis(WRITE_ERROR_TIMEOUT_MS) * 2;
+    let budget = Duration::from_millis(WRITE_ERROR_TIMEOUT_MS / 2);
+    let first = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": "."}))], wait));
+    if first.resp.frame().is_some() && first.ends().is_empty() && first.started_before_first_end() == 0 {
+        return Outcome::Error(format!(
+            "inconclusive: the wake was answered {} without starting a tool call, so nothing was written to the \
+             adapter",
+            rtoken(&first.resp)
+        ));
+    }
+    let mut p = Vec::new();
+    if first.resp.frame().is_none() {
+        p.push(format!(
+            "the wake was not answered ({}) after its call's invoke could not be written",
+            rtoken(&first.resp)
+        ));
+    } else if first.took >= budget {
+        p.push(format!(
+            "the wake was answered only {} ms after it was sent: the write of its call's invoke failed (the adapter \
+             shut its reading half), which fails the adapter connection and its calls at once, not at \
+             requestTimeoutMs ({WRITE_ERROR_TIMEOUT_MS} ms)",
+            first.took.as_millis()
+        ));
+    }
+    // No reconnect, and no later call waiting on the dead connection.
+    let conns = c.probe.seen().connections;
+    let later = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": "."}))], wait));
+    if c.probe.seen().connections != conns {
+        p.push(
+            "after the adapter connection failed, a later call of that session connected to the adapter again".into(),
+        );
+    }
+    if later.resp.frame().is_none() || later.took >= budget {
+        p.push(format!(
+            "a later wake of the session was answered {} after {} ms: once the adapter connection failed, its calls \
+             fail at once (nothing is written to the dead connection)",
+            rtoken(&later.resp),
+            later.took.as_millis()
+        ));
+    }
+    Outcome::with(if p.is_empty() { "failed-at-once" } else { "waited" }, p)
 }
 /// `requestTimeoutMs` of the adapter-EOF case: far longer than the case waits, so that only
 /// the EOF can end the queued calls in time.
@@ -3576,15 +3791,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     }
     let d = data(&r);
     // The object holding `capacity` is the telemetry.
-    fn holder(v: &Value) -> Option<&Value> {
-        match v {
-            Value::Object(m) if m.get("capacity").is_some_and(Value::is_object) => Some(v),
-            Value::Object(m) => m.values().find_map(holder),
-            Value::Array(a) => a.iter().find_map(holder),
-            _ => None,
-        }
-    }
-    let Some(t) = holder(&d) else {
+    let Some(t) = telemetry_holder(&d) else {
         return Outcome::with(
             "no-telemetry",
             vec![format!(
@@ -3638,6 +3845,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             }
         }
     }
+    p.extend(telemetry_counters_bounded(t));
     // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
     // `saturation`). At most two of 1 + 7 slots were ever used, and none is now.
     let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
@@ -5869,6 +6077,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.concurrency-limit", tools_concurrency_limit),
         ("daemon.tools.queue-wait-counts-toward-timeout", tools_queue_wait_counts),
         ("daemon.tools.eof-fails-queued-calls", tools_eof_fails_queued),
+        ("daemon.tools.write-error-fails-connection", tools_write_error_fails),
         ("daemon.tools.abort-capacity", tools_abort_capacity),
         ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
         ("daemon.tools.path-empty-refused", path_empty),
@@ -6012,5 +6221,35 @@ mod tests {
         let ok = Recv::Frame(Peer::raw(json!({"ok": true, "data": {}})), Vec::new());
         assert_eq!(token(refusal(&ok, "invalid_field", Some("payload"))), "accepted");
         assert_eq!(token(refusal(&Recv::Timeout, "invalid_field", Some("payload"))), "timeout");
+    }
+
+    #[test]
+    fn the_close_backstop_is_timed_from_the_half_close_and_inconclusive_without_a_trickle() {
+        use super::super::probe::{ProbeLog, REVOKE_DRIP_EVERY};
+        let grace = Duration::from_millis(2000);
+        let t0 = Instant::now();
+        let eof = t0 + Duration::from_millis(1900);
+        let mut seen = ProbeLog { ended: vec![(3, eof)], ..ProbeLog::default() };
+        // No byte refused yet, within the grace from the EOF plus one trickle interval: wait on
+        // (the old budget, measured from before the EOF, had already run out here).
+        assert!(backstop_verdict(&seen, 3, grace, eof + grace + REVOKE_DRIP_EVERY / 2).is_none());
+        // The daemon closed near the end of the grace: the next byte due is refused.
+        seen.refused.push((3, eof + grace + REVOKE_DRIP_EVERY / 2));
+        assert_eq!(token(backstop_verdict(&seen, 3, grace, eof + grace + REVOKE_DRIP_EVERY).unwrap()), "closed");
+        // Still reading past the grace and one interval: the backstop failed.
+        let open = ProbeLog { ended: vec![(3, eof)], ..ProbeLog::default() };
+        match backstop_verdict(&open, 3, grace, eof + grace + REVOKE_DRIP_EVERY) {
+            Some(Outcome::Observed { token, problems }) => {
+                assert_eq!(token, "left-open-reading");
+                assert!(!problems.is_empty());
+            }
+            other => panic!("expected left-open-reading, got {other:?}"),
+        }
+        // Another connection's refusal says nothing about this one.
+        let other = ProbeLog { ended: vec![(3, eof)], refused: vec![(2, eof)], ..ProbeLog::default() };
+        assert!(backstop_verdict(&other, 3, grace, eof).is_none());
+        // A probe that could not clone its socket never trickled: inconclusive, never a failure.
+        let blind = ProbeLog { ended: vec![(3, eof)], drip_unavailable: vec![3], ..ProbeLog::default() };
+        assert!(matches!(backstop_verdict(&blind, 3, grace, eof + grace * 10), Some(Outcome::Error(_))));
     }
 }

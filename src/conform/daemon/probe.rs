@@ -37,6 +37,10 @@ pub enum BoundMode {
     Close,
     /// Never answer.
     Silence,
+    /// The exact echo, then the probe shuts its reading half (every later write of the daemon
+    /// fails) and holds the connection open without reading while this mode stays set (at
+    /// most [`SHUT_READ_HOLD`]): a socket error the daemon meets only when it writes.
+    ShutReadAfterBound,
 }
 
 /// How the probe answers `invoke`.
@@ -125,6 +129,12 @@ pub struct ProbeLog {
     /// The connections on which a silent probe's bytes after `revoke` were refused (a write
     /// failed: the daemon closed the socket, not only its half), with when.
     pub refused: Vec<(usize, std::time::Instant)>,
+    /// The connections on which a silent probe could not send its bytes after `revoke` (its
+    /// socket could not be cloned for the trickle): whether the daemon refuses them is unknown.
+    pub drip_unavailable: Vec<usize>,
+    /// The connections whose reading half the probe shut after `bound`
+    /// ([`BoundMode::ShutReadAfterBound`]).
+    pub shut_read: Vec<usize>,
 }
 
 /// A running probe adapter.
@@ -144,8 +154,8 @@ pub struct Probe {
     /// When set, `revoke` is neither answered nor followed by a close: the probe keeps
     /// reading until the daemon ends the connection (the daemon's close backstop), and
     /// meanwhile trickles the bytes of a line it never finishes (one space every
-    /// [`REVOKE_DRIP_EVERY`], for at most [`REVOKE_DRIP_FOR`]): an adapter's activity must not
-    /// put that backstop off.
+    /// [`REVOKE_DRIP_EVERY`], for as long as the knob stays set and at most
+    /// [`REVOKE_DRIP_FOR`]): an adapter's activity must not put that backstop off.
     pub revoke_silent: Arc<AtomicBool>,
     /// Every capability handle the runner minted for this probe during the run, in order
     /// (`daemon.secrets.at-rest` looks for them where the daemon keeps its state).
@@ -302,8 +312,25 @@ const MAX_BIND_LINE: usize = 4 * 1024 * 1024;
 
 /// How often a silent probe sends a byte after `revoke` ([`Probe::revoke_silent`]).
 pub const REVOKE_DRIP_EVERY: Duration = Duration::from_millis(200);
-/// How long a silent probe goes on sending bytes after `revoke`.
-pub const REVOKE_DRIP_FOR: Duration = Duration::from_secs(6);
+/// The longest a silent probe goes on sending bytes after `revoke`; it stops earlier when a
+/// write fails or the case clears [`Probe::revoke_silent`] (every case clears it when it ends,
+/// so that the trickle outlasts whatever wait the case allows at any `--time-scale`).
+pub const REVOKE_DRIP_FOR: Duration = Duration::from_secs(600);
+
+/// The longest a probe holds a connection whose reading half it shut
+/// ([`BoundMode::ShutReadAfterBound`]); it lets go earlier when the case changes the mode.
+pub const SHUT_READ_HOLD: Duration = Duration::from_secs(600);
+
+/// Whether, on this platform, a write to a Unix stream socket whose peer shut its reading
+/// half fails (Linux: `EPIPE`). Without it [`BoundMode::ShutReadAfterBound`] provokes no socket
+/// error at all, and a case relying on one is inconclusive.
+pub fn write_fails_after_peer_shut_read() -> bool {
+    let Ok((mut a, b)) = UnixStream::pair() else { return false };
+    if b.shutdown(std::net::Shutdown::Read).is_err() {
+        return false;
+    }
+    a.write_all(b"x").is_err()
+}
 
 /// How a case wants the probe to answer (shared with [`Probe`], read per frame).
 struct Knobs {
@@ -402,7 +429,7 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                 }
                 match bmode {
                     // The exact echo, from the generated type when the bind was valid.
-                    BoundMode::Exact => {
+                    BoundMode::Exact | BoundMode::ShutReadAfterBound => {
                         if let Some(t) = binding.as_ref().filter(|_| valid_bind).and_then(typed_bound) {
                             b = t;
                         }
@@ -429,6 +456,23 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                 }
                 if !send(&mut w, &b) {
                     return;
+                }
+                if bmode == BoundMode::ShutReadAfterBound {
+                    // Hold the socket without reading (a read would see EOF at once, and
+                    // letting go would close it): only the daemon's next write fails.
+                    if w.shutdown(std::net::Shutdown::Read).is_ok() {
+                        if let Ok(mut l) = log.lock() {
+                            l.shut_read.push(n);
+                        }
+                    }
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < SHUT_READ_HOLD
+                        && bound.lock().map(|b| *b == BoundMode::ShutReadAfterBound).unwrap_or(false)
+                    {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    probe_stopped = true;
+                    break;
                 }
             }
             Some("invoke") => {
@@ -617,20 +661,27 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                 if revoke_silent.load(Ordering::SeqCst) {
                     // Neither `revoked` nor a close: only the daemon can end this connection.
                     // Bytes keep coming (an unfinished line of spaces) until a write fails.
-                    if let Ok(mut drip) = w.try_clone() {
-                        let log = log.clone();
-                        std::thread::spawn(move || {
-                            let t = std::time::Instant::now();
-                            while t.elapsed() < REVOKE_DRIP_FOR {
-                                std::thread::sleep(REVOKE_DRIP_EVERY);
-                                if drip.write_all(b" ").is_err() {
-                                    if let Ok(mut l) = log.lock() {
-                                        l.refused.push((n, std::time::Instant::now()));
+                    match w.try_clone() {
+                        Ok(mut drip) => {
+                            let (log, on) = (log.clone(), revoke_silent.clone());
+                            std::thread::spawn(move || {
+                                let t = std::time::Instant::now();
+                                while t.elapsed() < REVOKE_DRIP_FOR && on.load(Ordering::SeqCst) {
+                                    std::thread::sleep(REVOKE_DRIP_EVERY);
+                                    if drip.write_all(b" ").is_err() {
+                                        if let Ok(mut l) = log.lock() {
+                                            l.refused.push((n, std::time::Instant::now()));
+                                        }
+                                        break;
                                     }
-                                    break;
                                 }
+                            });
+                        }
+                        Err(_) => {
+                            if let Ok(mut l) = log.lock() {
+                                l.drip_unavailable.push(n);
                             }
-                        });
+                        }
                     }
                     continue;
                 }
@@ -670,5 +721,14 @@ impl Drop for DaemonEnded {
                 l.ended.push((self.n, std::time::Instant::now()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_write_to_a_peer_that_shut_its_reading_half_fails_on_linux() {
+        assert!(super::write_fails_after_peer_shut_read());
     }
 }
