@@ -854,7 +854,7 @@ pub fn accept_adapter_output(line: &[u8], binding: &Binding) -> Option<FrameKind
 
 /// `adapter_output::data_obligation` finds nothing in the data `d` of a successful result.
 fn obligations_ok(op: ToolOperation, d: &Obj<'_>) -> bool {
-    use super::adapter_output::{first_out_of_order, first_unsorted, is_real_time};
+    use super::data_order::{first_out_of_order, first_unsorted, is_real_time};
     let real_time = |o: &Obj<'_>| o.opt(key!("modifiedAt"), Obj::str, is_real_time);
     match op {
         ToolOperation::FsRead => d.int(key!("bytesRead")) == d.str_len(key!("content")).map(|n| n as u64),
