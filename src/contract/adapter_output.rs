@@ -221,15 +221,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-
-    fn base(name: &str) -> Value {
-        let path = format!("{}/vectors/bases/{name}.json", env!("CARGO_MANIFEST_DIR"));
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-    }
-
-    fn binding() -> Binding {
-        Binding::new(serde_json::from_value(base("bind")).unwrap())
-    }
+    use crate::contract::frame::tests::{base, binding};
 
     /// The worked example's result, for `op` with `data`, judged as an adapter's output.
     fn judged(op: &str, data: Value) -> Result<(JudgedFrame, AdapterFrame), OutputError> {

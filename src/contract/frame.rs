@@ -913,17 +913,17 @@ fn typed_decode(value: &Value) -> Result<AdapterFrame, FrameError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::contract::descriptor::{admit_descriptor, ExpectedBinding};
     use serde_json::json;
 
-    fn base(name: &str) -> Value {
+    pub(crate) fn base(name: &str) -> Value {
         let path = format!("{}/vectors/bases/{name}.json", env!("CARGO_MANIFEST_DIR"));
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
-    fn binding() -> Binding {
+    pub(crate) fn binding() -> Binding {
         let exp = ExpectedBinding { host_instance_id: "host-019f", session_id: "agent-a", generation: 2 };
         Binding::from(&admit_descriptor(&base("descriptor"), Some(&exp)).unwrap())
     }
