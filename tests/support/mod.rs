@@ -228,11 +228,14 @@ impl Client {
         let _ = self.stream.write_all(bytes);
     }
 
-    /// The next line as JSON, or None on EOF.
+    /// The next line as JSON, or None on EOF. A reset is the peer's close too: an adapter that
+    /// closes a connection (revoked, replaced) before reading what the client had already sent
+    /// resets it (AF_UNIX: `ECONNRESET` once the lines it wrote before are read).
     pub fn recv(&mut self) -> Option<Value> {
         let mut line = Vec::new();
         match self.reader.read_until(b'\n', &mut line) {
             Ok(0) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && line.is_empty() => None,
             Ok(_) => {
                 self.received.extend_from_slice(&line);
                 Some(serde_json::from_slice(&line).unwrap_or_else(|e| panic!("adapter sent invalid JSON ({e})")))
