@@ -291,7 +291,7 @@ impl<L: LinkState + Clone> HostCore<L> {
                 },
             );
         }
-        let (mut failed, mut indeterminate) = (0, 0);
+        let (mut failed, mut indeterminate) = (0, 0usize);
         let mut wake_writes = Vec::new();
         for mut w in loaded.wakes {
             if w.state == "accepted" && faults.has(DaemonFault::AcceptedWakeRequeued) {
@@ -319,6 +319,9 @@ impl<L: LinkState + Clone> HostCore<L> {
                     if !faults.has(DaemonFault::IndeterminateNotCounted) {
                         indeterminate += 1;
                     }
+                }
+                "indeterminate" if faults.has(DaemonFault::IndeterminateCountWraps) => {
+                    indeterminate = indeterminate.wrapping_sub(1)
                 }
                 "indeterminate" if !faults.has(DaemonFault::IndeterminateForgottenOnSecondRestart) => {
                     indeterminate += 1

@@ -358,6 +358,9 @@ faults! {
     /// A call that times out while still queued is not counted.
     QueuedTimeoutUncounted = "queued-timeout-uncounted", "PC-4.4",
         "a call that times out while still queued (never sent) is not counted as timed out: the queue telemetry counts only the active calls that expired";
+    /// A call that times out while still queued is taken off the timed-out counter.
+    QueuedTimeoutWraps = "queued-timeout-wraps", "PC-4.4",
+        "a call that times out while still queued (never sent) is taken off the queue telemetry's timed-out counter instead of added to it: it wraps to nearly 2^64";
     /// A connection failure takes the calls it fails off the failed counter.
     TelemetryFailedWraps = "telemetry-failed-wraps", "PC-4.4",
         "when the adapter connection fails, the queue telemetry's failed counter is decremented by the calls it fails instead of incremented: it wraps to nearly 2^64";
@@ -367,6 +370,9 @@ faults! {
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";
+    /// The queue never reads as saturated.
+    TelemetryNeverSaturated = "telemetry-never-saturated", "PC-4.4",
+        "the queue telemetry never reports the queue saturated, even while the active and queued calls fill maxConcurrentRequests and maxQueuedRequests";
     /// A settled wake key runs again.
     WakeKeyReruns = "wake-key-reruns", "PC-2.5",
         "a wake under a settled key with the same payload runs the turn again instead of replaying its journaled outcome";
@@ -389,6 +395,9 @@ faults! {
     /// A wake already indeterminate at a restart is not counted again.
     IndeterminateForgottenOnSecondRestart = "indeterminate-forgotten-on-second-restart", "PC-6",
         "a wake already indeterminate when the host restarts again is not counted: after a second restart the host reports ready:true without any reconciliation";
+    /// A wake already indeterminate at a restart is taken off the count.
+    IndeterminateCountWraps = "indeterminate-count-wraps", "PC-6",
+        "a wake already indeterminate at a restart is taken off the recovery's indeterminate count instead of counted: the count wraps to nearly 2^64 (the host still reports ready:false)";
     /// An accepted wake found at a restart is recovered as if it had been queued.
     AcceptedWakeRequeued = "accepted-wake-requeued", "PC-6",
         "a wake accepted before a restart is recovered as a queued one (failed tool_adapter_reprovision_required, not indeterminate): the same wake is answered that code instead of request_indeterminate and the host is ready";

@@ -758,7 +758,9 @@ impl AdapterRuntime {
                 if let Some(c) = self.calls.remove(id) {
                     self.queue_wait.entry(c.op).or_default().record(now.saturating_duration_since(c.admitted));
                 }
-                if !self.faults.has(DaemonFault::QueuedTimeoutUncounted) {
+                if self.faults.has(DaemonFault::QueuedTimeoutWraps) {
+                    self.counters.timed_out = self.counters.timed_out.wrapping_sub(1);
+                } else if !self.faults.has(DaemonFault::QueuedTimeoutUncounted) {
                     self.counters.timed_out += 1;
                 }
                 let mut e = CallError::local(
@@ -1012,6 +1014,7 @@ impl AdapterRuntime {
         let full = self.active.len() + self.queue.len()
             >= (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
         // Under the fault the queue reads as saturated whenever the binding is live.
+        let full = full && !self.faults.has(DaemonFault::TelemetryNeverSaturated);
         let saturated =
             (full || self.faults.has(DaemonFault::TelemetrySaturatedWhenIdle)) && self.state == State::Bound;
         let summary = |s: Option<&Summary>| {

@@ -1970,6 +1970,36 @@ fn find_key<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
 /// floor(600 / 20))) = 30, a value the clamp does not produce.
 const CAPACITY_TIMEOUT_MS: u64 = 600;
 
+/// Whether a queue telemetry `t` reports the queue saturated: a flag (`saturated`), or an
+/// object whose `active` says it (Pi Daemon 0.3.3's `saturation`).
+fn saturated_of(t: &Value) -> bool {
+    ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
+        Some(Value::Bool(b)) => *b,
+        Some(o @ Value::Object(_)) => o["active"] == true,
+        _ => false,
+    })
+}
+
+/// The session's queue telemetry read while the first invoke on `link` is held at the probe:
+/// whether it reports the queue saturated. `None` (not judged) when no invoke came within a
+/// step, the status carried no queue telemetry, or that invoke was aborted before the status
+/// was answered (the held state is not confirmed).
+fn saturation_while_held(c: &mut DCtx<'_>, link: usize) -> Option<bool> {
+    let t = Instant::now();
+    while link_frames(c, link, "invoke").is_empty() {
+        if t.elapsed() >= c.target.step {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = session_status(c).ok()?;
+    if !link_frames(c, link, "abort").is_empty() {
+        return None;
+    }
+    let d = (rtoken(&r) == "ok").then(|| data(&r))?;
+    telemetry_holder(&d).map(saturated_of)
+}
+
 /// `requestTimeoutMs` of the queue-wait case: long enough that a loaded machine's delays stay
 /// well inside the half timeout of slack the case allows.
 const QUEUE_WAIT_TIMEOUT_MS: u64 = 1000;
@@ -2014,6 +2044,9 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     let w = tryo!(c.wake_calls(1, &calls));
     let rid = w["requestId"].as_str().unwrap_or("").to_string();
     conn.send(&w);
+    // SPEC §4.4 (saturation): while the one slot is taken (maxQueuedRequests 0) the queue is
+    // full, and the session's status read then reports it saturated.
+    let saturation = saturation_while_held(c, link);
     let mut events = Vec::new();
     let resp = loop {
         let r = conn.recv_within(c.target.step * 3);
@@ -2101,6 +2134,14 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         );
     }
     if invokes == allowed && refused.len() >= extra {
+        if saturation == Some(false) {
+            p.push(
+                "the session's status, read while the one call maxConcurrentRequests 1 and maxQueuedRequests 0 allow \
+                 was held at the adapter (the queue full), does not report the queue saturated (a `saturated` flag, \
+                 or `saturation.active`)"
+                    .into(),
+            );
+        }
         // SPEC §4.4: the refusals are counted, not taken off a counter.
         if let Ok(r) = session_status(c) {
             if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
@@ -2271,6 +2312,8 @@ fn concurrency_limit(c: &mut DCtx<'_>, timing: bool) -> Outcome {
                 )),
                 None => p.push("the telemetry has no timed-out-calls counter (`timedOut…`)".into()),
             }
+            // A call that expired in the queue is added to the counter, not taken off it.
+            p.extend(telemetry_counters_bounded(t));
         }
     }
     Outcome::with("expired-from-admission", p)
@@ -3848,12 +3891,7 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     p.extend(telemetry_counters_bounded(t));
     // Saturation: a flag (`saturated`), or an object whose `active` says it (0.3.3's
     // `saturation`). At most two of 1 + 7 slots were ever used, and none is now.
-    let saturated = ["saturated", "saturation"].iter().any(|k| match t.get(*k) {
-        Some(Value::Bool(b)) => *b,
-        Some(o @ Value::Object(_)) => o["active"] == true,
-        _ => false,
-    });
-    if saturated {
+    if saturated_of(t) {
         p.push(format!(
             "the telemetry reports the queue saturated with nothing in flight (at most two of maxConcurrentRequests 1 \
              + maxQueuedRequests 7 were ever used): {}",
@@ -5261,6 +5299,11 @@ fn readiness(c: &mut DCtx<'_>) -> Result<(Option<bool>, String), Outcome> {
 /// The held call's `requestTimeoutMs`: longer than the case.
 const HELD_TIMEOUT_MS: u64 = 120_000;
 
+/// The most indeterminate records a recovery counter may count after
+/// `daemon.restart.accepted-wake-indeterminate` on a host that was ready before it (it leaves
+/// one): far less than a count that wrapped below zero.
+const RECOVERY_COUNT_BOUND: u64 = 64;
+
 /// How long a reprovisioned binding is watched for a replayed call.
 const REPLAY_WATCH: Duration = Duration::from_millis(500);
 
@@ -5337,6 +5380,24 @@ fn restart_accepted_wake_indeterminate(c: &mut DCtx<'_>) -> Outcome {
     not_ready(&mut p, "after the reprovisioning open and the refused retry,", tryo!(readiness(c)));
     tryo!(c.restart());
     not_ready(&mut p, "after a second restart", tryo!(readiness(c)));
+    if judged {
+        // SPEC §2.4: the recovery counters count records. The host was ready before the case
+        // (no indeterminate work), and the case left one indeterminate wake.
+        let hs = tryo!(c.handshake(None));
+        let r = tryo!(one(c, hs));
+        let mut all = Vec::new();
+        let host = data(&r);
+        numbers_under(&host["host"]["recovery"], &mut all);
+        for (k, n) in all.into_iter().filter(|(k, _)| k.to_ascii_lowercase().contains("indeterminate")) {
+            if n > RECOVERY_COUNT_BOUND {
+                p.push(format!(
+                    "after a second restart host.recovery counts {n} under `{k}` when the case left one indeterminate \
+                     wake on a host that was ready before it: the count wrapped (a record taken off it instead of \
+                     counted)"
+                ));
+            }
+        }
+    }
     if !p.is_empty() {
         return Outcome::with("replayed-or-ready", p);
     }
