@@ -796,6 +796,41 @@ pub(crate) fn search_prefix_as_sent(sent: &str, mut data: Value) -> Value {
     data
 }
 
+/// [`Fault::WriteDigestOfPrevious`]: the bytes of the regular file at `path` before a write
+/// (empty when there is none; never a FIFO or device, which would block or be endless; at most
+/// 8 MiB).
+pub(crate) fn previous_version(dir: &Path, path: &str) -> Vec<u8> {
+    use std::io::Read;
+    let p = dir.join(path);
+    if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(&p).and_then(|f| f.take(8 << 20).read_to_end(&mut bytes));
+    if read.is_err() {
+        bytes.clear();
+    }
+    bytes
+}
+
+/// [`Fault::SearchPathsRelativeToSearched`]: the match paths of a search of the directory
+/// `sent` (not the root) made relative to it.
+pub(crate) fn search_paths_relative_to_searched(sent: &str, mut data: Value) -> Value {
+    let dir = sent.strip_suffix('/').unwrap_or(sent);
+    if dir.is_empty() || dir == "." {
+        return data;
+    }
+    if let Some(a) = data["matches"].as_array_mut() {
+        for m in a {
+            let path = m["path"].as_str().unwrap_or_default();
+            if let Some(rel) = path.strip_prefix(dir).and_then(|r| r.strip_prefix('/')) {
+                m["path"] = rel.to_string().into();
+            }
+        }
+    }
+    data
+}
+
 /// [`Fault::BudgetCutNotTruncated`]: a listing (`items` = `entries` or `matches`) with fewer
 /// items than the request's maximum (`max` = `maxEntries` / `maxResults`, default 1000) was cut
 /// by the response budget, not by the maximum: it says `truncated:false`.

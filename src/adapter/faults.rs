@@ -436,6 +436,19 @@ faults! {
     /// fs.write of an existing file truncates it and writes in place, slowly.
     WriteInPlace = "write-in-place", "PC-5.3.write",
         "fs.write of an existing file truncates it and writes it in place in slow chunks (not atomic)";
+    // ---- what a result says about its invoke (contract::answer, judged on every result)
+    /// fs.write counts `bytesWritten` in characters (Unicode scalar values), not UTF-8 bytes.
+    WriteBytesAsChars = "write-bytes-as-chars", "PC-5.3.write",
+        "fs.write reports bytesWritten as the content's count of characters, not of UTF-8 bytes";
+    /// fs.write reports the digest of the version it replaced (empty when it created the file).
+    WriteDigestOfPrevious = "write-digest-of-previous", "PC-5.3.write",
+        "fs.write reports the SHA-256 of the version it replaced (of nothing for a new file), not of the new bytes";
+    /// fs.edit reports one replacement whatever the number of edits.
+    EditReplacementsOne = "edit-replacements-one", "PC-5.3.edit",
+        "fs.edit reports replacements:1 whatever the number of edits applied";
+    /// fs.search of a directory gives match paths relative to that directory, not to the root.
+    SearchPathsRelativeToSearched = "search-paths-relative-to-searched", "PC-5.3.search",
+        "fs.search of a subdirectory gives match paths relative to it, not root-relative";
 }
 
 /// Why `--fault` is refused by a build without the `faults` feature.

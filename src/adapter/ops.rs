@@ -85,6 +85,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if op == ToolOperation::FsEdit && faults.has(Fault::EditGrowthRefused) && broken::edit_outgrows_file(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }
+    // The version an fs.write replaces, for WriteDigestOfPrevious (read before the write).
+    let previous = (op == ToolOperation::FsWrite && faults.has(Fault::WriteDigestOfPrevious))
+        .then(|| broken::previous_version(dir, path));
     let mut out = match run(root, job, faults) {
         Err(e)
             if e.code == AdapterCode::InvalidPath && faults.has(Fault::DotdotAllowed) && broken::has_dotdot(path) =>
@@ -273,6 +276,19 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         }
         ToolOperation::FsEdit if faults.has(Fault::EditResetsMode) => broken::reset_mode(dir, job),
         _ => {}
+    }
+    if op == ToolOperation::FsWrite && faults.has(Fault::WriteBytesAsChars) {
+        let content = job.payload.get("content").and_then(Value::as_str).unwrap_or_default();
+        data["bytesWritten"] = content.chars().count().into();
+    }
+    if let Some(previous) = previous {
+        data["digest"] = crate::contract::answer::content_digest(&previous).into();
+    }
+    if op == ToolOperation::FsEdit && faults.has(Fault::EditReplacementsOne) {
+        data["replacements"] = 1.into();
+    }
+    if op == ToolOperation::FsSearch && faults.has(Fault::SearchPathsRelativeToSearched) {
+        data = broken::search_paths_relative_to_searched(path, data);
     }
     Ok(data)
 }

@@ -19,7 +19,8 @@
 //!   schema's pattern admits month 13).
 //!
 //! Rules that need the exchange (which invoke a result answers, `bound` first) are the
-//! runner's, not a single frame's.
+//! runner's, not a single frame's; what a result's data must say about its invoke is spelled
+//! in [`super::answer`].
 
 use serde_json::Value;
 

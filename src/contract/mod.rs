@@ -37,5 +37,6 @@ pub use record::{
 pub mod adapter_error;
 pub use adapter_error::{AdapterCode, AdapterError};
 pub mod adapter_output;
+pub mod answer;
 pub mod data_order;
 pub use adapter_output::{adapter_output_passes, judge_adapter_output};

@@ -46,16 +46,10 @@ use crate::contract::{AdapterCode, AdapterError, ToolPath};
 pub use cancel::Cancel;
 pub use guard::{handle_fingerprint, scan_work, GrantDigests, Guard, MINTED_HANDLE_LEN};
 
-/// Default `maxEntries` of `fs.list` (SPEC §5.3).
-pub const DEFAULT_MAX_ENTRIES: u64 = 1000;
-/// Default `maxResults` of `fs.search` (SPEC §5.3).
-pub const DEFAULT_MAX_RESULTS: u64 = 1000;
+/// The defaults and bounds of SPEC §5.2–5.3, spelled in the contract.
+pub use crate::contract::answer::{DEFAULT_MAX_ENTRIES, DEFAULT_MAX_RESULTS, MAX_MATCH_TEXT_CHARS, MAX_READ_BYTES};
 /// Largest `maxEntries` / `maxResults` (SPEC §5.2).
 pub const MAX_ITEMS: u64 = 10_000;
-/// Largest `maxBytes` of `fs.read`, also its default (SPEC §5.2).
-pub const MAX_READ_BYTES: u64 = 4 * 1024 * 1024;
-/// Longest line, in characters, returned whole as a search match `text` (SPEC §5.3).
-pub const MAX_MATCH_TEXT_CHARS: usize = 4096;
 /// Largest file `fs.edit` loads into memory; a larger one is refused with
 /// `invalid_request` (the result of an edit is rewritten whole).
 pub const MAX_EDIT_FILE_BYTES: u64 = 64 * 1024 * 1024;

@@ -8,7 +8,9 @@
 //! binding — the `bind` this connection sent, or the descriptor's when none was sent or it
 //! could not be read — and then through the exchange rules (PC-4.3, PC-4.5): `bound` first and
 //! once, each `result` answering one outstanding invoke with its `idempotencyKey` and
-//! `operation`, no result after `aborted:true`, each `aborted` answering an abort. A violation is
+//! `operation` and keeping what its data must say about that invoke ([`answer_obligation`]:
+//! `maxBytes`, `maxEntries`, `maxResults`, the searched path, a write's content and flags, an
+//! edit's count), no result after `aborted:true`, each `aborted` answering an abort. A violation is
 //! recorded with its clause; the case fails on it whatever it was testing.
 
 use std::cell::RefCell;
@@ -18,7 +20,8 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use crate::contract::adapter_output::{judge_adapter_output, Rule};
-use crate::contract::frame::{parse_bind_request, Binding, Direction};
+use crate::contract::answer::answer_obligation;
+use crate::contract::frame::{parse_adapter_frame, parse_bind_request, Binding, Direction};
 use crate::contract::types::tool_adapter::AdapterFrame;
 use crate::contract::{parse_host_record, Code, ContractError, HostRecord};
 use crate::wire::decode_strict;
@@ -204,14 +207,24 @@ pub struct FrameJudge {
     bind: Option<Binding>,
     bind_sent: bool,
     bound_seen: bool,
-    /// Invokes sent and not answered: `(requestId, idempotencyKey, operation)`.
-    pending: Vec<(String, String, String)>,
+    /// Invokes sent and not answered.
+    pending: Vec<Pending>,
     /// Aborts sent and not answered: `(requestId, targetRequestId)`.
     aborts: Vec<(String, String)>,
     /// Targets answered `aborted:true`.
     aborted: BTreeSet<String>,
     violations: Rc<RefCell<Vec<String>>>,
     findings: Option<Rc<RefCell<Vec<Finding>>>>,
+}
+
+/// An invoke sent and not answered: its `requestId`, `idempotencyKey` and `operation` as sent,
+/// and its generated type when the contract accepts it (a daemon could have sent it), for the
+/// rules a result must keep about its invoke ([`answer_obligation`]).
+struct Pending {
+    id: String,
+    key: String,
+    op: String,
+    invoke: Option<Box<AdapterFrame>>,
 }
 
 /// One violation, structured (what `pi-conform watch` reports; the runner reads the text).
@@ -296,7 +309,7 @@ impl FrameJudge {
 
     /// Whether an invoke with this `requestId` was sent and is not answered yet.
     pub fn is_pending(&self, request_id: &str) -> bool {
-        self.pending.iter().any(|(r, _, _)| r == request_id)
+        self.pending.iter().any(|p| p.id == request_id)
     }
 
     fn binding(&self) -> &Binding {
@@ -313,7 +326,10 @@ impl FrameJudge {
                 self.bind_sent = true;
                 self.bind = parse_bind_request(line, usize::MAX).ok();
             }
-            Some("invoke") => self.pending.push((s("requestId"), s("idempotencyKey"), s("operation"))),
+            Some("invoke") => {
+                let invoke = parse_adapter_frame(line, self.binding(), Direction::ToAdapter).ok().map(Box::new);
+                self.pending.push(Pending { id: s("requestId"), key: s("idempotencyKey"), op: s("operation"), invoke })
+            }
             Some("abort") => self.aborts.push((s("requestId"), s("targetRequestId"))),
             _ => {}
         }
@@ -418,9 +434,18 @@ impl FrameJudge {
         match kind {
             "result" => {
                 let id = s(f.request_id());
-                match self.pending.iter().position(|(r, _, _)| *r == id) {
+                match self.pending.iter().position(|p| p.id == id) {
                     Some(i) => {
-                        let (_, key, op) = self.pending.remove(i);
+                        let Pending { key, op, invoke, .. } = self.pending.remove(i);
+                        if let Some((clause, field, message)) = invoke.and_then(|i| answer_obligation(&i, f)) {
+                            self.found(
+                                clause,
+                                Code::AdapterProtocolInvalid,
+                                &field,
+                                Some(&id),
+                                format!("the result for `{id}` does not answer its invoke: {message} at `{field}`"),
+                            );
+                        }
                         let echoed = f.operation().map(|o| o.to_string()).unwrap_or_default();
                         if key != s(f.idempotency_key()) || op != echoed {
                             self.found(
@@ -465,7 +490,7 @@ impl FrameJudge {
                     ),
                 }
                 if f.aborted() == Some(true) {
-                    match self.pending.iter().position(|(r, _, _)| *r == target) {
+                    match self.pending.iter().position(|p| p.id == target) {
                         Some(i) => {
                             self.pending.remove(i);
                             self.aborted.insert(target);
