@@ -63,7 +63,11 @@ pub fn answer_obligation(invoke: &AdapterFrame, result: &AdapterFrame) -> Option
             let max = i.payload.max_bytes.map_or(MAX_READ_BYTES, |m| m.get());
             let read = u64::try_from(*r.data.bytes_read).unwrap_or(u64::MAX);
             (read > max).then(|| {
-                ("PC-5.3.read", "data.bytesRead".into(), format!("bytesRead {read} is over the invoke's maxBytes {max}"))
+                (
+                    "PC-5.3.read",
+                    "data.bytesRead".into(),
+                    format!("bytesRead {read} is over the invoke's maxBytes {max}"),
+                )
             })
         }
         (AdapterFrame::InvokeFsList(i), AdapterFrame::ResultFsList(r)) => {
@@ -146,7 +150,10 @@ pub fn answer_obligation(invoke: &AdapterFrame, result: &AdapterFrame) -> Option
                 (
                     "PC-5.3.edit",
                     "data.replacements".into(),
-                    format!("replacements is {}, not the invoke's {want} edits (all apply or none)", r.data.replacements),
+                    format!(
+                        "replacements is {}, not the invoke's {want} edits (all apply or none)",
+                        r.data.replacements
+                    ),
                 )
             })
         }
@@ -171,13 +178,9 @@ mod tests {
 
     #[test]
     fn a_match_lies_in_the_searched_path() {
-        for (root, path) in [
-            (".", "a/b"),
-            ("./", "a"),
-            ("src", "src/x.rs"),
-            ("src/", "src/a/b.rs"),
-            ("src/x.rs", "src/x.rs"),
-        ] {
+        for (root, path) in
+            [(".", "a/b"), ("./", "a"), ("src", "src/x.rs"), ("src/", "src/a/b.rs"), ("src/x.rs", "src/x.rs")]
+        {
             assert!(within_searched(root, path), "{root} {path}");
         }
         for (root, path) in [("src", "srcx/a"), ("src", "other/src/a"), ("src/x.rs", "src/x.rs2"), ("a/b", "a")] {
@@ -229,7 +232,8 @@ mod tests {
     #[test]
     fn a_list_keeps_to_max_entries_and_its_default() {
         let entries = |n: usize| {
-            let e: Vec<Value> = (0..n).map(|k| json!({"name": format!("f{k:05}"), "type": "file", "size": 1})).collect();
+            let e: Vec<Value> =
+                (0..n).map(|k| json!({"name": format!("f{k:05}"), "type": "file", "size": 1})).collect();
             json!({"entries": e, "truncated": true})
         };
         assert_eq!(judge("fs.list", json!({"path": ".", "maxEntries": 2}), entries(2)), None);
@@ -268,7 +272,8 @@ mod tests {
     #[test]
     fn a_write_reports_its_content_and_what_its_flags_allowed() {
         let d = content_digest("h\u{e9}".as_bytes());
-        let data = |created: bool, n: u64, digest: &str| json!({"created": created, "bytesWritten": n, "digest": digest});
+        let data =
+            |created: bool, n: u64, digest: &str| json!({"created": created, "bytesWritten": n, "digest": digest});
         let w = |extra: Value| {
             let mut p = json!({"path": "a", "content": "h\u{e9}"});
             p.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -276,9 +281,15 @@ mod tests {
         };
         assert_eq!(judge("fs.write", w(json!({})), data(true, 3, &d)), None);
         assert_eq!(judge("fs.write", w(json!({})), data(false, 3, &d)), None);
-        assert_eq!(judge("fs.write", w(json!({})), data(true, 2, &d)), Some(("PC-5.3.write", "data.bytesWritten".into())));
+        assert_eq!(
+            judge("fs.write", w(json!({})), data(true, 2, &d)),
+            Some(("PC-5.3.write", "data.bytesWritten".into()))
+        );
         let other = content_digest(b"he");
-        assert_eq!(judge("fs.write", w(json!({})), data(true, 3, &other)), Some(("PC-5.3.write", "data.digest".into())));
+        assert_eq!(
+            judge("fs.write", w(json!({})), data(true, 3, &other)),
+            Some(("PC-5.3.write", "data.digest".into()))
+        );
         let created = Some(("PC-5.3.write", "data.created".into()));
         assert_eq!(judge("fs.write", w(json!({"create": false})), data(true, 3, &d)), created);
         assert_eq!(judge("fs.write", w(json!({"expectedDigest": other})), data(true, 3, &d)), created);
