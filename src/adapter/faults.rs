@@ -392,6 +392,9 @@ faults! {
     /// The scan for the other grants' handles starts afresh at each chunk of a file.
     OtherGrantScanPerChunk = "other-grant-scan-per-chunk", "PC-4.5",
         "the content guard's scan for the other grants' handles starts afresh at each 256 KiB chunk of a file: another grant's handle cut by a chunk boundary is read out";
+    /// The scan for the other grants' handles looks at the first window of each base64url run only.
+    OtherGrantRunStartOnly = "other-grant-run-start-only", "PC-4.5",
+        "the content guard's scan for the other grants' handles looks only at the first 43 bytes of each run of base64url bytes: another grant's handle with base64url bytes before it is read out";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -259,6 +259,9 @@ pub struct Guard {
     /// Broken on purpose (the fault switch `other-grant-scan-per-chunk`, set by the server):
     /// the scan for the other grants' handles starts afresh at each chunk fed.
     minted_per_chunk: bool,
+    /// Broken on purpose (the fault switch `other-grant-run-start-only`, set by the server):
+    /// the scan for the other grants' handles confirms only the first window of each run.
+    minted_run_start_only: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -286,6 +289,7 @@ impl Guard {
             digests,
             own: Mutex::new(HashMap::new()),
             minted_per_chunk: false,
+            minted_run_start_only: false,
         }
     }
 
@@ -294,6 +298,14 @@ impl Guard {
     /// a chunk boundary is missed.
     pub fn minted_per_chunk(mut self) -> Self {
         self.minted_per_chunk = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `other-grant-run-start-only` only:
+    /// its scans for the other grants' handles confirm only the first window of each run of
+    /// base64url bytes, never a rolled one, so a handle with alphabet bytes before it is missed.
+    pub fn minted_run_start_only(mut self) -> Self {
+        self.minted_run_start_only = true;
         self
     }
 
@@ -333,6 +345,7 @@ impl Guard {
     pub(super) fn scanner(&self) -> Scanner {
         let mut s = Scanner::new(self.handle.clone(), self.digests.snapshot());
         s.minted_per_chunk = self.minted_per_chunk;
+        s.minted_run_start_only = self.minted_run_start_only;
         s
     }
 
@@ -446,6 +459,8 @@ pub(super) struct Scanner {
     confirmed: u64,
     /// See [`Guard::minted_per_chunk`].
     minted_per_chunk: bool,
+    /// See [`Guard::minted_run_start_only`].
+    minted_run_start_only: bool,
 }
 
 impl Scanner {
@@ -461,6 +476,7 @@ impl Scanner {
             started: now_secs(),
             confirmed: 0,
             minted_per_chunk: false,
+            minted_run_start_only: false,
         }
     }
 
@@ -525,6 +541,7 @@ impl Scanner {
         const N: usize = MINTED_HANDLE_LEN;
         let set = &*self.digests;
         let (mut hash, mut run, mut confirmed) = (self.hash, self.run, 0u64);
+        let rolled_checked = !self.minted_run_start_only;
         let last = &self.last;
         let mut found = false;
         let n = chunk.len();
@@ -575,7 +592,9 @@ impl Scanner {
                     .wrapping_mul(FP_BASE)
                     .wrapping_add(u64::from(c))
                     .wrapping_sub(u64::from(out).wrapping_mul(FP_OUT));
-                if set.unfiltered || set.prefilter.may_hold(hash) && set.prefilter.exact.contains(&hash) {
+                if rolled_checked
+                    && (set.unfiltered || set.prefilter.may_hold(hash) && set.prefilter.exact.contains(&hash))
+                {
                     confirmed += 1;
                     if confirm(set, last, chunk, i) {
                         found = true;

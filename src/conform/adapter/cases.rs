@@ -5041,6 +5041,31 @@ fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
     out
 }
 
+/// The base64url bytes `adapter.secret.other-grant-handle-inside-run` lays on each side of
+/// the other grant's handle: the handle is a part of one longer run of the alphabet.
+const INSIDE_RUN: (&str, &str) = ("Zm9vYmFyX2Jhei1xdXV4", "-_0");
+
+/// SHOULD (PC-4.5, as `adapter.secret.other-grant-handle`): another grant's handle inside a
+/// longer run of base64url bytes (20 before it, 3 after, in a one-line JSON string) is still
+/// found: the handle's bytes are in the file whatever surrounds them, so a scan that only
+/// looks at whole tokens, or at the first window of each run, reads it out. The file is
+/// removed after the case.
+fn secret_other_grant_inside_run(c: &mut Ctx<'_>) -> Outcome {
+    let other = match other_grant(c) {
+        Ok(g) => g,
+        Err(skip) => return skip,
+    };
+    let name = "other-grant-run.json";
+    let (before, after) = INSIDE_RUN;
+    let body = format!("{{\"capabilityHandle\":\"{before}{}{after}\"}}\n", other.handle().expose());
+    if std::fs::write(c.target.root.join(name), body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = tok(c.one(req::read(name)));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+
 /// Where `adapter.secret.other-grant-handle-across-chunks` cuts the handle: this many of its
 /// bytes lie before the multiple of 64 KiB, the rest after it (two whole 8-byte words and a
 /// part of a third before the cut, for a scan that skips words).
@@ -5458,5 +5483,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
+        ("adapter.secret.other-grant-handle-inside-run", judged!(secret_other_grant_inside_run)),
     ]
 }
