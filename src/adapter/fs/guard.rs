@@ -262,6 +262,9 @@ pub struct Guard {
     /// Broken on purpose (the fault switch `other-grant-run-start-only`, set by the server):
     /// the scan for the other grants' handles confirms only the first window of each run.
     minted_run_start_only: bool,
+    /// Broken on purpose (the fault switch `trailing-word-refused`, set by the server): a
+    /// file whose scan ends inside a run of a window's length is refused `io_error`.
+    trailing_word_refused: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -290,6 +293,7 @@ impl Guard {
             own: Mutex::new(HashMap::new()),
             minted_per_chunk: false,
             minted_run_start_only: false,
+            trailing_word_refused: false,
         }
     }
 
@@ -306,6 +310,13 @@ impl Guard {
     /// base64url bytes, never a rolled one, so a handle with alphabet bytes before it is missed.
     pub fn minted_run_start_only(mut self) -> Self {
         self.minted_run_start_only = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `trailing-word-refused` only: a
+    /// file that ends in [`MINTED_HANDLE_LEN`] base64url bytes or more is refused `io_error`.
+    pub fn trailing_word_refused(mut self) -> Self {
+        self.trailing_word_refused = true;
         self
     }
 
@@ -382,6 +393,9 @@ impl Guard {
             }
         }
         tracing::debug!(bytes = at, confirmed = scanner.confirmed, found = false, "content scan");
+        if self.trailing_word_refused && scanner.run >= MINTED_HANDLE_LEN {
+            return Err(err(AdapterCode::IoError, "the content scan did not finish"));
+        }
         let after = rustix::fs::fstat(fd).map_err(resolve::map_errno)?;
         self.remember_clean(&scanner, st, &after);
         Ok(())

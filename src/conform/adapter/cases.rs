@@ -1909,6 +1909,29 @@ fn read_whole(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("hello.txt")));
     ok_with(&r, &[("/content", json!("hello world\n")), ("/bytesRead", json!(12)), ("/eof", json!(true))])
 }
+/// What `adapter.read.ends-in-long-word` lays: a digest of 64 hex digits ends the file, with
+/// no newline after it.
+const LONG_WORD_FILE: &str = "checksum:\nsha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+/// PC-5.3.read: a small file whose last 64 bytes are letters and digits, with no newline
+/// after them (a digest or a key ending a text file), reads whole. A content scan keeps a
+/// state for runs of such bytes (another grant's handle is one) and must still come to the
+/// file's end: under the mutant `fs/guard.rs:534:25` the reference's scan never returned on
+/// a chunk ending in such a run and the read was never answered. The file is removed after
+/// the case.
+fn read_ends_in_long_word(c: &mut Ctx<'_>) -> Outcome {
+    let name = "long-word.txt";
+    if std::fs::write(c.target.root.join(name), LONG_WORD_FILE).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let r = c.one(req::read(name));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = tryo!(r);
+    ok_with(
+        &r,
+        &[("/content", json!(LONG_WORD_FILE)), ("/bytesRead", json!(LONG_WORD_FILE.len())), ("/eof", json!(true))],
+    )
+}
 fn read_window(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("hello.txt").offset(6).max_bytes(5)));
     ok_with(&r, &[("/content", json!("world")), ("/bytesRead", json!(5)), ("/eof", json!(false))])
@@ -5375,6 +5398,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.stat.socket-unsupported", judged!(socket_unsupported)),
         ("adapter.read.empty-entries", judged!(empty_entries)),
         ("adapter.read.whole-file", judged!(read_whole)),
+        ("adapter.read.ends-in-long-word", judged!(read_ends_in_long_word)),
         ("adapter.read.window", judged!(read_window)),
         ("adapter.read.max-bytes-exact", judged!(read_max_bytes_exact)),
         ("adapter.read.past-end", judged!(read_past_end)),
