@@ -392,6 +392,12 @@ faults! {
     /// The scan for the other grants' handles starts afresh at each chunk of a file.
     OtherGrantScanPerChunk = "other-grant-scan-per-chunk", "PC-4.5",
         "the content guard's scan for the other grants' handles starts afresh at each 256 KiB chunk of a file: another grant's handle cut by a chunk boundary is read out";
+    /// The content scan refuses a file ending in a long run of base64url bytes.
+    TrailingWordRefused = "trailing-word-refused", "PC-5.3.read",
+        "the content guard answers io_error for a file whose last 43 bytes or more are base64url bytes (a digest or a key ending a text file) instead of letting it be read";
+    /// The scan for the other grants' handles looks at the first window of each base64url run only.
+    OtherGrantRunStartOnly = "other-grant-run-start-only", "PC-4.5",
+        "the content guard's scan for the other grants' handles looks only at the first 43 bytes of each run of base64url bytes: another grant's handle with base64url bytes before it is read out";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -259,6 +259,12 @@ pub struct Guard {
     /// Broken on purpose (the fault switch `other-grant-scan-per-chunk`, set by the server):
     /// the scan for the other grants' handles starts afresh at each chunk fed.
     minted_per_chunk: bool,
+    /// Broken on purpose (the fault switch `other-grant-run-start-only`, set by the server):
+    /// the scan for the other grants' handles confirms only the first window of each run.
+    minted_run_start_only: bool,
+    /// Broken on purpose (the fault switch `trailing-word-refused`, set by the server): a
+    /// file whose scan ends inside a run of a window's length is refused `io_error`.
+    trailing_word_refused: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -286,6 +292,8 @@ impl Guard {
             digests,
             own: Mutex::new(HashMap::new()),
             minted_per_chunk: false,
+            minted_run_start_only: false,
+            trailing_word_refused: false,
         }
     }
 
@@ -294,6 +302,21 @@ impl Guard {
     /// a chunk boundary is missed.
     pub fn minted_per_chunk(mut self) -> Self {
         self.minted_per_chunk = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `other-grant-run-start-only` only:
+    /// its scans for the other grants' handles confirm only the first window of each run of
+    /// base64url bytes, never a rolled one, so a handle with alphabet bytes before it is missed.
+    pub fn minted_run_start_only(mut self) -> Self {
+        self.minted_run_start_only = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `trailing-word-refused` only: a
+    /// file that ends in [`MINTED_HANDLE_LEN`] base64url bytes or more is refused `io_error`.
+    pub fn trailing_word_refused(mut self) -> Self {
+        self.trailing_word_refused = true;
         self
     }
 
@@ -333,6 +356,7 @@ impl Guard {
     pub(super) fn scanner(&self) -> Scanner {
         let mut s = Scanner::new(self.handle.clone(), self.digests.snapshot());
         s.minted_per_chunk = self.minted_per_chunk;
+        s.minted_run_start_only = self.minted_run_start_only;
         s
     }
 
@@ -369,6 +393,9 @@ impl Guard {
             }
         }
         tracing::debug!(bytes = at, confirmed = scanner.confirmed, found = false, "content scan");
+        if self.trailing_word_refused && scanner.run >= MINTED_HANDLE_LEN {
+            return Err(err(AdapterCode::IoError, "the content scan did not finish"));
+        }
         let after = rustix::fs::fstat(fd).map_err(resolve::map_errno)?;
         self.remember_clean(&scanner, st, &after);
         Ok(())
@@ -446,6 +473,8 @@ pub(super) struct Scanner {
     confirmed: u64,
     /// See [`Guard::minted_per_chunk`].
     minted_per_chunk: bool,
+    /// See [`Guard::minted_run_start_only`].
+    minted_run_start_only: bool,
 }
 
 impl Scanner {
@@ -461,6 +490,7 @@ impl Scanner {
             started: now_secs(),
             confirmed: 0,
             minted_per_chunk: false,
+            minted_run_start_only: false,
         }
     }
 
@@ -525,6 +555,7 @@ impl Scanner {
         const N: usize = MINTED_HANDLE_LEN;
         let set = &*self.digests;
         let (mut hash, mut run, mut confirmed) = (self.hash, self.run, 0u64);
+        let rolled_checked = !self.minted_run_start_only;
         let last = &self.last;
         let mut found = false;
         let n = chunk.len();
@@ -575,7 +606,9 @@ impl Scanner {
                     .wrapping_mul(FP_BASE)
                     .wrapping_add(u64::from(c))
                     .wrapping_sub(u64::from(out).wrapping_mul(FP_OUT));
-                if set.unfiltered || set.prefilter.may_hold(hash) && set.prefilter.exact.contains(&hash) {
+                if rolled_checked
+                    && (set.unfiltered || set.prefilter.may_hold(hash) && set.prefilter.exact.contains(&hash))
+                {
                     confirmed += 1;
                     if confirm(set, last, chunk, i) {
                         found = true;

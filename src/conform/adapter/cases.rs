@@ -1909,6 +1909,29 @@ fn read_whole(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("hello.txt")));
     ok_with(&r, &[("/content", json!("hello world\n")), ("/bytesRead", json!(12)), ("/eof", json!(true))])
 }
+/// What `adapter.read.ends-in-long-word` lays: a digest of 64 hex digits ends the file, with
+/// no newline after it.
+const LONG_WORD_FILE: &str = "checksum:\nsha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+/// PC-5.3.read: a small file whose last 64 bytes are letters and digits, with no newline
+/// after them (a digest or a key ending a text file), reads whole. A content scan keeps a
+/// state for runs of such bytes (another grant's handle is one) and must still come to the
+/// file's end: under the mutant `fs/guard.rs:534:25` the reference's scan never returned on
+/// a chunk ending in such a run and the read was never answered. The file is removed after
+/// the case.
+fn read_ends_in_long_word(c: &mut Ctx<'_>) -> Outcome {
+    let name = "long-word.txt";
+    if std::fs::write(c.target.root.join(name), LONG_WORD_FILE).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let r = c.one(req::read(name));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = tryo!(r);
+    ok_with(
+        &r,
+        &[("/content", json!(LONG_WORD_FILE)), ("/bytesRead", json!(LONG_WORD_FILE.len())), ("/eof", json!(true))],
+    )
+}
 fn read_window(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("hello.txt").offset(6).max_bytes(5)));
     ok_with(&r, &[("/content", json!("world")), ("/bytesRead", json!(5)), ("/eof", json!(false))])
@@ -5041,6 +5064,31 @@ fn secret_other_grant_handle(c: &mut Ctx<'_>) -> Outcome {
     out
 }
 
+/// The base64url bytes `adapter.secret.other-grant-handle-inside-run` lays on each side of
+/// the other grant's handle: the handle is a part of one longer run of the alphabet.
+const INSIDE_RUN: (&str, &str) = ("Zm9vYmFyX2Jhei1xdXV4", "-_0");
+
+/// SHOULD (PC-4.5, as `adapter.secret.other-grant-handle`): another grant's handle inside a
+/// longer run of base64url bytes (20 before it, 3 after, in a one-line JSON string) is still
+/// found: the handle's bytes are in the file whatever surrounds them, so a scan that only
+/// looks at whole tokens, or at the first window of each run, reads it out. The file is
+/// removed after the case.
+fn secret_other_grant_inside_run(c: &mut Ctx<'_>) -> Outcome {
+    let other = match other_grant(c) {
+        Ok(g) => g,
+        Err(skip) => return skip,
+    };
+    let name = "other-grant-run.json";
+    let (before, after) = INSIDE_RUN;
+    let body = format!("{{\"capabilityHandle\":\"{before}{}{after}\"}}\n", other.handle().expose());
+    if std::fs::write(c.target.root.join(name), body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = tok(c.one(req::read(name)));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+
 /// Where `adapter.secret.other-grant-handle-across-chunks` cuts the handle: this many of its
 /// bytes lie before the multiple of 64 KiB, the rest after it (two whole 8-byte words and a
 /// part of a third before the cut, for a scan that skips words).
@@ -5350,6 +5398,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.stat.socket-unsupported", judged!(socket_unsupported)),
         ("adapter.read.empty-entries", judged!(empty_entries)),
         ("adapter.read.whole-file", judged!(read_whole)),
+        ("adapter.read.ends-in-long-word", judged!(read_ends_in_long_word)),
         ("adapter.read.window", judged!(read_window)),
         ("adapter.read.max-bytes-exact", judged!(read_max_bytes_exact)),
         ("adapter.read.past-end", judged!(read_past_end)),
@@ -5458,5 +5507,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.windowed-search", judged!(secret_windowed_search)),
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
+        ("adapter.secret.other-grant-handle-inside-run", judged!(secret_other_grant_inside_run)),
     ]
 }
