@@ -461,7 +461,10 @@ faults! {
 pub const NOT_BUILT: &str =
     "this build has no fault switches (they are a test aid): rebuild with `cargo build --features faults`";
 
-const _: () = assert!(Fault::ALL.len() <= 128, "Faults is a u128 bitset");
+const _: () = assert!(Fault::ALL.len() <= 64 * FAULT_WORDS, "Faults is a bitset of FAULT_WORDS u64 words");
+
+/// Words of the [`Faults`] bitset.
+const FAULT_WORDS: usize = 4;
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -486,27 +489,29 @@ impl FromStr for Fault {
 
 /// A set of faults (production: [`Faults::NONE`]).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Faults(u128);
+pub struct Faults([u64; FAULT_WORDS]);
 
 impl Faults {
     /// No fault: the conforming reference adapter.
-    pub const NONE: Faults = Faults(0);
+    pub const NONE: Faults = Faults([0; FAULT_WORDS]);
 
     /// Whether `f` is switched on: always `false` without the `faults` feature, so that every
     /// fault branch is compiled out of a production build.
     #[inline(always)]
     pub fn has(self, f: Fault) -> bool {
-        cfg!(feature = "faults") && self.0 & (1 << f as u32) != 0
+        cfg!(feature = "faults") && self.0[f as usize / 64] & (1 << (f as usize % 64)) != 0
     }
 
     /// This set plus `f`.
     pub fn with(self, f: Fault) -> Faults {
-        Faults(self.0 | (1 << f as u32))
+        let mut words = self.0;
+        words[f as usize / 64] |= 1 << (f as usize % 64);
+        Faults(words)
     }
 
     /// Whether no fault is on.
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.0 == [0; FAULT_WORDS]
     }
 
     /// The faults switched on, in [`Fault::ALL`] order.
