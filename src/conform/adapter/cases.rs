@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::conn::{Peer, Recv};
 use super::fixture::{BIG_SIZE, MIXED_LISTED};
@@ -37,7 +36,7 @@ fn tok(r: Result<Recv, Outcome>) -> Outcome {
 }
 
 fn sha(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
+    crate::contract::answer::content_digest(b)
 }
 
 fn read_root(c: &Ctx<'_>, p: &str) -> Vec<u8> {
@@ -3501,8 +3500,10 @@ fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with("result:ok", problems)
 }
 
-/// Entries a default-limit case lays: the default (PC-5.3.list, PC-5.3.search) is 1000.
-const DEFAULT_LIMIT: usize = 1000;
+/// Entries a default-limit case lays: the default `maxEntries` (PC-5.3.list), also the default
+/// `maxResults` (PC-5.3.search).
+const DEFAULT_LIMIT: usize = crate::contract::answer::DEFAULT_MAX_ENTRIES as usize;
+const _: () = assert!(crate::contract::answer::DEFAULT_MAX_RESULTS as usize == DEFAULT_LIMIT);
 
 /// Whether an answer of `n` items of about `each` bytes fits the bound response budget with
 /// room to spare; a budget that would cut first decides `truncated` on its own, so the default

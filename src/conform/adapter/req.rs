@@ -285,8 +285,7 @@ mod tests {
     }
 
     fn sha(b: &[u8]) -> String {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(b))
+        crate::contract::answer::content_digest(b)
     }
 
     /// Every payload shape the adapter cases send (their literal values; the variables given
