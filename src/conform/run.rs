@@ -350,12 +350,18 @@ fn run_one(
         .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
     // Let the adapter finish anything a misbehaving peer may still do before judging.
     std::thread::sleep(ctx.settle);
+    // Every case, a replayed vector's and a script's too, carries what the frame judges found.
+    let outcome = ctx.judged(outcome);
     let mut oracle = Vec::new();
+    // What breaks a MUST whatever the case tests: a frame the contract refuses (the frame
+    // judge's clauses are all MUSTs) and anything outside the root (PC-7.2).
+    let mut must: Vec<String> =
+        ctx.violations.borrow().iter().filter(|v| !v.starts_with(super::adapter::judge::HARNESS)).cloned().collect();
     let allowed: Vec<&str> = ctx.allowed.iter().map(String::as_str).collect();
     let after_root = snapshot(&target.root);
     let after_sentinel = snapshot(&target.sentinel);
     side_effects(&mut oracle, diff(&before_root, &after_root, &allowed), "unexpected side effect in the root");
-    side_effects(&mut oracle, diff(&before_sentinel, &after_sentinel, &[]), "side effect OUTSIDE the root (sentinel)");
+    side_effects(&mut must, diff(&before_sentinel, &after_sentinel, &[]), "side effect OUTSIDE the root (sentinel)");
     state.pristine = after_root == before_root && after_sentinel == before_sentinel;
     let received = ctx.received.borrow().clone();
     // In any JSON spelling: a rule about a frame's content is about the decoded value.
@@ -363,14 +369,26 @@ fn run_one(
         oracle.push("the adapter sent the capability handle".into());
     }
     if memchr::memmem::find(&received, SENTINEL_TEXT.as_bytes()).is_some() {
-        oracle.push("the adapter sent content from outside the root (sentinel)".into());
+        must.push("the adapter sent content from outside the root (sentinel)".into());
     }
     let root_text = target.root.to_string_lossy();
     if root_text.len() > 1 && memchr::memmem::find(&received, root_text.as_bytes()).is_some() {
         oracle.push("the adapter revealed the absolute root path".into());
     }
     let transcript = ctx.transcript.borrow().clone();
-    Ok(classify(meta, ADAPTER, outcome, oracle, transcript, started.elapsed()))
+    Ok(classify(meta, ADAPTER, outcome, Found { oracle, must }, transcript, started.elapsed()))
+}
+
+/// What the engine found beside a case's own outcome.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    /// Findings at the case's level (a side effect in the root the case did not allow, the
+    /// handles of every grant in what the peer sent: another grant's is only a SHOULD).
+    pub oracle: Vec<String>,
+    /// Breaches of a MUST whatever the case tests (a frame the contract refuses, anything
+    /// outside the root, a handle or the endpoint given to a client): they fail a SHOULD case
+    /// too, and a case that was skipped.
+    pub must: Vec<String>,
 }
 
 /// Turn an outcome (plus problems found by the engine) into a case result.
@@ -378,18 +396,33 @@ pub fn classify(
     meta: &CaseMeta,
     peer: &str,
     outcome: Outcome,
-    oracle: Vec<String>,
+    found: Found,
     transcript: Vec<super::case::WireLine>,
     duration: std::time::Duration,
 ) -> CaseResult {
+    let Found { oracle, must } = found;
     let mut expected = meta.accepted.join(" | ");
+    let outcome = match outcome {
+        // A MUST broken while the case found nothing to test is still a failure.
+        Outcome::Skip(_) if !must.is_empty() => Outcome::with("contract-violation", vec![]),
+        o => o,
+    };
     let (status, actual, reason) = match outcome {
         Outcome::Skip(why) => (Status::Skip, "skipped".to_string(), why),
         Outcome::Error(why) => (Status::Error, "harness error".to_string(), why),
         Outcome::Observed { token, mut problems } => {
             problems.extend(oracle);
+            let breaches_must = !must.is_empty();
+            for m in must {
+                if !problems.contains(&m) {
+                    problems.push(m);
+                }
+            }
             let accepted = meta.accepted.contains(&token);
             let mut why = Vec::new();
+            if breaches_must && meta.level == Level::Should {
+                why.push(format!("{peer} broke a MUST beside what this SHOULD case tests"));
+            }
             if !accepted {
                 why.push(instead(meta, peer, &token));
             } else if !problems.is_empty() && !problems[0].starts_with("PC-") {
@@ -401,6 +434,7 @@ pub fn classify(
             let status = match (why.is_empty(), meta.level) {
                 (true, _) => Status::Pass,
                 (false, Level::Must) => Status::Fail,
+                (false, Level::Should) if breaches_must => Status::Fail,
                 (false, Level::Should) => Status::Warn,
             };
             // The outcome was an accepted one but something else was wrong: say so in
@@ -490,26 +524,27 @@ pub fn run_daemon<R: Into<Flow>>(
         }))
         .unwrap_or_else(|_| Outcome::Error("the case panicked".into()));
         host = ctx.host.clone();
-        let mut oracle = Vec::new();
+        // Every finding of the engine on a daemon breaks a MUST, whatever the case tests.
+        let mut must = Vec::new();
         let received = ctx.received.borrow().clone();
         if ctx.handles.iter().any(|h| holds_handle(&received, h)) {
-            oracle.push("the daemon sent a capability handle to a client".into());
+            must.push("the daemon sent a capability handle to a client".into());
         }
         // PC-6: the endpoint never reaches a status, event, error or response either. The
         // probe's socket path is the runner's own (a private directory of its own name, never
         // part of the cwd or of anything else a client sends), so it cannot appear by chance.
         if holds_handle(&received, &endpoint) {
-            oracle.push(
+            must.push(
                 "PC-6 (MUST): the daemon sent a client the adapter endpoint path (it must never reach a response, \
                  event, error or status)"
                     .into(),
             );
         }
         // Every frame the daemon sent, to a client or to the probe, is judged by the contract.
-        oracle.extend(super::daemon::judge_client_lines(&received));
-        oracle.extend(probe.seen().violations.into_iter().filter(|(n, _)| *n >= first_link).map(|(_, why)| why));
+        must.extend(super::daemon::judge_client_lines(&received));
+        must.extend(probe.seen().violations.into_iter().filter(|(n, _)| *n >= first_link).map(|(_, why)| why));
         let transcript = ctx.transcript.borrow().clone();
-        let mut r = classify(meta, DAEMON, outcome, oracle, transcript, started.elapsed());
+        let mut r = classify(meta, DAEMON, outcome, Found { oracle: vec![], must }, transcript, started.elapsed());
         r.baselined = baseline.is_some_and(|b| b.covers(&r));
         let flow = progress(i + 1, selected.len(), &r).into();
         results.push(r);
@@ -605,7 +640,7 @@ mod tests {
     }
 
     fn judged(m: &CaseMeta, o: Outcome) -> CaseResult {
-        classify(m, ADAPTER, o, vec![], vec![], Duration::ZERO)
+        classify(m, ADAPTER, o, Found::default(), vec![], Duration::ZERO)
     }
 
     #[test]
@@ -630,7 +665,7 @@ mod tests {
             &meta(&["error:not_found"]),
             ADAPTER,
             Outcome::Observed { token: format!("error:{evil}"), problems: vec![format!("PC-5.3: {evil}")] },
-            vec![],
+            Found::default(),
             vec![line],
             Duration::ZERO,
         );
@@ -689,6 +724,53 @@ mod tests {
         // The same outcome with no violation passes, with nothing to say.
         let r = judged(&m, Outcome::token("result:ok"));
         assert_eq!((r.status, r.reason.as_str(), r.actual.as_str()), (Status::Pass, "", "result:ok"));
+    }
+
+    #[test]
+    fn a_must_broken_inside_a_should_case_fails_it_and_says_so() {
+        let should = CaseMeta { level: Level::Should, ..meta(&["result:ok"]) };
+        let breach = "PC-5.3.write: the result for `req-1` does not answer its invoke".to_string();
+        let must = |v: &[&String]| Found { oracle: vec![], must: v.iter().map(|s| s.to_string()).collect() };
+        // The case's own finding stays at its level.
+        let own = classify(&should, ADAPTER, Outcome::token("closed"), Found::default(), vec![], Duration::ZERO);
+        assert_eq!(own.status, Status::Warn);
+        let side = Found { oracle: vec!["unexpected side effect in the root: created x".into()], must: vec![] };
+        assert_eq!(
+            classify(&should, ADAPTER, Outcome::token("result:ok"), side, vec![], Duration::ZERO).status,
+            Status::Warn
+        );
+        // A breach of a MUST beside it fails the case, whether the outcome was accepted,
+        // already carried it (the frame judge's), was refused, or the case skipped.
+        for outcome in [
+            Outcome::token("result:ok"),
+            Outcome::with("result:ok", vec![breach.clone()]),
+            Outcome::token("closed"),
+            Outcome::Skip("the descriptor does not grant fs.write".into()),
+        ] {
+            let r = classify(&should, ADAPTER, outcome.clone(), must(&[&breach]), vec![], Duration::ZERO);
+            assert_eq!(r.status, Status::Fail, "{outcome:?}");
+            assert!(
+                r.reason.starts_with("the adapter broke a MUST beside what this SHOULD case tests; "),
+                "{}",
+                r.reason
+            );
+            assert_eq!(r.reason.matches(breach.as_str()).count(), 1, "listed once: {}", r.reason);
+        }
+        // In a MUST case it fails as before, without the SHOULD note; a harness error stays one.
+        let r = classify(
+            &meta(&["result:ok"]),
+            ADAPTER,
+            Outcome::token("result:ok"),
+            must(&[&breach]),
+            vec![],
+            Duration::ZERO,
+        );
+        assert_eq!((r.status, r.reason.as_str()), (Status::Fail, breach.as_str()));
+        let r = classify(&should, ADAPTER, Outcome::Error("broke".into()), must(&[&breach]), vec![], Duration::ZERO);
+        assert_eq!(r.status, Status::Error);
+        // Nothing found: a skip stays a skip.
+        let r = classify(&should, ADAPTER, Outcome::Skip("n/a".into()), Found::default(), vec![], Duration::ZERO);
+        assert_eq!(r.status, Status::Skip);
     }
 
     #[test]

@@ -225,7 +225,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// The case's outcome with every contract violation the adapter's frames showed added:
-    /// a violation fails the case whatever it was testing.
+    /// a violation fails the case whatever it was testing (the engine judges every case's
+    /// outcome so, also a replayed vector's or a script's; judging twice adds nothing).
     /// A note of the judge about itself ([`judge::HARNESS`]) makes the case inconclusive.
     pub fn judged(&self, outcome: Outcome) -> Outcome {
         with_violations(outcome, self.violations.borrow().clone())
@@ -343,7 +344,12 @@ fn with_violations(outcome: Outcome, violations: Vec<String>) -> Outcome {
     }
     match outcome {
         Outcome::Observed { token, mut problems } => {
-            problems.extend(violations);
+            // Judged once: a violation the outcome already carries is not added again.
+            for v in violations {
+                if !problems.contains(&v) {
+                    problems.push(v);
+                }
+            }
             Outcome::Observed { token, problems }
         }
         Outcome::Skip(_) => Outcome::with("contract-violation", violations),
@@ -379,6 +385,16 @@ mod tests {
                 assert_eq!((token.as_str(), problems), ("contract-violation", vec![peer]))
             }
             o => panic!("a skipped case with a violation fails: {o:?}"),
+        }
+    }
+
+    #[test]
+    fn an_outcome_judged_twice_lists_each_violation_once() {
+        let peer = "PC-4.3: a frame before bound".to_string();
+        let once = with_violations(observed(&[]), vec![peer.clone()]);
+        match with_violations(once, vec![peer.clone()]) {
+            Outcome::Observed { problems, .. } => assert_eq!(problems, vec![peer]),
+            o => panic!("still a failure: {o:?}"),
         }
     }
 }
