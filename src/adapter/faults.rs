@@ -442,6 +442,10 @@ faults! {
     /// fs.write of an existing file truncates it and writes in place, slowly.
     WriteInPlace = "write-in-place", "PC-5.3.write",
         "fs.write of an existing file truncates it and writes it in place in slow chunks (not atomic)";
+    // ---- a MUST broken only where a SHOULD case looks (the frame judge fails it anyway)
+    /// fs.edit of a file of 1 MiB or more reports `replacements:0` (the edit is made).
+    LargeEditReplacementsZero = "large-edit-replacements-zero", "PC-5.3.edit",
+        "fs.edit of a file of 1 MiB or more reports replacements:0 though it made the edit";
     // ---- what a result says about its invoke (contract::answer, judged on every result)
     /// fs.write counts `bytesWritten` in characters (Unicode scalar values), not UTF-8 bytes.
     WriteBytesAsChars = "write-bytes-as-chars", "PC-5.3.write",

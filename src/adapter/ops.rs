@@ -287,6 +287,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if op == ToolOperation::FsEdit && faults.has(Fault::EditReplacementsOne) {
         data["replacements"] = 1.into();
     }
+    if op == ToolOperation::FsEdit
+        && faults.has(Fault::LargeEditReplacementsZero)
+        && broken::file_len(dir, job) >= 1 << 20
+    {
+        data["replacements"] = 0.into();
+    }
     if op == ToolOperation::FsSearch && faults.has(Fault::SearchPathsRelativeToSearched) {
         data = broken::search_paths_relative_to_searched(path, data);
     }
