@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 #[test]
 fn catalogue_and_implementations_are_one_to_one() {
     let cat = pi_conform::conform::adapter::catalogue();
-    let reg = pi_conform::conform::adapter::cases::registry();
+    let reg = pi_conform::conform::adapter::registry();
     let cat_ids: BTreeSet<&str> = cat.iter().map(|m| m.id.as_str()).collect();
     // Implemented in Rust (the registry) or as a session vector (vectors/sessions/), never both.
     let sessions = pi_conform::conform::adapter::script::sessions();

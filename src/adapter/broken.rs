@@ -358,7 +358,10 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
         check = serde_json::from_str(&text.replace(h, &"h".repeat(h.len()))).ok()?;
     }
     let mut b = binding.clone();
-    if faults.has(Fault::AcceptUngrantedOperation) && !b.operations().contains(&op) {
+    let read_only = !matches!(op, ToolOperation::FsWrite | ToolOperation::FsEdit);
+    if (faults.has(Fault::AcceptUngrantedOperation) || (faults.has(Fault::UngrantedReadsAllowed) && read_only))
+        && !b.operations().contains(&op)
+    {
         b.operations_mut().push(op);
     }
     check_adapter_frame(&check, &b, Direction::ToAdapter).ok()?;
@@ -368,7 +371,9 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
 /// An abort a faulty adapter answers under [`Fault::AbortIdsUnchecked`] although its ids break
 /// the frame-id pattern or length: its `(requestId, targetRequestId)` when the frame with both
 /// ids replaced by good ones passes every other rule. `None`: refuse as usual.
-pub(crate) fn lenient_abort(line: &[u8], binding: &Binding) -> Option<(String, String)> {
+/// Under [`Fault::IgnoreAbortIdentity`] (`identity`) the frame's identity is taken to be the
+/// binding's.
+pub(crate) fn lenient_abort(line: &[u8], binding: &Binding, ids: bool, identity: bool) -> Option<(String, String)> {
     let v = decode_strict(line).ok()?;
     let obj = v.as_object()?;
     if obj.get("kind")?.as_str()? != "abort" {
@@ -377,8 +382,19 @@ pub(crate) fn lenient_abort(line: &[u8], binding: &Binding) -> Option<(String, S
     let request_id = obj.get("requestId")?.as_str()?.to_string();
     let target = obj.get("targetRequestId")?.as_str()?.to_string();
     let mut check = obj.clone();
-    check.insert("requestId".into(), "fault-abort".into());
-    check.insert("targetRequestId".into(), "fault-target".into());
+    if ids {
+        check.insert("requestId".into(), "fault-abort".into());
+        check.insert("targetRequestId".into(), "fault-target".into());
+    }
+    if identity {
+        let id = binding.identity();
+        check.insert("protocolVersion".into(), id.protocol_version.into());
+        check.insert("adapterId".into(), id.adapter_id.into());
+        check.insert("adapterVersion".into(), id.adapter_version.into());
+        check.insert("hostInstanceId".into(), id.host_instance_id.into());
+        check.insert("sessionId".into(), id.session_id.into());
+        check.insert("generation".into(), id.generation.into());
+    }
     check_adapter_frame(&Value::Object(check), binding, Direction::ToAdapter).ok()?;
     Some((request_id, target))
 }
@@ -811,6 +827,27 @@ pub(crate) fn previous_version(dir: &Path, path: &str) -> Vec<u8> {
         bytes.clear();
     }
     bytes
+}
+
+/// [`Fault::DanglingSymlinkFollowed`]: whether `path` (beneath `dir`) is a symlink whose
+/// target does not exist.
+pub(crate) fn is_dangling_link(dir: &Path, path: &str) -> bool {
+    let p = dir.join(path);
+    std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) && std::fs::metadata(&p).is_err()
+}
+
+/// [`Fault::HandleLastCharOptional`]: the grant whose handle is `handle` and one more
+/// base64url character, if any (`digest`: the grants' digest of a handle).
+pub(crate) fn short_handle_grant(
+    digests: &[[u8; 32]],
+    handle: &str,
+    digest: impl Fn(&str) -> [u8; 32],
+) -> Option<usize> {
+    const B64URL: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    B64URL.chars().find_map(|c| {
+        let d = digest(&format!("{handle}{c}"));
+        digests.iter().position(|g| *g == d)
+    })
 }
 
 /// [`Fault::SearchPathsRelativeToSearched`]: the match paths of a search of the directory

@@ -442,6 +442,31 @@ faults! {
     /// fs.write of an existing file truncates it and writes in place, slowly.
     WriteInPlace = "write-in-place", "PC-5.3.write",
         "fs.write of an existing file truncates it and writes it in place in slow chunks (not atomic)";
+    // ---- the edges of rules the middle cases test (src/conform/adapter/edges.rs)
+    /// fs.write or fs.edit of a symlink whose target does not exist follows it.
+    DanglingSymlinkFollowed = "dangling-symlink-followed", "PC-5.1",
+        "a symlink whose target does not exist is followed (only an existing target is refused)";
+    /// The grant of the bind is checked for fs.write and fs.edit only.
+    UngrantedReadsAllowed = "ungranted-reads-allowed", "PC-4.5",
+        "fs.list, fs.stat, fs.read and fs.search run although the bind did not grant them";
+    /// A bind whose handle is a granted handle without its last character binds.
+    HandleLastCharOptional = "handle-last-char-optional", "PC-4.5",
+        "a bind with a granted handle missing its last character binds (a prefix match)";
+    /// fs.read refuses a file with a non-UTF-8 byte anywhere, not only in the window.
+    ReadWholeFileUtf8 = "read-whole-file-utf8", "PC-5.3.read",
+        "fs.read is not_utf8 when any byte of the file is not UTF-8, even outside the window";
+    /// fs.search of a named file holding NUL is refused not_utf8.
+    SearchNamedNulRefused = "search-named-nul-refused", "PC-5.3.search",
+        "fs.search of a file named directly that contains NUL is refused not_utf8, not answered with no matches";
+    /// An abort whose identity differs from the binding is answered (only invokes are judged).
+    IgnoreAbortIdentity = "ignore-abort-identity", "PC-4.5",
+        "an abort whose identity (adapter version, generation, …) differs from the binding is answered";
+    /// A bind's maxQueuedRequests 0 is read as no bound on the queue.
+    NoQueueUnbounded = "no-queue-unbounded", "PC-4.5",
+        "maxQueuedRequests 0 is read as an unbounded queue: nothing is refused busy";
+    /// fs.edit with an expectedDigest of a missing file is digest_mismatch.
+    EditMissingDigestMismatch = "edit-missing-digest-mismatch", "PC-5.3",
+        "fs.edit with an expectedDigest of a missing file answers digest_mismatch, not not_found";
     // ---- a MUST broken only where a SHOULD case looks (the frame judge fails it anyway)
     /// fs.edit of a file of 1 MiB or more reports `replacements:0` (the edit is made).
     LargeEditReplacementsZero = "large-edit-replacements-zero", "PC-5.3.edit",

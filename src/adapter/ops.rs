@@ -79,6 +79,25 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
         }
         return Err(AdapterError::new(AdapterCode::IoError, "cancelled"));
     }
+    if op == ToolOperation::FsEdit
+        && faults.has(Fault::EditMissingDigestMismatch)
+        && job.payload.get("expectedDigest").is_some()
+        && std::fs::symlink_metadata(dir.join(path)).is_err()
+    {
+        return Err(AdapterError::new(AdapterCode::DigestMismatch, "the file changed"));
+    }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadWholeFileUtf8)
+        && std::str::from_utf8(&broken::previous_version(dir, path)).is_err()
+    {
+        return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8"));
+    }
+    if op == ToolOperation::FsSearch
+        && faults.has(Fault::SearchNamedNulRefused)
+        && broken::previous_version(dir, path).contains(&0)
+    {
+        return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not text"));
+    }
     if op == ToolOperation::FsEdit && faults.has(Fault::EditLargeFileRefused) && broken::file_len(dir, job) > 1 << 20 {
         return Err(AdapterError::new(AdapterCode::InvalidRequest, "the file is too large to edit"));
     }
@@ -105,6 +124,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     };
     out = match out {
         Err(e) if e.code == AdapterCode::SymlinkRefused && faults.has(Fault::FollowSymlinks) => {
+            broken::plain_execute(dir, job).unwrap_or(Err(e))
+        }
+        Err(e)
+            if e.code == AdapterCode::SymlinkRefused
+                && faults.has(Fault::DanglingSymlinkFollowed)
+                && broken::is_dangling_link(dir, path) =>
+        {
             broken::plain_execute(dir, job).unwrap_or(Err(e))
         }
         Err(e) if e.code == AdapterCode::NotUtf8 && op == ToolOperation::FsRead && faults.has(Fault::ReadLossy) => {

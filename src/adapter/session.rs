@@ -141,6 +141,10 @@ pub fn handle_bind_with(
             found = Some(i);
         }
     }
+    if found.is_none() && faults.has(Fault::HandleLastCharOptional) {
+        let digests: Vec<[u8; 32]> = grants.iter().map(|g| g.handle_sha256).collect();
+        found = broken::short_handle_grant(&digests, req.handle().expose(), handle_digest);
+    }
     if found.is_none() && faults.has(Fault::AcceptAnyHandle) && !grants.is_empty() {
         found = Some(0);
     }
@@ -449,8 +453,10 @@ impl Session {
                     if let Some(i) = broken::lenient_invoke(line, &self.binding, self.faults) {
                         return self.handle_invoke(now, i.request_id, i.key, i.op, i.payload);
                     }
-                    if self.faults.has(Fault::AbortIdsUnchecked) {
-                        if let Some((id, target)) = broken::lenient_abort(line, &self.binding) {
+                    let (ids, identity) =
+                        (self.faults.has(Fault::AbortIdsUnchecked), self.faults.has(Fault::IgnoreAbortIdentity));
+                    if ids || identity {
+                        if let Some((id, target)) = broken::lenient_abort(line, &self.binding, ids, identity) {
                             return self.handle_abort(now, id, target);
                         }
                     }
@@ -563,6 +569,7 @@ impl Session {
         let queue_cap = match l.max_queued_requests as usize {
             _ if self.faults.has(Fault::BusyEarly) => 0,
             q if self.faults.has(Fault::BusyOneLate) => q + 1,
+            0 if self.faults.has(Fault::NoQueueUnbounded) => usize::MAX,
             q => q,
         };
         let concurrent = l.max_concurrent_requests.get() as usize;

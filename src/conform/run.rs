@@ -6,8 +6,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::adapter::cases::registry;
 use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
+use super::adapter::registry;
 use super::adapter::script;
 use super::adapter::{Ctx, Target};
 use super::case::{holds_handle, CaseMeta, CaseResult, Level, Outcome, Status, Technique};

@@ -44,7 +44,7 @@ fn read_root(c: &Ctx<'_>, p: &str) -> Vec<u8> {
 }
 
 /// Check one successful result's data against expected fields; returns the outcome.
-fn ok_with(r: &Recv, checks: &[(&str, Value)]) -> Outcome {
+pub(super) fn ok_with(r: &Recv, checks: &[(&str, Value)]) -> Outcome {
     let Some(d) = data(r) else { return Outcome::token(token(r)) };
     let problems = checks
         .iter()
@@ -1392,7 +1392,7 @@ fn path_adapter_forms_every_operation(c: &mut Ctx<'_>) -> Outcome {
 }
 
 /// Whether the target's descriptor grants `op` (cells of an ungranted one are skipped).
-fn granted(c: &Ctx<'_>, op: &str) -> bool {
+pub(super) fn granted(c: &Ctx<'_>, op: &str) -> bool {
     c.target.admitted.operations().iter().any(|o| o.to_string() == op)
 }
 
@@ -3230,9 +3230,13 @@ fn busy_retry(c: &mut Ctx<'_>, conn: &mut super::conn::Conn, xid: &str, xkey: &s
 }
 
 fn limits_busy(c: &mut Ctx<'_>) -> Outcome {
-    let can_write = c.target.admitted.grants(ToolOperation::FsWrite);
     let l = *c.target.admitted.limits();
-    let (concurrent, queued) = (l.max_concurrent_requests.get().min(2), (l.max_queued_requests as u64).min(2));
+    busy_beyond(c, l.max_concurrent_requests.get().min(2), (l.max_queued_requests as u64).min(2))
+}
+
+/// [`limits_busy`] bound with `concurrent` slots and `queued` queue places.
+pub(super) fn busy_beyond(c: &mut Ctx<'_>, concurrent: u64, queued: u64) -> Outcome {
+    let can_write = c.target.admitted.grants(ToolOperation::FsWrite);
     let n = (concurrent + queued) as usize;
     provoke(c, "a full queue", |c, i| {
         let mut b = c.bind_frame();

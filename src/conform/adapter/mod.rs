@@ -3,6 +3,7 @@
 
 pub mod cases;
 pub mod conn;
+pub mod edges;
 pub mod fixture;
 pub mod judge;
 pub mod launch;
@@ -139,6 +140,12 @@ impl Target {
     pub fn handle(&self) -> &str {
         self.admitted.handle().expose()
     }
+}
+
+/// Every adapter case implemented in Rust, by id: the cases of [`cases`] and of [`edges`].
+/// The engine judges each one's outcome with the frames it saw ([`Ctx::judged`]).
+pub fn registry() -> Vec<(&'static str, cases::CaseFn)> {
+    cases::registry().into_iter().chain(edges::registry()).collect()
 }
 
 /// Everything one case may use.

@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn sessions_are_well_formed_and_do_not_clash_with_built_in_cases() {
         let built_in: Vec<CaseMeta> = serde_json::from_str(super::super::CATALOGUE).unwrap();
-        let reg = super::super::cases::registry();
+        let reg = super::super::registry();
         for s in sessions() {
             assert!(s.meta.id.starts_with("adapter."), "{}", s.meta.id);
             assert!(!built_in.iter().any(|m| m.id == s.meta.id), "{} is also in adapter-cases.json", s.meta.id);
