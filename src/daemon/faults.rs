@@ -162,6 +162,9 @@ faults! {
     /// A re-open of the same generation and policy binds again.
     ReopenRebinds = "reopen-rebinds", "PC-3.4",
         "a re-open with the same generation and policy binds the adapter again instead of created:false alone";
+    /// Dropping the last handle of a link leaves its connection open, unrevoked.
+    DroppedLinkNotRevoked = "dropped-link-not-revoked", "PC-1.2",
+        "a binding dropped without an explicit revoke (the one two concurrent re-opens of a failed generation replace) is neither revoked nor closed: two connections of one generation stay open";
     /// A no-tools re-open of a host-adapter generation is accepted.
     NoReprovisionRule = "no-reprovision-rule", "PC-3.4",
         "a no-tools re-open of a generation retained with a host-adapter policy is accepted instead of tool_adapter_reprovision_required";
@@ -352,6 +355,15 @@ faults! {
     /// The telemetry's per-operation summaries say nothing.
     TelemetrySummariesEmpty = "telemetry-summaries-empty", "PC-4.4",
         "the queue telemetry's per-operation queue-wait and latency summaries are null, whatever calls ran";
+    /// The summaries' min and max are scaled a millionfold too small.
+    TelemetryExtremesScaled = "telemetry-extremes-scaled", "PC-4.4",
+        "the per-operation summaries' min and max are in the wrong unit (a millionth of their value, rounded to 0) while the mean is right: a mean above the maximum";
+    /// The summaries' min never leaves 0.
+    TelemetryMinStuckAtZero = "telemetry-min-stuck-at-zero", "PC-4.4",
+        "the per-operation summaries' min stays 0 whatever the calls took (the first value is never taken as the least)";
+    /// An adapter's error result is not counted as a failed call.
+    ErrorResultsUncounted = "error-results-uncounted", "PC-4.4",
+        "a call the adapter answers with an error result is not counted as failed: the failed counter stays 0 after it";
     /// Timed-out and cancelled calls are not counted.
     TelemetryEndsUncounted = "telemetry-ends-uncounted", "PC-4.4",
         "the queue telemetry counts no timed-out and no cancelled call (both counters stay 0)";
@@ -370,6 +382,9 @@ faults! {
     /// The queue reads as saturated whenever the binding is live.
     TelemetrySaturatedWhenIdle = "telemetry-saturated-when-idle", "PC-4.4",
         "the queue telemetry reports the queue saturated whenever the binding is live, even with nothing in flight";
+    /// The queue reads as saturated at maxConcurrentRequests − maxQueuedRequests calls.
+    TelemetrySaturatedEarly = "telemetry-saturated-early", "PC-4.4",
+        "the queue telemetry reports the queue saturated once maxConcurrentRequests − maxQueuedRequests calls are in flight (one call of 2 + 1 slots), not when both are full";
     /// The queue never reads as saturated.
     TelemetryNeverSaturated = "telemetry-never-saturated", "PC-4.4",
         "the queue telemetry never reports the queue saturated, even while the active and queued calls fill maxConcurrentRequests and maxQueuedRequests";

@@ -43,6 +43,8 @@ struct Inner {
     wake: Arc<Notify>,
     done: watch::Receiver<bool>,
     grace: Duration,
+    /// Under [`DaemonFault::DroppedLinkNotRevoked`]: dropping the last handle does nothing.
+    keep_on_drop: bool,
 }
 
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -52,6 +54,9 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 impl Drop for Inner {
     // Dropping the last handle revokes the binding; the task flushes `revoke` and closes.
     fn drop(&mut self) {
+        if self.keep_on_drop {
+            return;
+        }
         let mut s = lock(&self.shared);
         s.rt.revoke(Instant::now());
         deliver(&mut s);
@@ -121,7 +126,8 @@ impl AdapterLink {
         let restart_grace = faults.has(DaemonFault::RevokeGraceRestarts);
         tokio::spawn(drive(shared.clone(), wake.clone(), rd, wr, done_tx, Closing { grace, keep_open, restart_grace }));
         // From here on, dropping the link (an abandoned open included) revokes.
-        let link = AdapterLink { inner: Arc::new(Inner { shared, wake, done, grace }) };
+        let keep_on_drop = faults.has(DaemonFault::DroppedLinkNotRevoked);
+        let link = AdapterLink { inner: Arc::new(Inner { shared, wake, done, grace, keep_on_drop }) };
         match bound_rx.await {
             Ok(Ok(())) => Ok(link),
             Ok(Err(code)) => Err(LinkError::from_code(code)),

@@ -918,7 +918,9 @@ impl AdapterRuntime {
                 }
                 Ok(v["data"].clone())
             } else {
-                self.counters.failed += 1;
+                if !self.faults.has(DaemonFault::ErrorResultsUncounted) {
+                    self.counters.failed += 1;
+                }
                 let e = &v["error"];
                 Err(CallError {
                     code: e["code"].as_str().unwrap_or_default().to_string(),
@@ -1011,8 +1013,12 @@ impl AdapterRuntime {
     pub fn telemetry(&self) -> Value {
         let l = *self.binding.limits();
         let c = self.counters;
-        let full = self.active.len() + self.queue.len()
-            >= (l.max_concurrent_requests.get() + l.max_queued_requests as u64) as usize;
+        let capacity = if self.faults.has(DaemonFault::TelemetrySaturatedEarly) {
+            l.max_concurrent_requests.get().wrapping_sub(l.max_queued_requests as u64)
+        } else {
+            l.max_concurrent_requests.get() + l.max_queued_requests as u64
+        };
+        let full = self.active.len() + self.queue.len() >= capacity as usize;
         // Under the fault the queue reads as saturated whenever the binding is live.
         let full = full && !self.faults.has(DaemonFault::TelemetryNeverSaturated);
         let saturated =
@@ -1020,6 +1026,20 @@ impl AdapterRuntime {
         let summary = |s: Option<&Summary>| {
             if self.faults.has(DaemonFault::TelemetrySummariesEmpty) {
                 Value::Null
+            } else if self.faults.has(DaemonFault::TelemetryExtremesScaled) {
+                let mut j = s.copied().unwrap_or_default().to_json();
+                for k in ["min", "max"] {
+                    if let Some(x) = j[k].as_f64() {
+                        j[k] = json!((x / 1e9).round() / 1000.0);
+                    }
+                }
+                j
+            } else if self.faults.has(DaemonFault::TelemetryMinStuckAtZero) {
+                let mut j = s.copied().unwrap_or_default().to_json();
+                if j["min"].is_number() {
+                    j["min"] = json!(0.0);
+                }
+                j
             } else {
                 s.copied().unwrap_or_default().to_json()
             }

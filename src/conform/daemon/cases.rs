@@ -1696,6 +1696,108 @@ fn policy_reopen_same(c: &mut DCtx<'_>) -> Outcome {
     p.extend(open_names_session(&r, "the re-open", &c.session, 1));
     Outcome::with(format!("created:{}", data(&r)["created"]), p)
 }
+/// How long the probe holds `bound` to each re-open of the concurrent re-open case, so that
+/// a daemon binding both has both binds in flight at once (well inside `requestTimeoutMs`).
+const REOPEN_BOUND_DELAY_MS: u64 = 500;
+/// `requestTimeoutMs` of the concurrent re-open case's generation.
+const REOPEN_TIMEOUT_MS: u64 = 3000;
+
+/// SPEC §1.2 (one connection per session generation) and §3.4: a generation whose adapter
+/// connection failed after its open (the probe closes right after `bound`) is re-opened twice at
+/// once, the probe holding each `bound` for 500 ms. A daemon may serialize the two (Pi Daemon
+/// 0.3.3 answers both `created:false` without binding: the session stays resident), bind once
+/// and answer the other `created:false`, or bind twice; when it binds twice, at most one of those
+/// connections may still be open once both re-opens are answered and a grace has passed — the
+/// other revoked and closed (`revoke` is best effort, closing the socket the backstop: the grace
+/// is twice `requestTimeoutMs` plus one step, as for `daemon.bind.revoke-closes-connection`).
+/// Skipped when the provoked state is not confirmed: the first open refused, or fewer than two
+/// binds of the generation after the failure (nothing could be left over).
+fn bind_concurrent_reopen(c: &mut DCtx<'_>) -> Outcome {
+    let out = concurrent_reopen(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn concurrent_reopen(c: &mut DCtx<'_>) -> Outcome {
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(REOPEN_TIMEOUT_MS))));
+    c.probe.set(BoundMode::CloseAfterBound, InvokeMode::Normal);
+    let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+    let r = tryo!(one(c, v));
+    if rtoken(&r) != "ok" {
+        return Outcome::Skip(format!(
+            "the open whose adapter closes right after bound was answered {}: the failed binding the case re-opens \
+             was never set up",
+            rtoken(&r)
+        ));
+    }
+    // The daemon's own read of the adapter's EOF.
+    std::thread::sleep(Duration::from_millis(200));
+    c.probe.set(BoundMode::Delay(REOPEN_BOUND_DELAY_MS), InvokeMode::Normal);
+    let first = c.probe.seen().connections;
+    let (mut a, mut b) = (tryo!(c.connect()), tryo!(c.connect()));
+    let (va, vb) = (tryo!(c.open(1, super::DCtx::host_adapter(&d))), tryo!(c.open(1, super::DCtx::host_adapter(&d))));
+    a.send(&va);
+    b.send(&vb);
+    let wait = c.target.step * 3 + Duration::from_millis(REOPEN_BOUND_DELAY_MS);
+    let (ra, rb) = (answer_within(&mut a, &va, wait), answer_within(&mut b, &vb, wait));
+    let answered = Instant::now();
+    let session = c.session.clone();
+    let bound_conns = |seen: &super::probe::ProbeLog| -> Vec<usize> {
+        let mut v: Vec<usize> = seen
+            .frames
+            .iter()
+            .filter(|(n, f)| {
+                *n >= first && f["kind"] == "bind" && f["sessionId"] == session.as_str() && f["generation"] == 1
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        v.dedup();
+        v
+    };
+    let binds = bound_conns(&c.probe.seen());
+    let answers = format!("{} and {}", rtoken(&ra), rtoken(&rb));
+    if binds.len() < 2 {
+        return Outcome::Skip(format!(
+            "the two concurrent re-opens of the failed generation were answered {answers} with {} bind(s) reaching \
+             the probe: the daemon did not bind twice (it serialized them, or kept the session without binding), \
+             so no second connection could be left over",
+            binds.len()
+        ));
+    }
+    let grace = Duration::from_millis(REOPEN_TIMEOUT_MS * 2) + c.target.step;
+    loop {
+        let seen = c.probe.seen();
+        let open: Vec<usize> = binds.iter().copied().filter(|n| !seen.closed.iter().any(|(m, _)| m == n)).collect();
+        if open.len() <= 1 {
+            return Outcome::token("one-connection");
+        }
+        if answered.elapsed() >= grace {
+            return Outcome::with(
+                "connections-left-open",
+                vec![format!(
+                    "the two concurrent re-opens (answered {answers}) bound generation 1 on {} adapter connections and \
+                     {} of them ({open:?}) were still open {} ms after both answers: one connection per session \
+                     generation (the replaced binding is revoked and its connection closed)",
+                    binds.len(),
+                    open.len(),
+                    grace.as_millis()
+                )],
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+/// The answer to command `v` (sent on `conn`) within `wait`, events and other answers skipped.
+fn answer_within(conn: &mut Conn, v: &Value, wait: Duration) -> Recv {
+    let deadline = Instant::now() + wait;
+    loop {
+        let r = conn.recv_within(deadline.saturating_duration_since(Instant::now()));
+        match r.frame() {
+            Some(f) if f["requestId"] == v["requestId"] && f["kind"] != "event" => return r,
+            Some(_) => continue,
+            None => return r,
+        }
+    }
+}
 /// SPEC §2.5: the data of an open answered ok is `{created, session}`, its session naming
 /// `session_id` and `generation` (the contract's `PortableOpenData`); what breaks it, said of
 /// `what`. The session is `null` only when it was closed meanwhile, which no case here does.
@@ -1923,16 +2025,38 @@ fn tools_invoke_shape(c: &mut DCtx<'_>) -> Outcome {
 }
 fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
-    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(300))));
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::new(2).unwrap_or(std::num::NonZeroU64::MIN),
+        max_queued_requests: 1,
+        request_timeout_ms: 300,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     let r = tryo!(one(c, v));
     if rtoken(&r) != "ok" {
         c.probe.set(BoundMode::Exact, InvokeMode::Normal);
         return precondition_open(&r);
     }
+    let link = c.probe.seen().connections.saturating_sub(1);
     let sent_before = invokes(c).len();
     let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
-    let first = one(c, w);
+    let mut conn = tryo!(c.connect());
+    conn.send(&w);
+    // SPEC §4.4 (saturation): one call in flight of maxConcurrentRequests 2 + maxQueuedRequests 1
+    // is no full queue (not judged when the call ended before the status came back).
+    let mut p = Vec::new();
+    if saturation_while_held(c, link) == Some(true) {
+        p.push(
+            "the session's status read while its one call was held at the adapter reports the queue saturated \
+             (a `saturated` flag, or `saturation.active`): one call of maxConcurrentRequests 2 + maxQueuedRequests \
+             1 fills neither"
+                .into(),
+        );
+    }
+    let first = answer_within(&mut conn, &w, c.target.step * 3);
+    let first: Result<Recv, Outcome> = Ok(first);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     // The provoked state: a call really in flight (its invoke reached the probe, which never
     // answers it) when the timeout fires; without one there is nothing to abort.
@@ -1955,7 +2079,7 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Outcome::token(if abort { "abort-sent" } else { "no-abort" })
+    Outcome::with(if abort { "abort-sent" } else { "no-abort" }, p)
 }
 /// The first value under `key` anywhere inside `v` (depth-first).
 fn find_key<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
@@ -3790,19 +3914,26 @@ const TELEMETRY_TIMEOUT_MS: u64 = 600;
 /// capacity, occupancy, high-water marks, counters (accepted, completed, failed, rejected,
 /// cancelled, timed out), saturation, per-operation summaries. Spellings differ between daemons
 /// (the reference's `toolQueue`, Pi Daemon 0.3.3's `hostToolAdapterQueue`), so the case looks for
-/// the telemetry by what it must say. Three wakes: one call completes; one the probe never
-/// answers times out (`requestTimeoutMs` 600); then two calls, the first held by the probe and
+/// the telemetry by what it must say. Three wakes: one call completes and a read of a file that
+/// does not exist fails (the adapter's error result), each held by the probe for
+/// [`TELEMETRY_HOLD_MS`]; one the probe never answers times out (`requestTimeoutMs` 600); then
+/// two calls, the first held by the probe and
 /// the second queued behind it (`maxConcurrentRequests` 1), are cancelled by the client's
 /// `abort` of their turn. Then, with nothing in flight, the status must hold a `capacity` object
 /// with the descriptor's `maxConcurrentRequests` and `maxQueuedRequests` (1 and 7, not the
-/// recommended 4 and 16); a completed-calls counter (`completed…`) of at least 1, a timed-out
-/// one (`timedOut…`) of at least 1 and a cancelled one (`cancelled…`) of at least 2 — 1 when
+/// recommended 4 and 16); a completed-calls counter (`completed…`) of at least 1, a failed one
+/// (`failed…`) of at least 1, a timed-out one (`timedOut…`) of at least 1 and a cancelled one
+/// (`cancelled…`) of at least 2 — 1 when
 /// the accepted counter (`accepted…`) shows the queued call was never admitted — (each only
 /// when its calls were confirmed at the probe); an `operations` summary holding a `count` of at
 /// least 1 (the calls ran: a queue-wait or latency summary counts them); no saturation (a
 /// `saturated` flag, or `saturation.active`, true with at most two of eight slots used); and
 /// nowhere a call's `requestId`, `idempotencyKey` or path. The status answering the session
-/// without any of it fails.
+/// without any of it fails. Every timing summary's mean, `sum / count` and `last` lie between its
+/// `min` and `max` ([`summaries_inconsistent`]); and a status read right after the first wake
+/// must not summarize the latency of one held call (a summary whose name holds `latency`, with a
+/// `count` of 1) with a `min` below half the hold: no measure of a request's latency is shorter
+/// than the adapter's hold of it.
 fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     let limits = AdapterLimits {
         max_concurrent_requests: std::num::NonZeroU64::MIN,
@@ -3817,13 +3948,28 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     if let Err(e) = private_dir(&c.target.cwd.join(&dir)) {
         return Outcome::Error(format!("cannot create the directory the call names: {e}"));
     }
-    let seen = tryo!(wake_attached(c, 1, &[("fs_stat", json!({"path": dir}))], c.target.step * 3));
+    // The first wake: a call that completes and a read of a file that does not exist, which the
+    // adapter answers with an error result (a failed call).
+    let absent = format!("{dir}/absent.txt");
+    c.probe.set(BoundMode::Exact, InvokeMode::Delay(TELEMETRY_HOLD_MS));
+    let calls = [("fs_stat", json!({"path": dir})), ("fs_read", json!({"path": absent}))];
+    let seen = wake_attached(c, 1, &calls, c.target.step * 3);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    let seen = tryo!(seen);
     let Some(invoke) = link_frames(c, link, "invoke").into_iter().find(|f| f["payload"]["path"] == dir.as_str()) else {
         return Outcome::Error(format!(
             "inconclusive: the call never reached the adapter (the wake was answered {})",
             rtoken(&seen.resp)
         ));
     };
+    let failed = link_frames(c, link, "invoke").iter().any(|f| f["payload"]["path"] == absent.as_str());
+    // The one held call's latency, read before any other call ran.
+    let mut p = Vec::new();
+    if let Ok(r) = session_status(c) {
+        if let Some(t) = (rtoken(&r) == "ok").then(|| data(&r)).as_ref().and_then(telemetry_holder) {
+            p.extend(latency_below_hold(t, "", TELEMETRY_HOLD_MS));
+        }
+    }
     c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
     let ends = telemetry_ends(c, link);
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
@@ -3845,7 +3991,6 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             )],
         );
     };
-    let mut p = Vec::new();
     let mut cap = Vec::new();
     numbers_under(&t["capacity"], &mut cap);
     let mut cap: Vec<u64> = cap.into_iter().map(|(_, n)| n).collect();
@@ -3860,10 +4005,11 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
     numbers_under(t, &mut all);
     let counter = |prefix: &str| all.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| *n).max();
     // The cancelled turn's second call waited in the queue behind the first: it was cancelled
-    // too when the daemon had admitted it (four calls accepted in all).
-    let cancels = if counter("accepted").is_some_and(|n| n >= 4) { 2 } else { 1 };
+    // too when the daemon had admitted it (five calls accepted in all).
+    let cancels = if counter("accepted").is_some_and(|n| n >= 5) { 2 } else { 1 };
     for (prefix, what, want) in [
         ("completed", "completed", 1),
+        ("failed", "failed", u64::from(failed)),
         ("timedOut", "timed-out", u64::from(timed_out)),
         ("cancelled", "cancelled", if cancelled { cancels } else { 0 }),
     ] {
@@ -3881,11 +4027,12 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
             numbers_under(ops, &mut n);
             if !n.iter().any(|(k, v)| *k == "count" && *v >= 1) {
                 p.push(format!(
-                    "the per-operation summaries count no call after four fs.stat calls ran (no queue-wait or \
+                    "the per-operation summaries count no call after four fs.stat calls and one fs.read ran (no queue-wait or \
                      latency summary with a `count` of at least 1): {}",
                     ops.to_string().chars().take(300).collect::<String>()
                 ));
             }
+            p.extend(summaries_inconsistent(ops, ""));
         }
     }
     p.extend(telemetry_counters_bounded(t));
@@ -3908,6 +4055,84 @@ fn status_queue_telemetry(c: &mut DCtx<'_>) -> Outcome {
         p.push(format!("the telemetry carries the call's path `{dir}`: it must be content-free"));
     }
     Outcome::with("telemetry", p)
+}
+
+/// How long the probe holds the queue-telemetry case's first call.
+const TELEMETRY_HOLD_MS: u64 = 100;
+
+/// Every timing summary under `v` whose name (its key path, `path` so far) holds `latency`
+/// (any case) and whose `count` is 1, after one call the adapter held `hold_ms`: a numeric
+/// `min` below half the hold is no latency of that call.
+fn latency_below_hold(v: &Value, path: &str, hold_ms: u64) -> Vec<String> {
+    let mut p = Vec::new();
+    if let Value::Object(m) = v {
+        let is_latency = path.to_ascii_lowercase().contains("latency");
+        if let (true, Some(1), Some(min)) =
+            (is_latency, m.get("count").and_then(Value::as_u64), m.get("min").and_then(Value::as_f64))
+        {
+            if min < hold_ms as f64 / 2.0 {
+                p.push(format!(
+                    "after one call that the adapter held {hold_ms} ms the latency summary `{path}` gives a min of \
+                     {min} ms: no latency of that call is shorter than the hold; {}",
+                    v.to_string().chars().take(200).collect::<String>()
+                ));
+            }
+        }
+        for (k, x) in m {
+            p.extend(latency_below_hold(x, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, hold_ms));
+        }
+    }
+    p
+}
+
+/// SPEC §4.4's per-operation timing summaries, judged by arithmetic alone: every object under
+/// `v` (`path` names it) with a numeric `count` of at least 1 and numeric `min` and `max` must
+/// have `min ≤ max`, and each of its `mean`, `sum / count` and `last`, when numeric, between
+/// them (0.001 of slack for rounding). Whatever the unit or the rounding, a summary of values
+/// holds them between its least and its greatest; one whose mean is above its maximum says
+/// nothing true. Pi Daemon 0.3.3 summarizes `{count, sum, min, max, last}`, the reference
+/// `{count, min, max, mean}`.
+fn summaries_inconsistent(v: &Value, path: &str) -> Vec<String> {
+    let mut p = Vec::new();
+    match v {
+        Value::Object(m) => {
+            let num = |k: &str| m.get(k).and_then(Value::as_f64);
+            if let (Some(count), Some(min), Some(max)) = (num("count"), num("min"), num("max")) {
+                if count >= 1.0 {
+                    let eps = 0.001;
+                    let mut between = vec![("mean", num("mean")), ("last", num("last"))];
+                    between.push(("sum / count", num("sum").map(|s| s / count)));
+                    let mut bad: Vec<String> = Vec::new();
+                    if min > max + eps {
+                        bad.push(format!("min {min} above max {max}"));
+                    }
+                    for (what, x) in between {
+                        if let Some(x) = x.filter(|x| *x < min - eps || *x > max + eps) {
+                            bad.push(format!("{what} {x} outside [min {min}, max {max}]"));
+                        }
+                    }
+                    if !bad.is_empty() {
+                        p.push(format!(
+                            "the timing summary `{path}` is inconsistent ({}): a summary holds its values between \
+                             its min and its max; {}",
+                            bad.join(", "),
+                            v.to_string().chars().take(200).collect::<String>()
+                        ));
+                    }
+                }
+            }
+            for (k, x) in m {
+                p.extend(summaries_inconsistent(x, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }));
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                p.extend(summaries_inconsistent(x, &format!("{path}[{i}]")));
+            }
+        }
+        _ => {}
+    }
+    p
 }
 
 /// The queue-telemetry case's calls that end without a result, with the probe never answering
@@ -6122,6 +6347,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.revoke-closes-connection", revoke_closes_connection),
         ("daemon.bind.replacement-with-call-in-flight", revoke_replacement_in_flight),
         ("daemon.bind.close-with-call-in-flight", bind_close_in_flight),
+        ("daemon.bind.concurrent-reopen-one-connection", bind_concurrent_reopen),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
         ("daemon.policy.tools-added-on-reopen", policy_tools_added_on_reopen),
@@ -6312,5 +6538,27 @@ mod tests {
         // A probe that could not clone its socket never trickled: inconclusive, never a failure.
         let blind = ProbeLog { ended: vec![(3, eof)], drip_unavailable: vec![3], ..ProbeLog::default() };
         assert!(matches!(backstop_verdict(&blind, 3, grace, eof + grace * 10), Some(Outcome::Error(_))));
+    }
+
+    #[test]
+    fn timing_summaries_are_judged_by_arithmetic_alone() {
+        // The reference's shape, 0.3.3's shape, an empty summary of each: consistent.
+        let good = json!({"fs.stat": {
+            "latencyMs": {"count": 3, "min": 0.12, "max": 2.5, "mean": 1.0},
+            "queueWaitMs": {"count": 0, "min": null, "max": null, "mean": null},
+            "requestLatencyMs": {"count": 2, "sum": 3, "min": 1, "max": 2, "last": 2},
+            "empty": {"count": 0, "sum": 0, "min": 0, "max": 0, "last": 0},
+            "rounded": {"count": 1, "min": 0.001, "max": 0.001, "mean": 0.0015}
+        }});
+        assert!(summaries_inconsistent(&good, "").is_empty(), "{:?}", summaries_inconsistent(&good, ""));
+        // A mean above the max, a sum whose mean is below the min, a last above the max.
+        let bad = json!({"fs.stat": {
+            "latencyMs": {"count": 3, "min": 0.0, "max": 0.0, "mean": 0.41},
+            "requestLatencyMs": {"count": 2, "sum": 1, "min": 1, "max": 2, "last": 3}
+        }});
+        let p = summaries_inconsistent(&bad, "");
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("fs.stat.latencyMs") && p[0].contains("mean 0.41"), "{p:?}");
+        assert!(p[1].contains("last 3") && p[1].contains("sum / count 0.5"), "{p:?}");
     }
 }

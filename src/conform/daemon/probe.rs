@@ -41,6 +41,11 @@ pub enum BoundMode {
     /// fails) and holds the connection open without reading while this mode stays set (at
     /// most [`SHUT_READ_HOLD`]): a socket error the daemon meets only when it writes.
     ShutReadAfterBound,
+    /// The exact echo, then the probe closes the connection at once (the binding fails after
+    /// its open was answered).
+    CloseAfterBound,
+    /// The exact echo, this many milliseconds after the `bind` arrived.
+    Delay(u64),
 }
 
 /// How the probe answers `invoke`.
@@ -135,6 +140,9 @@ pub struct ProbeLog {
     /// The connections whose reading half the probe shut after `bound`
     /// ([`BoundMode::ShutReadAfterBound`]).
     pub shut_read: Vec<usize>,
+    /// The connections that are over (the daemon ended them, or the probe closed its own: after
+    /// `revoked`, or as its bound mode says), with when the probe let go of the socket.
+    pub closed: Vec<(usize, std::time::Instant)>,
 }
 
 /// A running probe adapter.
@@ -429,7 +437,7 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                 }
                 match bmode {
                     // The exact echo, from the generated type when the bind was valid.
-                    BoundMode::Exact | BoundMode::ShutReadAfterBound => {
+                    BoundMode::Exact | BoundMode::ShutReadAfterBound | BoundMode::CloseAfterBound => {
                         if let Some(t) = binding.as_ref().filter(|_| valid_bind).and_then(typed_bound) {
                             b = t;
                         }
@@ -453,9 +461,19 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
                         std::thread::sleep(Duration::from_secs(3600));
                         return;
                     }
+                    BoundMode::Delay(ms) => {
+                        std::thread::sleep(Duration::from_millis(ms));
+                        if let Some(t) = binding.as_ref().filter(|_| valid_bind).and_then(typed_bound) {
+                            b = t;
+                        }
+                    }
                 }
                 if !send(&mut w, &b) {
                     return;
+                }
+                if bmode == BoundMode::CloseAfterBound {
+                    probe_stopped = true;
+                    break;
                 }
                 if bmode == BoundMode::ShutReadAfterBound {
                     // Hold the socket without reading (a read would see EOF at once, and
@@ -707,7 +725,8 @@ fn serve(n: usize, s: UnixStream, knobs: Knobs, log: Arc<Mutex<ProbeLog>>, root:
     }
 }
 
-/// Records, when the probe's connection `n` is done with, whether the daemon ended it.
+/// Records, when the probe's connection `n` is done with, that it is closed and whether the
+/// daemon ended it.
 struct DaemonEnded {
     n: usize,
     log: Arc<Mutex<ProbeLog>>,
@@ -716,10 +735,12 @@ struct DaemonEnded {
 
 impl Drop for DaemonEnded {
     fn drop(&mut self) {
-        if self.seen.get() {
-            if let Ok(mut l) = self.log.lock() {
-                l.ended.push((self.n, std::time::Instant::now()));
+        if let Ok(mut l) = self.log.lock() {
+            let now = std::time::Instant::now();
+            if self.seen.get() {
+                l.ended.push((self.n, now));
             }
+            l.closed.push((self.n, now));
         }
     }
 }
