@@ -464,6 +464,9 @@ faults! {
     /// A bind's maxQueuedRequests 0 is read as no bound on the queue.
     NoQueueUnbounded = "no-queue-unbounded", "PC-4.5",
         "maxQueuedRequests 0 is read as an unbounded queue: nothing is refused busy";
+    /// fs.list answers an empty listing, truncated, when not even one entry fits the budget.
+    NothingFitsEmptyList = "nothing-fits-empty-list", "PC-5.3.errors",
+        "fs.list answers {entries:[], truncated:true} when not even one entry fits the response budget";
     /// fs.edit with an expectedDigest of a missing file is digest_mismatch.
     EditMissingDigestMismatch = "edit-missing-digest-mismatch", "PC-5.3",
         "fs.edit with an expectedDigest of a missing file answers digest_mismatch, not not_found";

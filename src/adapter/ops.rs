@@ -127,6 +127,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             broken::plain_execute(dir, job).unwrap_or(Err(e))
         }
         Err(e)
+            if e.code == AdapterCode::ResponseTooLarge
+                && op == ToolOperation::FsList
+                && faults.has(Fault::NothingFitsEmptyList) =>
+        {
+            Ok(serde_json::json!({"entries": [], "truncated": true}))
+        }
+        Err(e)
             if e.code == AdapterCode::SymlinkRefused
                 && faults.has(Fault::DanglingSymlinkFollowed)
                 && broken::is_dangling_link(dir, path) =>

@@ -35,6 +35,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.abort.each-identity-field-wrong", abort_each_identity_field_wrong),
         ("adapter.invoke.each-identity-field-wrong", invoke_each_identity_field_wrong),
         ("adapter.limits.busy-with-no-queue", limits_busy_with_no_queue),
+        ("adapter.limits.nothing-fits-list", limits_nothing_fits_list),
     ]
 }
 
@@ -316,4 +317,71 @@ fn invoke_each_identity_field_wrong(c: &mut Ctx<'_>) -> Outcome {
 /// admits it.
 fn limits_busy_with_no_queue(c: &mut Ctx<'_>) -> Outcome {
     busy_beyond(c, 1, 0)
+}
+
+/// PC-5.3.errors: "when not even one entry, match or character fits the response budget →
+/// `response_too_large`" (a MUST; keeping every entry that fits is the SHOULD of
+/// `adapter.limits.response-budget-exact-match`). The runner lays a directory holding one file
+/// with a 255-byte name and lists it with a 128-character `requestId` and a 512-character
+/// `idempotencyKey`, so that the result line is over 1 KiB (the smallest `maxResponseBytes`);
+/// then, bound with `maxResponseBytes` one byte short of that line, lists it again with a key
+/// of the same length: not even the one entry fits, and the answer must be
+/// `response_too_large` — not an empty listing with `truncated:true`, and never a line over the
+/// budget (the judge). Skipped when the line cannot be such a budget within the grant.
+fn limits_nothing_fits_list(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.list") {
+        return Outcome::Skip("the descriptor does not grant fs.list".into());
+    }
+    let dir = "budget-one-entry";
+    let laid = std::fs::create_dir(c.target.root.join(dir))
+        .and_then(|_| std::fs::write(c.target.root.join(dir).join("n".repeat(255)), b"x"));
+    let out = match laid {
+        Ok(()) => nothing_fits(c, dir),
+        Err(_) => Outcome::Error("cannot lay the directory of the case".into()),
+    };
+    let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+    out
+}
+
+fn nothing_fits(c: &mut Ctx<'_>, dir: &str) -> Outcome {
+    let id = "r".repeat(128);
+    let key = |last: char| format!("{}{last}", "k".repeat(511));
+    let line_len = {
+        let mut conn = tryo!(c.bound());
+        conn.send(&c.invoke(&id, &key('1'), req::list(dir)));
+        let r = conn.recv_for(&id);
+        match (&r, data(&r)) {
+            (Recv::Frame(_, raw), Some(d)) if d["entries"].as_array().is_some_and(|e| e.len() == 1) => raw.len() + 1,
+            _ => {
+                return Outcome::Error(format!(
+                    "inconclusive: the listing of a directory holding one file was answered `{}`, not its one entry",
+                    token(&r)
+                ))
+            }
+        }
+    };
+    let budget = line_len as i64 - 1;
+    if budget < 1024 || budget > c.target.admitted.limits().max_response_bytes {
+        return Outcome::Skip(format!("a {line_len}-byte result line cannot be a budget within the grant"));
+    }
+    let mut b = c.bind_frame();
+    b["limits"]["maxResponseBytes"] = json!(budget);
+    let mut conn = tryo!(c.bind_with(&b));
+    conn.note(&format!(
+        "maxResponseBytes {budget}: the listing of the one entry is a {line_len}-byte line, LF included"
+    ));
+    conn.send(&c.invoke(&id, &key('2'), req::list(dir)));
+    let r = conn.recv_for(&id);
+    match data(&r) {
+        Some(d) => Outcome::with(
+            "result:ok",
+            vec![format!(
+                "with maxResponseBytes {budget}, one byte short of the line holding the one entry, the listing returned {} \
+                 entries, truncated {}: not even one entry fits, so the answer is response_too_large (PC-5.3.errors)",
+                d["entries"].as_array().map(Vec::len).unwrap_or(0),
+                d["truncated"]
+            )],
+        ),
+        None => Outcome::token(token(&r)),
+    }
 }
