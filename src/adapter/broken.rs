@@ -1076,6 +1076,44 @@ pub(crate) fn read_cut_by_budget(dir: &Path, job: &Job, data: &Value) -> bool {
     data["bytesRead"].as_u64().is_some_and(|n| n + 3 < window)
 }
 
+/// [`Fault::ReadControlCountedRaw`]: whether a read the budget cut would have kept more bytes
+/// had each control character without a short escape (U+0001, sent as `\u0001`) counted one
+/// byte instead of six: the window the broken count keeps does not fit, so the broken adapter
+/// answers `response_too_large` (cargo-mutants' `fs/budget.rs:47:14`, sample 16). The window
+/// is read again from the file (at most `maxBytes` from `offset`).
+pub(crate) fn read_control_counted_raw(dir: &Path, job: &Job, data: &Value) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Some(kept) = data["bytesRead"].as_u64() else { return false };
+    let Some(rel) = payload_path(job) else { return false };
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let max = job.payload.get("maxBytes").and_then(Value::as_u64).unwrap_or(4 * 1024 * 1024);
+    let mut window = Vec::new();
+    let read = std::fs::File::open(dir.join(rel))
+        .and_then(|mut f| f.seek(SeekFrom::Start(offset)).map(|_| f))
+        .and_then(|f| f.take(max).read_to_end(&mut window));
+    if read.is_err() {
+        return false;
+    }
+    let valid = std::str::from_utf8(&window).map_or_else(|e| e.valid_up_to(), str::len);
+    let text = std::str::from_utf8(&window[..valid]).unwrap_or_default();
+    // `{"content":"…","bytesRead":N,"eof":false}` without the content.
+    let rest = |n: usize| r#"{"content":"","bytesRead":,"eof":false}"#.len() + n.to_string().len();
+    let mut escaped = 0;
+    let mut fits = 0;
+    for (i, c) in text.char_indices() {
+        escaped += match c {
+            '"' | '\\' | '\u{08}' | '\t' | '\n' | '\u{0c}' | '\r' => 2,
+            c => c.len_utf8(),
+        };
+        let n = i + c.len_utf8();
+        if escaped + rest(n) > job.budget {
+            break;
+        }
+        fits = n;
+    }
+    fits as u64 > kept
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -243,6 +243,10 @@ faults! {
     /// A read cut by the response budget is refused instead of shortened.
     ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
         "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";
+    /// A read cut by the response budget counts a control character without a short escape
+    /// as one byte, not the six of its `\u00XX` escape.
+    ReadControlCountedRaw = "read-control-counted-raw", "PC-5.3.read",
+        "an fs.read cut by the response budget counts each control character without a short escape (U+0001, sent as \\u0001) as one byte: the window it keeps does not fit, and is answered response_too_large instead of a shorter window";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";

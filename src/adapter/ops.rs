@@ -184,6 +184,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response budget"));
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadControlCountedRaw)
+        && broken::read_control_counted_raw(dir, job, &data)
+    {
+        return Err(AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response budget"));
+    }
     if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
     }

@@ -3783,35 +3783,45 @@ fn exact_match(c: &mut Ctx<'_>, name: &str) -> Outcome {
 }
 
 /// PC-5.3.read: the window is shortened to fit the response budget, counted as the JSON the
-/// result carries. The runner lays a file of `"` characters (each escaped to two bytes) three
-/// quarters of `maxResponseBytes` long and reads it whole: its raw bytes fit the budget, its
-/// escaped content does not, so the window must be shortened (`ok`, fewer bytes, `eof:false`).
-/// An adapter that sizes the window by raw bytes sends a line over the budget (the judge fails
-/// it) or falls back to `response_too_large` where hundreds of characters fit (SHOULD: PC-4.5
-/// lets an adapter answer `response_too_large` for a result over the budget).
+/// result carries. The runner lays two files three quarters of `maxResponseBytes` long and
+/// reads each whole: one of `"` characters (each escaped to two bytes, `\"`) and one of U+0001
+/// characters (each escaped to six, `\u0001`: a control character without a short escape).
+/// Their raw bytes fit the budget, their escaped content does not, so each window must be
+/// shortened (`ok`, fewer bytes, `eof:false`, the file's first bytes). An adapter that sizes the
+/// window by raw bytes, or counts a control character shorter than its escape, sends a line
+/// over the budget (the judge fails it) or falls back to `response_too_large` where hundreds of
+/// characters fit (SHOULD: PC-4.5 lets an adapter answer `response_too_large` for a result over
+/// the budget).
 fn limits_response_budget_escapes(c: &mut Ctx<'_>) -> Outcome {
     if !granted(c, "fs.read") {
         return Outcome::Skip("the descriptor does not grant fs.read".into());
     }
     let budget = c.target.admitted.limits().max_response_bytes.max(0) as usize;
     let size = budget / 4 * 3;
-    let name = "escapes.txt";
-    if std::fs::write(c.target.root.join(name), "\"".repeat(size)).is_err() {
-        return Outcome::Error("cannot lay the file of the case".into());
-    }
-    let r = c.one(req::read(name).max_bytes(size as u64));
-    let _ = std::fs::remove_file(c.target.root.join(name));
-    let r = tryo!(r);
-    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
-    let read = d["bytesRead"].as_u64().unwrap_or(0) as usize;
     let mut problems = Vec::new();
-    if read == 0 || read >= size || d["eof"] != json!(false) {
-        problems.push(format!(
-            "a {size}-byte window of quote characters (escaped, {} bytes: over maxResponseBytes {budget}) was answered \
-             with bytesRead {read} and eof {}: it must be shortened to fit, with eof:false",
-            2 * size,
-            d["eof"]
-        ));
+    for (name, ch, what) in [("escapes.txt", '"', "quote characters"), ("controls.txt", '\u{1}', "U+0001 characters")] {
+        let escaped = serde_json::to_string(&ch.to_string()).map_or(0, |s| s.len() - 2);
+        if std::fs::write(c.target.root.join(name), ch.to_string().repeat(size)).is_err() {
+            return Outcome::Error("cannot lay the file of the case".into());
+        }
+        let r = c.one(req::read(name).max_bytes(size as u64));
+        let _ = std::fs::remove_file(c.target.root.join(name));
+        let r = tryo!(r);
+        let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+        let read = d["bytesRead"].as_u64().unwrap_or(0) as usize;
+        if read == 0 || read >= size || d["eof"] != json!(false) {
+            problems.push(format!(
+                "a {size}-byte window of {what} (escaped, {} bytes: over maxResponseBytes {budget}) was answered \
+                 with bytesRead {read} and eof {}: it must be shortened to fit, with eof:false",
+                escaped * size,
+                d["eof"]
+            ));
+        } else if d["content"].as_str() != Some(ch.to_string().repeat(read).as_str()) {
+            problems.push(format!(
+                "a {size}-byte window of {what} was shortened to bytesRead {read}, yet its content is not the file's \
+                 first {read} bytes"
+            ));
+        }
     }
     Outcome::with("result:ok", problems)
 }
