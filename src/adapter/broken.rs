@@ -1114,6 +1114,28 @@ pub(crate) fn read_control_counted_raw(dir: &Path, job: &Job, data: &Value) -> b
     fits as u64 > kept
 }
 
+/// [`Fault::ListStopsAtMax`]: a listing with `maxEntries: 1` of a directory of two entries
+/// (files or directories) stops taking entries once it holds one and the next name sorts
+/// after it, as cargo-mutants' `fs/list.rs:67:27` (`>`→`>=`, sample 17) does: when the
+/// directory yields the name that sorts first first, the other is never taken and the listing
+/// says `truncated:false`. Narrowed to that shape, so that what it kills does not hang on the
+/// read order of the fixture's larger directories.
+pub(crate) fn list_stops_at_max(dir: &Path, job: &Job, mut data: Value) -> Value {
+    if job.payload.get("maxEntries").and_then(Value::as_u64) != Some(1) {
+        return data;
+    }
+    let Some(entries) = payload_path(job).and_then(|p| std::fs::read_dir(dir.join(p)).ok()) else { return data };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    if names.len() == 2 && names[0] < names[1] {
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -197,6 +197,9 @@ faults! {
     /// fs.list entries come back in reverse order.
     ListUnsorted = "list-unsorted", "PC-5.3.list",
         "fs.list entries are not sorted bytewise (they come back reversed)";
+    /// fs.list stops taking entries once it holds maxEntries and the next name sorts after them.
+    ListStopsAtMax = "list-stops-at-max", "PC-5.3.list",
+        "fs.list with maxEntries 1 of a directory of two entries stops taking entries once it holds one and the next name sorts after it: when the directory yields its first name first, the listing says truncated:false though an entry was left out";
     /// fs.list includes symlinks.
     ListIncludesSymlinks = "list-includes-symlinks", "PC-5.3.list",
         "fs.list includes symbolic links (typed by their targets)";

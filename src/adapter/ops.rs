@@ -204,6 +204,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::ListKeepsControlNames) {
                 data = broken::list_keep_control_names(dir, job, data);
             }
+            if faults.has(Fault::ListStopsAtMax) {
+                data = broken::list_stops_at_max(dir, job, data);
+            }
             if faults.has(Fault::ListUnsorted) {
                 if let Some(a) = data["entries"].as_array_mut() {
                     a.reverse();

@@ -3479,6 +3479,15 @@ fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
 
 /// `maxEntries` equal to the number of entries: all of them, `truncated:false`; one less:
 /// that many, `truncated:true` (PC-5.3.list).
+///
+/// The one-less listing is also made of [`PAIRS`] directories of two files each, with
+/// `maxEntries: 1`: the file whose name sorts first, `truncated:true`. An adapter that stops
+/// taking entries once it holds `maxEntries` of them and the next name sorts after them never
+/// sees the entry that tells the listing was cut when the directory yields its smallest names
+/// first. The order is the filesystem's (creation order, its reverse, or a hash of the name),
+/// so each pair has its own names and half of them are created in each order: whatever the
+/// order, some pair yields its first name first (with a hashed order, all `PAIRS` miss it
+/// with a chance of 2^-16).
 fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
     let all = c.call(&mut conn, req::list("sorted"));
@@ -3497,8 +3506,36 @@ fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
             ));
         }
     }
+    for i in 0..PAIRS {
+        let dir = format!("pairs-{i:02}");
+        let names = [format!("p{i:02}-first"), format!("p{i:02}-second")];
+        let files = names.clone().map(|f| format!("{dir}/{f}"));
+        c.allow(&[&dir, &files[0], &files[1]]);
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        let laid = std::fs::create_dir(c.target.root.join(&dir))
+            .and_then(|()| order.iter().try_for_each(|&k| std::fs::write(c.target.root.join(&files[k]), b"p")));
+        if let Err(e) = laid {
+            let _ = std::fs::remove_dir_all(c.target.root.join(&dir));
+            return Outcome::Error(format!("cannot lay {dir}/: {e}"));
+        }
+        let r = c.call(&mut conn, req::list(&dir).max_entries(1));
+        let _ = std::fs::remove_dir_all(c.target.root.join(&dir));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got: Vec<&str> =
+            d["entries"].as_array().map(|a| a.iter().filter_map(|e| e["name"].as_str()).collect()).unwrap_or_default();
+        if got != [names[0].as_str()] || d["truncated"] != json!(true) {
+            problems.push(format!(
+                "maxEntries 1 of {dir}/, which holds the files {} and {} (created in that order): entries {got:?}, \
+                 truncated {}; want [{:?}], truncated true",
+                names[order[0]], names[order[1]], d["truncated"], names[0]
+            ));
+        }
+    }
     Outcome::with("result:ok", problems)
 }
+
+/// Directories of two files [`list_max_entries_exact`] lists with `maxEntries: 1`.
+const PAIRS: usize = 16;
 
 /// Entries a default-limit case lays: the default `maxEntries` (PC-5.3.list), also the default
 /// `maxResults` (PC-5.3.search).
