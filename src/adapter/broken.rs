@@ -1136,6 +1136,51 @@ pub(crate) fn list_stops_at_max(dir: &Path, job: &Job, mut data: Value) -> Value
     data
 }
 
+/// [`Fault::SearchLaterFilesNoSpare`]: a directory search that the limit cut in a file past
+/// the first 32 in path order (a later batch of the reference's walk), with no file after it
+/// holding the query, answers `truncated:false`: that file was given room for the matches left
+/// only, not one more, so the cut is never seen (cargo-mutants' `fs/search.rs:587:76`, `+`→`*`
+/// in `Pipeline::run`, sample 17).
+pub(crate) fn search_later_files_no_spare(dir: &Path, job: &Job, mut data: Value) -> Value {
+    fn files(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir.join(rel)) else { return };
+        let mut named: Vec<(String, bool)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let t = e.file_type().ok()?;
+                (t.is_file() || t.is_dir()).then_some((e.file_name().into_string().ok()?, t.is_dir()))
+            })
+            .collect();
+        named.sort();
+        for (name, is_dir) in named {
+            let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            if is_dir {
+                files(dir, &child, out);
+            } else {
+                out.push(child);
+            }
+        }
+    }
+    let Some(query) = job.payload.get("query").and_then(Value::as_str) else { return data };
+    let Some(top) = payload_path(job).filter(|p| dir.join(p).is_dir()) else { return data };
+    let Some(last) = data["matches"].as_array().and_then(|m| m.last()).and_then(|m| m["path"].as_str()) else {
+        return data;
+    };
+    if data["truncated"] != json!(true) {
+        return data;
+    }
+    let top = top.trim_end_matches('/').trim_start_matches("./");
+    let mut all = Vec::new();
+    files(dir, if top == "." { "" } else { top }, &mut all);
+    let Some(at) = all.iter().position(|f| f == last) else { return data };
+    let holds =
+        |f: &String| std::fs::read(dir.join(f)).is_ok_and(|b| memchr::memmem::find(&b, query.as_bytes()).is_some());
+    if at >= 32 && !all[at + 1..].iter().any(holds) {
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -3627,6 +3627,13 @@ fn search_default_max_results(c: &mut Ctx<'_>) -> Outcome {
 
 /// `maxResults` equal to the number of matches: all, `truncated:false`; one less: that many,
 /// `truncated:true` (PC-5.3.search).
+///
+/// The one-less search is also made of a tree of [`DEEP_FILES`] files whose three matches
+/// are all in the last one in path order, with `maxResults: 2`. An adapter that searches a
+/// tree in batches of files and lets each file of a later batch collect only the matches
+/// still room for (not one more) takes the last file's first two and never learns of its
+/// third: `truncated:false`. The reference hands out its first 32 files together; the tree
+/// is larger than any such first batch is likely to be.
 fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
     let mut problems = Vec::new();
@@ -3642,8 +3649,40 @@ fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
             ));
         }
     }
+    let dir = "deep-tree";
+    let files: Vec<String> = (0..DEEP_FILES).map(|i| format!("{dir}/f{i:03}.txt")).collect();
+    c.allow(&[dir]);
+    for f in &files {
+        c.allow(&[f]);
+    }
+    let last = DEEP_FILES - 1;
+    let laid = std::fs::create_dir(c.target.root.join(dir)).and_then(|()| {
+        files.iter().enumerate().try_for_each(|(i, f)| {
+            let text = if i == last { "needle one\nneedle two\nneedle three\n" } else { "nothing to find\n" };
+            std::fs::write(c.target.root.join(f), text)
+        })
+    });
+    if let Err(e) = laid {
+        let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+        return Outcome::Error(format!("cannot lay {dir}/: {e}"));
+    }
+    let r = c.call(&mut conn, req::search(dir, "needle").max_results(2));
+    let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+    let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+    let paths: Vec<&str> =
+        d["matches"].as_array().map(|a| a.iter().filter_map(|m| m["path"].as_str()).collect()).unwrap_or_default();
+    if paths != [files[last].as_str(), files[last].as_str()] || d["truncated"] != json!(true) {
+        problems.push(format!(
+            "maxResults 2 of {dir}/, {DEEP_FILES} files whose only matches are the three lines of {}: matches in \
+             {paths:?}, truncated {}; want its first two, truncated true",
+            files[last], d["truncated"]
+        ));
+    }
     Outcome::with("result:ok", problems)
 }
+
+/// Files of the tree [`search_max_results_exact`] searches.
+const DEEP_FILES: usize = 200;
 
 /// `maxBytes` exactly the bytes left: the whole rest, `eof:true`; one less: `eof:false`
 /// (PC-5.3.read: `eof` is `offset + bytesRead == size`, whatever the window).
