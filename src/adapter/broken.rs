@@ -1181,6 +1181,34 @@ pub(crate) fn search_later_files_no_spare(dir: &Path, job: &Job, mut data: Value
     data
 }
 
+/// [`Fault::SearchWindowCutCharacter`]: drop every match on a line over 4096 bytes whose text
+/// window, read from 12291 bytes (3 × 4096 + 3) before the match, would start inside a
+/// multi-byte character: the cut character is not skipped, so the bytes read are not UTF-8
+/// and the match is dropped as if its file had changed (cargo-mutants' `fs/search.rs:930:13`,
+/// `>`→`==` in `match_text`, sample 17).
+pub(crate) fn search_window_cut_character(dir: &Path, mut data: Value) -> Value {
+    const REACH: usize = 3 * 4096 + 3;
+    let Some(found) = data["matches"].as_array() else { return data };
+    let kept: Vec<Value> = found
+        .iter()
+        .filter(|m| {
+            let (Some(path), Some(line), Some(column)) = (m["path"].as_str(), m["line"].as_u64(), m["column"].as_u64())
+            else {
+                return true;
+            };
+            let Ok(bytes) = std::fs::read(dir.join(path)) else { return true };
+            let Some(text) = bytes.split(|b| *b == b'\n').nth(line.saturating_sub(1) as usize) else { return true };
+            let Ok(text) = std::str::from_utf8(text) else { return true };
+            let at: usize = text.chars().take(column.saturating_sub(1) as usize).map(char::len_utf8).sum();
+            let cut = |i: usize| text.as_bytes().get(i).is_some_and(|b| b & 0xC0 == 0x80);
+            !(text.len() > 4096 && at > REACH && cut(at - REACH))
+        })
+        .cloned()
+        .collect();
+    data["matches"] = Value::Array(kept);
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -233,6 +233,9 @@ faults! {
     /// A directory search builds its match paths from the path as sent.
     SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
         "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
+    /// A match whose text window starts reading inside a multi-byte character is dropped.
+    SearchWindowCutCharacter = "search-window-cut-character", "PC-5.3.search",
+        "fs.search drops a match more than 12291 bytes into a line over 4096 bytes when the text window's read starts inside a multi-byte character (the cut character is not skipped, so the window is taken for a changed file)";
     /// A tree search gives each file past its first 32 room for the matches left, not one more.
     SearchLaterFilesNoSpare = "search-later-files-no-spare", "PC-5.3.search",
         "a directory search gives each file past the first 32 in path order room for the matches still wanted only, not one more: when such a file's matches are cut by maxResults and no later file matches, the search says truncated:false";

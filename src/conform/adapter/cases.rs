@@ -2069,7 +2069,53 @@ fn search_long_line_window(c: &mut Ctx<'_>) -> Outcome {
     if m["column"] != 6001 {
         problems.push(format!("column {} want 6001", m["column"]));
     }
+    if let Err(o) = search_long_line_far_in(c, &mut problems) {
+        return o;
+    }
     Outcome::with(token(&r), problems)
+}
+
+/// Part of `adapter.search.long-line-window`: a match far into a long line of two-byte
+/// characters, 10000 `é` then `needle` (the match 20000 bytes in). The window is 4096
+/// characters, so an adapter reads at most some bytes before the match; reading a fixed
+/// number of bytes back (the reference reads 12291) lands inside an `é`, whose cut first byte
+/// must be skipped, not taken for a broken file: the match must come back, at column 10001,
+/// with the window the rule gives (starting 1024 characters before it, shifted to stay inside
+/// the line).
+fn search_long_line_far_in(c: &mut Ctx<'_>, problems: &mut Vec<String>) -> Result<(), Outcome> {
+    let name = "far-in.txt";
+    let line = format!("{}needle", "\u{e9}".repeat(10_000));
+    c.allow(&[name]);
+    if std::fs::write(c.target.root.join(name), format!("{line}\n")).is_err() {
+        return Err(Outcome::Error("cannot lay the file of the case".into()));
+    }
+    let r = c.one(req::search(name, "needle"));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = r?;
+    if data(&r).is_none() {
+        return Err(Outcome::token(token(&r)));
+    }
+    let chars: Vec<char> = line.chars().collect();
+    let (len, at) = (chars.len(), 10_000usize);
+    let from = at.saturating_sub(1024).min(len - 4096);
+    let want: String = chars[from..from + 4096].iter().collect();
+    let found = matches(&r);
+    match found.as_slice() {
+        [m] if m["column"] == at + 1 && m["text"].as_str() == Some(want.as_str()) => {}
+        [m] => problems.push(format!(
+            "{name} (10000 two-byte characters, then needle): column {}, text of {} characters; want column {}, \
+             the 4096 characters {from}..{} of the line",
+            m["column"],
+            m["text"].as_str().map_or(0, |t| t.chars().count()),
+            at + 1,
+            from + 4096
+        )),
+        _ => problems.push(format!(
+            "{name} (10000 two-byte characters, then needle, 20000 bytes into its one line): {} matches, want 1",
+            found.len()
+        )),
+    }
+    Ok(())
 }
 /// PC-5.3.search: the window of a line over 4096 characters is always 4096 characters,
 /// shifted to stay inside the line: a match `at` characters into a line of `len` gets the
