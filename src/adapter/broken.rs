@@ -1209,6 +1209,33 @@ pub(crate) fn search_window_cut_character(dir: &Path, mut data: Value) -> Value 
     data
 }
 
+/// [`Fault::SearchKeptBytesMiscounted`]: an `fs.search` of one file over 256 KiB (one chunk of
+/// the reference's scan) with no match in its first chunk gives no match at all when the
+/// second of the `query length − 1` bytes kept across that boundary is a UTF-8 continuation
+/// byte: the count of checked bytes kept is wrong (1, from `valid /= drop`), so the check
+/// resumes inside a character and takes the file for not UTF-8 (cargo-mutants'
+/// `fs/search.rs:907:15`, `-=`→`/=` in `scan`, sample 17).
+pub(crate) fn search_kept_bytes_miscounted(dir: &Path, job: &Job, mut data: Value) -> Value {
+    const CHUNK: u64 = 256 * 1024;
+    let Some(query) = job.payload.get("query").and_then(Value::as_str) else { return data };
+    let Some(path) = payload_path(job).map(|p| dir.join(p)).filter(|p| p.is_file()) else { return data };
+    let Ok(bytes) = std::fs::read(path) else { return data };
+    let kept_from = (CHUNK + 1).checked_sub(query.len() as u64);
+    let Some(second) = kept_from.and_then(|k| bytes.get(k as usize + 1)) else { return data };
+    let early = data["matches"].as_array().is_some_and(|m| {
+        m.iter().any(|m| {
+            m["line"].as_u64().is_some_and(|l| {
+                bytes.split(|b| *b == b'\n').take(l as usize - 1).map(|l| l.len() as u64 + 1).sum::<u64>() < CHUNK
+            })
+        })
+    });
+    if bytes.len() as u64 > CHUNK && second & 0xC0 == 0x80 && !early {
+        data["matches"] = json!([]);
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -233,6 +233,9 @@ faults! {
     /// A directory search builds its match paths from the path as sent.
     SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
         "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
+    /// fs.search resumes its UTF-8 check inside a character kept across the first chunk boundary.
+    SearchKeptBytesMiscounted = "search-kept-bytes-miscounted", "PC-5.3.search",
+        "fs.search of a file over 256 KiB without a match in its first 256 KiB resumes its UTF-8 check at the second of the bytes kept across that boundary for the query: when that byte is inside a character, the file is taken for not UTF-8 and gives no match";
     /// A match whose text window starts reading inside a multi-byte character is dropped.
     SearchWindowCutCharacter = "search-window-cut-character", "PC-5.3.search",
         "fs.search drops a match more than 12291 bytes into a line over 4096 bytes when the text window's read starts inside a multi-byte character (the cut character is not skipped, so the window is taken for a changed file)";

@@ -2354,6 +2354,22 @@ fn big_file_searches(c: &mut Ctx<'_>, needles: &str, euro: &str) -> Outcome {
             where_(&want)
         ));
     }
+    // Another query length moves the bytes kept across each chunk boundary (the ones an
+    // occurrence crossing it may start in) by one: an adapter that resumed its UTF-8 check at
+    // the second kept byte would resume inside a character at the 256 KiB boundary with
+    // `eedle`, on a character's first byte with `needle`.
+    let r = c.call(&mut conn, req::search("big/euro.txt", "eedle"));
+    if data(&r).is_none() {
+        return Outcome::with(token(&r), problems);
+    }
+    let want = windowed_matches("big/euro.txt", euro, "eedle");
+    if matches(&r) != want {
+        problems.push(format!(
+            "fs.search of big/euro.txt for eedle: matches at line:column {}, want {}",
+            where_(&matches(&r)),
+            where_(&want)
+        ));
+    }
     Outcome::with("result:ok", problems)
 }
 
