@@ -83,6 +83,7 @@ const SHOULD_ONLY: &[&str] = &[
     "secret-windowed-read",
     "secret-windowed-search",
     "edit-unguarded",
+    "read-control-counted-raw",
 ];
 
 fn expected() -> BTreeMap<String, BTreeSet<String>> {

@@ -1113,6 +1113,166 @@ pub(crate) fn read_cut_by_budget(dir: &Path, job: &Job, data: &Value) -> bool {
     data["bytesRead"].as_u64().is_some_and(|n| n + 3 < window)
 }
 
+/// [`Fault::ReadControlCountedRaw`]: whether a read the budget cut would have kept more bytes
+/// had each control character without a short escape (U+0001, sent as `\u0001`) counted one
+/// byte instead of six: the window the broken count keeps does not fit, so the broken adapter
+/// answers `response_too_large` (cargo-mutants' `fs/budget.rs:47:14`, sample 16). The window
+/// is read again from the file (at most `maxBytes` from `offset`).
+pub(crate) fn read_control_counted_raw(dir: &Path, job: &Job, data: &Value) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Some(kept) = data["bytesRead"].as_u64() else { return false };
+    let Some(rel) = payload_path(job) else { return false };
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let max = job.payload.get("maxBytes").and_then(Value::as_u64).unwrap_or(4 * 1024 * 1024);
+    let mut window = Vec::new();
+    let read = std::fs::File::open(dir.join(rel))
+        .and_then(|mut f| f.seek(SeekFrom::Start(offset)).map(|_| f))
+        .and_then(|f| f.take(max).read_to_end(&mut window));
+    if read.is_err() {
+        return false;
+    }
+    let valid = std::str::from_utf8(&window).map_or_else(|e| e.valid_up_to(), str::len);
+    let text = std::str::from_utf8(&window[..valid]).unwrap_or_default();
+    // `{"content":"…","bytesRead":N,"eof":false}` without the content.
+    let rest = |n: usize| r#"{"content":"","bytesRead":,"eof":false}"#.len() + n.to_string().len();
+    let mut escaped = 0;
+    let mut fits = 0;
+    for (i, c) in text.char_indices() {
+        escaped += match c {
+            '"' | '\\' | '\u{08}' | '\t' | '\n' | '\u{0c}' | '\r' => 2,
+            c => c.len_utf8(),
+        };
+        let n = i + c.len_utf8();
+        if escaped + rest(n) > job.budget {
+            break;
+        }
+        fits = n;
+    }
+    fits as u64 > kept
+}
+
+/// [`Fault::ListStopsAtMax`]: a listing with `maxEntries: 1` of a directory of two entries
+/// (files or directories) stops taking entries once it holds one and the next name sorts
+/// after it, as cargo-mutants' `fs/list.rs:67:27` (`>`→`>=`, sample 17) does: when the
+/// directory yields the name that sorts first first, the other is never taken and the listing
+/// says `truncated:false`. Narrowed to that shape, so that what it kills does not hang on the
+/// read order of the fixture's larger directories.
+pub(crate) fn list_stops_at_max(dir: &Path, job: &Job, mut data: Value) -> Value {
+    if job.payload.get("maxEntries").and_then(Value::as_u64) != Some(1) {
+        return data;
+    }
+    let Some(entries) = payload_path(job).and_then(|p| std::fs::read_dir(dir.join(p)).ok()) else { return data };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    if names.len() == 2 && names[0] < names[1] {
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
+/// [`Fault::SearchLaterFilesNoSpare`]: a directory search that the limit cut in a file past
+/// the first 32 in path order (a later batch of the reference's walk), with no file after it
+/// holding the query, answers `truncated:false`: that file was given room for the matches left
+/// only, not one more, so the cut is never seen (cargo-mutants' `fs/search.rs:587:76`, `+`→`*`
+/// in `Pipeline::run`, sample 17).
+pub(crate) fn search_later_files_no_spare(dir: &Path, job: &Job, mut data: Value) -> Value {
+    fn files(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir.join(rel)) else { return };
+        let mut named: Vec<(String, bool)> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let t = e.file_type().ok()?;
+                (t.is_file() || t.is_dir()).then_some((e.file_name().into_string().ok()?, t.is_dir()))
+            })
+            .collect();
+        named.sort();
+        for (name, is_dir) in named {
+            let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            if is_dir {
+                files(dir, &child, out);
+            } else {
+                out.push(child);
+            }
+        }
+    }
+    let Some(query) = job.payload.get("query").and_then(Value::as_str) else { return data };
+    let Some(top) = payload_path(job).filter(|p| dir.join(p).is_dir()) else { return data };
+    let Some(last) = data["matches"].as_array().and_then(|m| m.last()).and_then(|m| m["path"].as_str()) else {
+        return data;
+    };
+    if data["truncated"] != json!(true) {
+        return data;
+    }
+    let top = top.trim_end_matches('/').trim_start_matches("./");
+    let mut all = Vec::new();
+    files(dir, if top == "." { "" } else { top }, &mut all);
+    let Some(at) = all.iter().position(|f| f == last) else { return data };
+    let holds =
+        |f: &String| std::fs::read(dir.join(f)).is_ok_and(|b| memchr::memmem::find(&b, query.as_bytes()).is_some());
+    if at >= 32 && !all[at + 1..].iter().any(holds) {
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
+/// [`Fault::SearchWindowCutCharacter`]: drop every match on a line over 4096 bytes whose text
+/// window, read from 12291 bytes (3 × 4096 + 3) before the match, would start inside a
+/// multi-byte character: the cut character is not skipped, so the bytes read are not UTF-8
+/// and the match is dropped as if its file had changed (cargo-mutants' `fs/search.rs:930:13`,
+/// `>`→`==` in `match_text`, sample 17).
+pub(crate) fn search_window_cut_character(dir: &Path, mut data: Value) -> Value {
+    const REACH: usize = 3 * 4096 + 3;
+    let Some(found) = data["matches"].as_array() else { return data };
+    let kept: Vec<Value> = found
+        .iter()
+        .filter(|m| {
+            let (Some(path), Some(line), Some(column)) = (m["path"].as_str(), m["line"].as_u64(), m["column"].as_u64())
+            else {
+                return true;
+            };
+            let Ok(bytes) = std::fs::read(dir.join(path)) else { return true };
+            let Some(text) = bytes.split(|b| *b == b'\n').nth(line.saturating_sub(1) as usize) else { return true };
+            let Ok(text) = std::str::from_utf8(text) else { return true };
+            let at: usize = text.chars().take(column.saturating_sub(1) as usize).map(char::len_utf8).sum();
+            let cut = |i: usize| text.as_bytes().get(i).is_some_and(|b| b & 0xC0 == 0x80);
+            !(text.len() > 4096 && at > REACH && cut(at - REACH))
+        })
+        .cloned()
+        .collect();
+    data["matches"] = Value::Array(kept);
+    data
+}
+
+/// [`Fault::SearchKeptBytesMiscounted`]: an `fs.search` of one file over 256 KiB (one chunk of
+/// the reference's scan) with no match in its first chunk gives no match at all when the
+/// second of the `query length − 1` bytes kept across that boundary is a UTF-8 continuation
+/// byte: the count of checked bytes kept is wrong (1, from `valid /= drop`), so the check
+/// resumes inside a character and takes the file for not UTF-8 (cargo-mutants'
+/// `fs/search.rs:907:15`, `-=`→`/=` in `scan`, sample 17).
+pub(crate) fn search_kept_bytes_miscounted(dir: &Path, job: &Job, mut data: Value) -> Value {
+    const CHUNK: u64 = 256 * 1024;
+    let Some(query) = job.payload.get("query").and_then(Value::as_str) else { return data };
+    let Some(path) = payload_path(job).map(|p| dir.join(p)).filter(|p| p.is_file()) else { return data };
+    let Ok(bytes) = std::fs::read(path) else { return data };
+    let kept_from = (CHUNK + 1).checked_sub(query.len() as u64);
+    let Some(second) = kept_from.and_then(|k| bytes.get(k as usize + 1)) else { return data };
+    let early = data["matches"].as_array().is_some_and(|m| {
+        m.iter().any(|m| {
+            m["line"].as_u64().is_some_and(|l| {
+                bytes.split(|b| *b == b'\n').take(l as usize - 1).map(|l| l.len() as u64 + 1).sum::<u64>() < CHUNK
+            })
+        })
+    });
+    if bytes.len() as u64 > CHUNK && second & 0xC0 == 0x80 && !early {
+        data["matches"] = json!([]);
+        data["truncated"] = json!(false);
+    }
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -197,6 +197,9 @@ faults! {
     /// fs.list entries come back in reverse order.
     ListUnsorted = "list-unsorted", "PC-5.3.list",
         "fs.list entries are not sorted bytewise (they come back reversed)";
+    /// fs.list stops taking entries once it holds maxEntries and the next name sorts after them.
+    ListStopsAtMax = "list-stops-at-max", "PC-5.3.list",
+        "fs.list with maxEntries 1 of a directory of two entries stops taking entries once it holds one and the next name sorts after it: when the directory yields its first name first, the listing says truncated:false though an entry was left out";
     /// fs.list includes symlinks.
     ListIncludesSymlinks = "list-includes-symlinks", "PC-5.3.list",
         "fs.list includes symbolic links (typed by their targets)";
@@ -230,6 +233,15 @@ faults! {
     /// A directory search builds its match paths from the path as sent.
     SearchPrefixAsSent = "search-prefix-as-sent", "PC-5.1",
         "a directory search named dir/ or ./ builds match paths from the path as sent (dir//a.txt, .//hello.txt) instead of the canonical path";
+    /// fs.search resumes its UTF-8 check inside a character kept across the first chunk boundary.
+    SearchKeptBytesMiscounted = "search-kept-bytes-miscounted", "PC-5.3.search",
+        "fs.search of a file over 256 KiB without a match in its first 256 KiB resumes its UTF-8 check at the second of the bytes kept across that boundary for the query: when that byte is inside a character, the file is taken for not UTF-8 and gives no match";
+    /// A match whose text window starts reading inside a multi-byte character is dropped.
+    SearchWindowCutCharacter = "search-window-cut-character", "PC-5.3.search",
+        "fs.search drops a match more than 12291 bytes into a line over 4096 bytes when the text window's read starts inside a multi-byte character (the cut character is not skipped, so the window is taken for a changed file)";
+    /// A tree search gives each file past its first 32 room for the matches left, not one more.
+    SearchLaterFilesNoSpare = "search-later-files-no-spare", "PC-5.3.search",
+        "a directory search gives each file past the first 32 in path order room for the matches still wanted only, not one more: when such a file's matches are cut by maxResults and no later file matches, the search says truncated:false";
     /// A directory search says `truncated` when nothing was cut or left out.
     SearchAlwaysTruncated = "search-always-truncated", "PC-5.3.search",
         "a directory search answers truncated:true even when every match fit and nothing was left out";
@@ -243,6 +255,10 @@ faults! {
     /// A read cut by the response budget is refused instead of shortened.
     ReadBudgetRefused = "read-budget-refused", "PC-5.3.read",
         "an fs.read whose window does not fit the response budget is answered response_too_large instead of a shortened window";
+    /// A read cut by the response budget counts a control character without a short escape
+    /// as one byte, not the six of its `\u00XX` escape.
+    ReadControlCountedRaw = "read-control-counted-raw", "PC-5.3.read",
+        "an fs.read cut by the response budget counts each control character without a short escape (U+0001, sent as \\u0001) as one byte: the window it keeps does not fit, and is answered response_too_large instead of a shorter window";
     /// fs.write ignores expectedDigest.
     WriteIgnoresDigest = "write-ignores-digest", "PC-5.3.write",
         "fs.write ignores expectedDigest (no not_found / digest_mismatch guard)";

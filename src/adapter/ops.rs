@@ -217,6 +217,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     {
         return Err(AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response budget"));
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadControlCountedRaw)
+        && broken::read_control_counted_raw(dir, job, &data)
+    {
+        return Err(AdapterError::new(AdapterCode::ResponseTooLarge, "the result does not fit the response budget"));
+    }
     if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
     }
@@ -230,6 +236,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::ListKeepsControlNames) {
                 data = broken::list_keep_control_names(dir, job, data);
+            }
+            if faults.has(Fault::ListStopsAtMax) {
+                data = broken::list_stops_at_max(dir, job, data);
             }
             if faults.has(Fault::ListUnsorted) {
                 if let Some(a) = data["entries"].as_array_mut() {
@@ -274,6 +283,15 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::SearchLenientUtf8) {
                 data = broken::search_lenient_utf8(dir, job, data);
+            }
+            if faults.has(Fault::SearchKeptBytesMiscounted) {
+                data = broken::search_kept_bytes_miscounted(dir, job, data);
+            }
+            if faults.has(Fault::SearchWindowCutCharacter) {
+                data = broken::search_window_cut_character(dir, data);
+            }
+            if faults.has(Fault::SearchLaterFilesNoSpare) {
+                data = broken::search_later_files_no_spare(dir, job, data);
             }
             if faults.has(Fault::SearchAlwaysTruncated) && broken::is_dir(dir, job) {
                 data["truncated"] = true.into();

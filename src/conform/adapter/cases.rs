@@ -2069,7 +2069,53 @@ fn search_long_line_window(c: &mut Ctx<'_>) -> Outcome {
     if m["column"] != 6001 {
         problems.push(format!("column {} want 6001", m["column"]));
     }
+    if let Err(o) = search_long_line_far_in(c, &mut problems) {
+        return o;
+    }
     Outcome::with(token(&r), problems)
+}
+
+/// Part of `adapter.search.long-line-window`: a match far into a long line of two-byte
+/// characters, 10000 `é` then `needle` (the match 20000 bytes in). The window is 4096
+/// characters, so an adapter reads at most some bytes before the match; reading a fixed
+/// number of bytes back (the reference reads 12291) lands inside an `é`, whose cut first byte
+/// must be skipped, not taken for a broken file: the match must come back, at column 10001,
+/// with the window the rule gives (starting 1024 characters before it, shifted to stay inside
+/// the line).
+fn search_long_line_far_in(c: &mut Ctx<'_>, problems: &mut Vec<String>) -> Result<(), Outcome> {
+    let name = "far-in.txt";
+    let line = format!("{}needle", "\u{e9}".repeat(10_000));
+    c.allow(&[name]);
+    if std::fs::write(c.target.root.join(name), format!("{line}\n")).is_err() {
+        return Err(Outcome::Error("cannot lay the file of the case".into()));
+    }
+    let r = c.one(req::search(name, "needle"));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = r?;
+    if data(&r).is_none() {
+        return Err(Outcome::token(token(&r)));
+    }
+    let chars: Vec<char> = line.chars().collect();
+    let (len, at) = (chars.len(), 10_000usize);
+    let from = at.saturating_sub(1024).min(len - 4096);
+    let want: String = chars[from..from + 4096].iter().collect();
+    let found = matches(&r);
+    match found.as_slice() {
+        [m] if m["column"] == at + 1 && m["text"].as_str() == Some(want.as_str()) => {}
+        [m] => problems.push(format!(
+            "{name} (10000 two-byte characters, then needle): column {}, text of {} characters; want column {}, \
+             the 4096 characters {from}..{} of the line",
+            m["column"],
+            m["text"].as_str().map_or(0, |t| t.chars().count()),
+            at + 1,
+            from + 4096
+        )),
+        _ => problems.push(format!(
+            "{name} (10000 two-byte characters, then needle, 20000 bytes into its one line): {} matches, want 1",
+            found.len()
+        )),
+    }
+    Ok(())
 }
 /// PC-5.3.search: the window of a line over 4096 characters is always 4096 characters,
 /// shifted to stay inside the line: a match `at` characters into a line of `len` gets the
@@ -2304,6 +2350,22 @@ fn big_file_searches(c: &mut Ctx<'_>, needles: &str, euro: &str) -> Outcome {
         problems.push(format!(
             "fs.search of big/euro.txt, UTF-8 whose three-byte characters any chunk boundary cuts: matches at \
              line:column {}, want {}",
+            where_(&matches(&r)),
+            where_(&want)
+        ));
+    }
+    // Another query length moves the bytes kept across each chunk boundary (the ones an
+    // occurrence crossing it may start in) by one: an adapter that resumed its UTF-8 check at
+    // the second kept byte would resume inside a character at the 256 KiB boundary with
+    // `eedle`, on a character's first byte with `needle`.
+    let r = c.call(&mut conn, req::search("big/euro.txt", "eedle"));
+    if data(&r).is_none() {
+        return Outcome::with(token(&r), problems);
+    }
+    let want = windowed_matches("big/euro.txt", euro, "eedle");
+    if matches(&r) != want {
+        problems.push(format!(
+            "fs.search of big/euro.txt for eedle: matches at line:column {}, want {}",
             where_(&matches(&r)),
             where_(&want)
         ));
@@ -3483,6 +3545,15 @@ fn limits_concurrency_held(c: &mut Ctx<'_>) -> Outcome {
 
 /// `maxEntries` equal to the number of entries: all of them, `truncated:false`; one less:
 /// that many, `truncated:true` (PC-5.3.list).
+///
+/// The one-less listing is also made of [`PAIRS`] directories of two files each, with
+/// `maxEntries: 1`: the file whose name sorts first, `truncated:true`. An adapter that stops
+/// taking entries once it holds `maxEntries` of them and the next name sorts after them never
+/// sees the entry that tells the listing was cut when the directory yields its smallest names
+/// first. The order is the filesystem's (creation order, its reverse, or a hash of the name),
+/// so each pair has its own names and half of them are created in each order: whatever the
+/// order, some pair yields its first name first (with a hashed order, all `PAIRS` miss it
+/// with a chance of 2^-16).
 fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
     let all = c.call(&mut conn, req::list("sorted"));
@@ -3501,8 +3572,36 @@ fn list_max_entries_exact(c: &mut Ctx<'_>) -> Outcome {
             ));
         }
     }
+    for i in 0..PAIRS {
+        let dir = format!("pairs-{i:02}");
+        let names = [format!("p{i:02}-first"), format!("p{i:02}-second")];
+        let files = names.clone().map(|f| format!("{dir}/{f}"));
+        c.allow(&[&dir, &files[0], &files[1]]);
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        let laid = std::fs::create_dir(c.target.root.join(&dir))
+            .and_then(|()| order.iter().try_for_each(|&k| std::fs::write(c.target.root.join(&files[k]), b"p")));
+        if let Err(e) = laid {
+            let _ = std::fs::remove_dir_all(c.target.root.join(&dir));
+            return Outcome::Error(format!("cannot lay {dir}/: {e}"));
+        }
+        let r = c.call(&mut conn, req::list(&dir).max_entries(1));
+        let _ = std::fs::remove_dir_all(c.target.root.join(&dir));
+        let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+        let got: Vec<&str> =
+            d["entries"].as_array().map(|a| a.iter().filter_map(|e| e["name"].as_str()).collect()).unwrap_or_default();
+        if got != [names[0].as_str()] || d["truncated"] != json!(true) {
+            problems.push(format!(
+                "maxEntries 1 of {dir}/, which holds the files {} and {} (created in that order): entries {got:?}, \
+                 truncated {}; want [{:?}], truncated true",
+                names[order[0]], names[order[1]], d["truncated"], names[0]
+            ));
+        }
+    }
     Outcome::with("result:ok", problems)
 }
+
+/// Directories of two files [`list_max_entries_exact`] lists with `maxEntries: 1`.
+const PAIRS: usize = 16;
 
 /// Entries a default-limit case lays: the default `maxEntries` (PC-5.3.list), also the default
 /// `maxResults` (PC-5.3.search).
@@ -3594,6 +3693,13 @@ fn search_default_max_results(c: &mut Ctx<'_>) -> Outcome {
 
 /// `maxResults` equal to the number of matches: all, `truncated:false`; one less: that many,
 /// `truncated:true` (PC-5.3.search).
+///
+/// The one-less search is also made of a tree of [`DEEP_FILES`] files whose three matches
+/// are all in the last one in path order, with `maxResults: 2`. An adapter that searches a
+/// tree in batches of files and lets each file of a later batch collect only the matches
+/// still room for (not one more) takes the last file's first two and never learns of its
+/// third: `truncated:false`. The reference hands out its first 32 files together; the tree
+/// is larger than any such first batch is likely to be.
 fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
     let mut conn = tryo!(c.bound());
     let mut problems = Vec::new();
@@ -3609,8 +3715,40 @@ fn search_max_results_exact(c: &mut Ctx<'_>) -> Outcome {
             ));
         }
     }
+    let dir = "deep-tree";
+    let files: Vec<String> = (0..DEEP_FILES).map(|i| format!("{dir}/f{i:03}.txt")).collect();
+    c.allow(&[dir]);
+    for f in &files {
+        c.allow(&[f]);
+    }
+    let last = DEEP_FILES - 1;
+    let laid = std::fs::create_dir(c.target.root.join(dir)).and_then(|()| {
+        files.iter().enumerate().try_for_each(|(i, f)| {
+            let text = if i == last { "needle one\nneedle two\nneedle three\n" } else { "nothing to find\n" };
+            std::fs::write(c.target.root.join(f), text)
+        })
+    });
+    if let Err(e) = laid {
+        let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+        return Outcome::Error(format!("cannot lay {dir}/: {e}"));
+    }
+    let r = c.call(&mut conn, req::search(dir, "needle").max_results(2));
+    let _ = std::fs::remove_dir_all(c.target.root.join(dir));
+    let Some(d) = data(&r) else { return Outcome::with(token(&r), problems) };
+    let paths: Vec<&str> =
+        d["matches"].as_array().map(|a| a.iter().filter_map(|m| m["path"].as_str()).collect()).unwrap_or_default();
+    if paths != [files[last].as_str(), files[last].as_str()] || d["truncated"] != json!(true) {
+        problems.push(format!(
+            "maxResults 2 of {dir}/, {DEEP_FILES} files whose only matches are the three lines of {}: matches in \
+             {paths:?}, truncated {}; want its first two, truncated true",
+            files[last], d["truncated"]
+        ));
+    }
     Outcome::with("result:ok", problems)
 }
+
+/// Files of the tree [`search_max_results_exact`] searches.
+const DEEP_FILES: usize = 200;
 
 /// `maxBytes` exactly the bytes left: the whole rest, `eof:true`; one less: `eof:false`
 /// (PC-5.3.read: `eof` is `offset + bytesRead == size`, whatever the window).
@@ -3787,35 +3925,45 @@ fn exact_match(c: &mut Ctx<'_>, name: &str) -> Outcome {
 }
 
 /// PC-5.3.read: the window is shortened to fit the response budget, counted as the JSON the
-/// result carries. The runner lays a file of `"` characters (each escaped to two bytes) three
-/// quarters of `maxResponseBytes` long and reads it whole: its raw bytes fit the budget, its
-/// escaped content does not, so the window must be shortened (`ok`, fewer bytes, `eof:false`).
-/// An adapter that sizes the window by raw bytes sends a line over the budget (the judge fails
-/// it) or falls back to `response_too_large` where hundreds of characters fit (SHOULD: PC-4.5
-/// lets an adapter answer `response_too_large` for a result over the budget).
+/// result carries. The runner lays two files three quarters of `maxResponseBytes` long and
+/// reads each whole: one of `"` characters (each escaped to two bytes, `\"`) and one of U+0001
+/// characters (each escaped to six, `\u0001`: a control character without a short escape).
+/// Their raw bytes fit the budget, their escaped content does not, so each window must be
+/// shortened (`ok`, fewer bytes, `eof:false`, the file's first bytes). An adapter that sizes the
+/// window by raw bytes, or counts a control character shorter than its escape, sends a line
+/// over the budget (the judge fails it) or falls back to `response_too_large` where hundreds of
+/// characters fit (SHOULD: PC-4.5 lets an adapter answer `response_too_large` for a result over
+/// the budget).
 fn limits_response_budget_escapes(c: &mut Ctx<'_>) -> Outcome {
     if !granted(c, "fs.read") {
         return Outcome::Skip("the descriptor does not grant fs.read".into());
     }
     let budget = c.target.admitted.limits().max_response_bytes.max(0) as usize;
     let size = budget / 4 * 3;
-    let name = "escapes.txt";
-    if std::fs::write(c.target.root.join(name), "\"".repeat(size)).is_err() {
-        return Outcome::Error("cannot lay the file of the case".into());
-    }
-    let r = c.one(req::read(name).max_bytes(size as u64));
-    let _ = std::fs::remove_file(c.target.root.join(name));
-    let r = tryo!(r);
-    let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
-    let read = d["bytesRead"].as_u64().unwrap_or(0) as usize;
     let mut problems = Vec::new();
-    if read == 0 || read >= size || d["eof"] != json!(false) {
-        problems.push(format!(
-            "a {size}-byte window of quote characters (escaped, {} bytes: over maxResponseBytes {budget}) was answered \
-             with bytesRead {read} and eof {}: it must be shortened to fit, with eof:false",
-            2 * size,
-            d["eof"]
-        ));
+    for (name, ch, what) in [("escapes.txt", '"', "quote characters"), ("controls.txt", '\u{1}', "U+0001 characters")] {
+        let escaped = serde_json::to_string(&ch.to_string()).map_or(0, |s| s.len() - 2);
+        if std::fs::write(c.target.root.join(name), ch.to_string().repeat(size)).is_err() {
+            return Outcome::Error("cannot lay the file of the case".into());
+        }
+        let r = c.one(req::read(name).max_bytes(size as u64));
+        let _ = std::fs::remove_file(c.target.root.join(name));
+        let r = tryo!(r);
+        let Some(d) = data(&r) else { return Outcome::token(token(&r)) };
+        let read = d["bytesRead"].as_u64().unwrap_or(0) as usize;
+        if read == 0 || read >= size || d["eof"] != json!(false) {
+            problems.push(format!(
+                "a {size}-byte window of {what} (escaped, {} bytes: over maxResponseBytes {budget}) was answered \
+                 with bytesRead {read} and eof {}: it must be shortened to fit, with eof:false",
+                escaped * size,
+                d["eof"]
+            ));
+        } else if d["content"].as_str() != Some(ch.to_string().repeat(read).as_str()) {
+            problems.push(format!(
+                "a {size}-byte window of {what} was shortened to bytesRead {read}, yet its content is not the file's \
+                 first {read} bytes"
+            ));
+        }
     }
     Outcome::with("result:ok", problems)
 }
