@@ -319,13 +319,7 @@ pub(crate) fn lenient_invoke(line: &[u8], binding: &Binding, faults: Faults) -> 
         });
     }
     if faults.has(Fault::IgnoreInvokeIdentity) {
-        let id = binding.identity();
-        check.insert("protocolVersion".into(), id.protocol_version.into());
-        check.insert("adapterId".into(), id.adapter_id.into());
-        check.insert("adapterVersion".into(), id.adapter_version.into());
-        check.insert("hostInstanceId".into(), id.host_instance_id.into());
-        check.insert("sessionId".into(), id.session_id.into());
-        check.insert("generation".into(), id.generation.into());
+        take_binding_identity(&mut check, binding);
     }
     if faults.has(Fault::AcceptBadIds) {
         if !(request_id.len() <= 128 && is_frame_id(&request_id)) {
@@ -387,16 +381,21 @@ pub(crate) fn lenient_abort(line: &[u8], binding: &Binding, ids: bool, identity:
         check.insert("targetRequestId".into(), "fault-target".into());
     }
     if identity {
-        let id = binding.identity();
-        check.insert("protocolVersion".into(), id.protocol_version.into());
-        check.insert("adapterId".into(), id.adapter_id.into());
-        check.insert("adapterVersion".into(), id.adapter_version.into());
-        check.insert("hostInstanceId".into(), id.host_instance_id.into());
-        check.insert("sessionId".into(), id.session_id.into());
-        check.insert("generation".into(), id.generation.into());
+        take_binding_identity(&mut check, binding);
     }
     check_adapter_frame(&Value::Object(check), binding, Direction::ToAdapter).ok()?;
     Some((request_id, target))
+}
+
+/// The frame `check` with the binding's identity (the faults that do not judge it).
+fn take_binding_identity(check: &mut serde_json::Map<String, Value>, binding: &Binding) {
+    let id = binding.identity();
+    check.insert("protocolVersion".into(), id.protocol_version.into());
+    check.insert("adapterId".into(), id.adapter_id.into());
+    check.insert("adapterVersion".into(), id.adapter_version.into());
+    check.insert("hostInstanceId".into(), id.host_instance_id.into());
+    check.insert("sessionId".into(), id.session_id.into());
+    check.insert("generation".into(), id.generation.into());
 }
 
 /// Whether some string value of `v` (not a key, not part of a longer value) is exactly `h`.

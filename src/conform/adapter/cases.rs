@@ -139,23 +139,9 @@ fn bind_each_identity_field_wrong(c: &mut Ctx<'_>) -> Outcome {
     let mut bound = Vec::new();
     for field in ["adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"] {
         let mut b = c.bind_frame();
-        b[field] = match &b[field] {
-            Value::Number(n) => json!(n.as_u64().unwrap_or(0) + 1),
-            // The last character changed within its class (a digit for a digit), so the value
-            // keeps its format and only differs from the grant's.
-            Value::String(s) => {
-                let mut chars: Vec<char> = s.chars().collect();
-                if let Some(last) = chars.last_mut() {
-                    *last = match *last {
-                        d @ '0'..='9' => char::from(b'0' + (d as u8 - b'0' + 1) % 10),
-                        'x' => 'y',
-                        _ => 'x',
-                    };
-                }
-                json!(chars.into_iter().collect::<String>())
-            }
-            v => v.clone(),
-        };
+        // The last character changed within its class (a digit for a digit), so the value keeps
+        // its format and only differs from the grant's.
+        b[field] = changed(&b[field]);
         let mut conn = tryo!(c.connect());
         conn.note(&format!("the bind with {field} changed"));
         conn.send(&b);
@@ -167,6 +153,26 @@ fn bind_each_identity_field_wrong(c: &mut Ctx<'_>) -> Outcome {
         Outcome::token("closed")
     } else {
         Outcome::with("bound", vec![format!("a bind differing from the grant only in {} was bound", bound.join(", "))])
+    }
+}
+
+/// An identity value changed within its format: a number one higher, a string's last
+/// character changed within its class (a digit for a digit).
+pub(super) fn changed(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_u64().unwrap_or(0) + 1),
+        Value::String(s) => {
+            let mut chars: Vec<char> = s.chars().collect();
+            if let Some(last) = chars.last_mut() {
+                *last = match *last {
+                    d @ '0'..='9' => char::from(b'0' + (d as u8 - b'0' + 1) % 10),
+                    'x' => 'y',
+                    _ => 'x',
+                };
+            }
+            json!(chars.into_iter().collect::<String>())
+        }
+        v => v.clone(),
     }
 }
 

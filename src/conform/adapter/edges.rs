@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::cases::{busy_beyond, granted, ok_with, CaseFn};
+use super::cases::{busy_beyond, changed, granted, ok_with, CaseFn};
 use super::conn::Recv;
 use super::{data, req, token, Ctx};
 use crate::conform::case::Outcome;
@@ -238,28 +238,9 @@ fn edit_missing_file(c: &mut Ctx<'_>) -> Outcome {
     Outcome::with(if problems.is_empty() { not_found } else { "edited".into() }, problems)
 }
 
-/// The identity fields of a frame, each changed within its format: a number one higher, a
-/// string's last character changed within its class (a digit for a digit).
+/// The identity fields of a frame (each changed by [`changed`] in turn).
 const IDENTITY: [&str; 6] =
     ["protocolVersion", "adapterId", "adapterVersion", "hostInstanceId", "sessionId", "generation"];
-
-fn changed(v: &Value) -> Value {
-    match v {
-        Value::Number(n) => json!(n.as_u64().unwrap_or(0) + 1),
-        Value::String(s) => {
-            let mut chars: Vec<char> = s.chars().collect();
-            if let Some(last) = chars.last_mut() {
-                *last = match *last {
-                    d @ '0'..='9' => char::from(b'0' + (d as u8 - b'0' + 1) % 10),
-                    'x' => 'y',
-                    _ => 'x',
-                };
-            }
-            json!(chars.into_iter().collect::<String>())
-        }
-        v => v.clone(),
-    }
-}
 
 /// PC-4.5 (the refusal table: "not attributable: … wrong identity … close") and PC-4.1: a
 /// frame whose identity is not the binding's is closed, whatever its kind. On a bound
