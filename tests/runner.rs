@@ -247,14 +247,22 @@ fn a_broken_adapter_fails_with_named_cases_and_transcripts() {
     assert!(out.contains("] FAIL  adapter.path.dotdot-inner (PC-5.1, MUST) "), "{out}");
     let list = out.split("\nfailures:\n").nth(1).expect("a failures: list");
     let ids: Vec<&str> = list.lines().take_while(|l| l.starts_with("    ")).map(str::trim).collect();
+    // The SHOULD case among them fails too: its result (`data: {}`) breaks a MUST of the
+    // contract, whatever the case tests.
     assert_eq!(
         ids,
         [
             "adapter.invoke.unknown-frame-key",
+            "adapter.invoke.unknown-frame-key.closes",
             "adapter.path.dotdot-escape",
             "adapter.path.dotdot-inner",
             "adapter.stat.file"
         ]
+    );
+    assert!(
+        out.contains("] FAIL  adapter.invoke.unknown-frame-key.closes (PC-4.5, SHOULD) ")
+            && out.contains("the adapter broke a MUST beside what this SHOULD case tests"),
+        "{out}"
     );
     assert!(!out.contains(&a.handle()), "the report must redact the handle");
     assert!(out.contains("<handle>"));
