@@ -979,6 +979,19 @@ pub(crate) fn quoting_content(dir: &Path, path: &str, e: AdapterError) -> Adapte
     AdapterError::new(e.code, format!("{} (the file begins {head:?})", e.message))
 }
 
+/// [`Fault::MessageNamesPath`]: every `/` of a line spelled `\/`. A `/` can only stand inside
+/// a JSON string, where both spellings mean the same character.
+pub(crate) fn escape_solidus(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + 16);
+    for &b in line {
+        if b == b'/' {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
 /// [`Fault::ModifiedAtOffset`]: every `modifiedAt` of stat/list data ends in `+00:00`.
 pub(crate) fn modified_at_offset(mut data: Value) -> Value {
     let fix = |m: &mut Value| {

@@ -298,6 +298,9 @@ faults! {
     /// Edit failures quote the file's beginning in their message.
     ErrorMessageQuotesContent = "error-message-quotes-content", "PC-5.3.errors",
         "the message of an fs.edit refused edit_not_found, edit_ambiguous or not_utf8 quotes the first 64 characters of the file";
+    /// not_found messages name the file's absolute path, spelled with `\/`.
+    MessageNamesPath = "message-names-path", "PC-5.3.errors",
+        "the message of a not_found error names the requested file's absolute path, every `/` of the result line spelled `\\/`";
     /// not_found is reported as io_error.
     WrongNotFoundCode = "wrong-not-found-code", "PC-5.3",
         "a missing file or parent is reported as io_error instead of not_found";

@@ -198,6 +198,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
                 serde_json::json!({"content": "", "bytesRead": 0, "eof": true})
             })
         }
+        Err(e) if e.code == AdapterCode::NotFound && faults.has(Fault::MessageNamesPath) => {
+            Err(AdapterError::new(e.code, format!("{}: {}", e.message, dir.join(path).display())))
+        }
         Err(e) if e.code == AdapterCode::NotFound && faults.has(Fault::WrongNotFoundCode) => {
             Err(AdapterError::new(AdapterCode::IoError, e.message))
         }

@@ -706,6 +706,9 @@ impl Session {
         if self.faults.has(Fault::EscapedHandleInResults) {
             line = broken::escape_handle(&line, self.binding.handle().expose());
         }
+        if self.faults.has(Fault::MessageNamesPath) {
+            line = broken::escape_solidus(&line);
+        }
         let unscanned = self.faults.has(Fault::NoCapabilityScan)
             || (op == ToolOperation::FsSearch && self.faults.has(Fault::SearchResultUnscanned));
         if self.binding.handle().occurs_in(&line) && !unscanned {

@@ -192,16 +192,23 @@ pub(crate) fn escaped_literals(line: &[u8]) -> Vec<(usize, usize)> {
 /// (`\u0061` for `a`, `\/` for `/`). A rule about a frame's content is about the decoded value
 /// (issue 24 item 5); the line need not parse as a whole.
 pub fn holds_handle(text: &[u8], handle: &str) -> bool {
-    if handle.is_empty() {
+    holds_text(text, handle)
+}
+
+/// Whether `text` holds `needle` in any JSON spelling, as [`holds_handle`] reads it: what the
+/// engine looks for in everything an adapter sent (the sentinel's content, the absolute paths
+/// of the root and the sentinel), so that an escape cannot hide it.
+pub fn holds_text(text: &[u8], needle: &str) -> bool {
+    if needle.is_empty() {
         return false;
     }
-    if memchr::memmem::find(text, handle.as_bytes()).is_some() {
+    if memchr::memmem::find(text, needle.as_bytes()).is_some() {
         return true;
     }
     text.split(|b| *b == b'\n').any(|line| {
         escaped_literals(line)
             .into_iter()
-            .any(|(a, b)| serde_json::from_slice::<String>(&line[a..b]).is_ok_and(|s| s.contains(handle)))
+            .any(|(a, b)| serde_json::from_slice::<String>(&line[a..b]).is_ok_and(|s| s.contains(needle)))
     })
 }
 

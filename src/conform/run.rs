@@ -6,11 +6,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_TEXT};
+use super::adapter::fixture::{diff, lay, snapshot, Fixture, Snapshot, SENTINEL_PIECES};
 use super::adapter::registry;
 use super::adapter::script;
 use super::adapter::{Ctx, Target};
-use super::case::{holds_handle, CaseMeta, CaseResult, Level, Outcome, Status, Technique};
+use super::case::{holds_handle, holds_text, CaseMeta, CaseResult, Level, Outcome, Status, Technique};
 
 /// Which cases to run.
 #[derive(Clone, Debug, Default)]
@@ -368,12 +368,16 @@ fn run_one(
     if target.handles().into_iter().any(|h| holds_handle(&received, h)) {
         oracle.push("the adapter sent the capability handle".into());
     }
-    if memchr::memmem::find(&received, SENTINEL_TEXT.as_bytes()).is_some() {
+    if SENTINEL_PIECES.iter().any(|piece| holds_text(&received, piece)) {
         must.push("the adapter sent content from outside the root (sentinel)".into());
     }
-    let root_text = target.root.to_string_lossy();
-    if root_text.len() > 1 && memchr::memmem::find(&received, root_text.as_bytes()).is_some() {
-        oracle.push("the adapter revealed the absolute root path".into());
+    // Messages hold no absolute path (PC-5): neither the root's nor the sentinel's, which a
+    // `--sentinel` elsewhere does not share a prefix with.
+    for (path, what) in [(&target.root, "root"), (&target.sentinel, "sentinel")] {
+        let text = path.to_string_lossy();
+        if text.len() > 1 && holds_text(&received, &text) {
+            oracle.push(format!("the adapter revealed the absolute {what} path"));
+        }
     }
     let transcript = ctx.transcript.borrow().clone();
     Ok(classify(meta, ADAPTER, outcome, Found { oracle, must }, transcript, started.elapsed()))

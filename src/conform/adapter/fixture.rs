@@ -11,6 +11,10 @@ use sha2::{Digest, Sha256};
 pub const MARKER: &str = ".pi-conform-fixture";
 /// Text only the sentinel holds: no adapter output may ever contain it.
 pub const SENTINEL_TEXT: &str = "SENTINEL-7f3a needle outside the root";
+/// Pieces of [`SENTINEL_TEXT`] that no adapter could send unless it read the sentinel (a
+/// windowed read or a search line holds one without the whole text; "7f3a" alone could be
+/// part of a digest, so each piece has a letter or a space no hex digest has).
+pub const SENTINEL_PIECES: [&str; 3] = ["SENTINEL-7f3a", "7f3a needle", "needle outside the root"];
 
 /// Size of `big.txt` (larger than any read window a 1 MiB budget allows).
 pub const BIG_SIZE: usize = 3 * 1024 * 1024 / 2;
