@@ -444,7 +444,11 @@ faults! {
 
 pub use crate::adapter::faults::NOT_BUILT;
 
-const _: () = assert!(DaemonFault::ALL.len() <= 128, "DaemonFaults is a u128 bitset");
+const _: () =
+    assert!(DaemonFault::ALL.len() <= 64 * FAULT_WORDS, "DaemonFaults is a bitset of FAULT_WORDS u64 words");
+
+/// The words of a [`DaemonFaults`] bitset.
+const FAULT_WORDS: usize = 4;
 
 impl fmt::Display for DaemonFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -469,27 +473,29 @@ impl FromStr for DaemonFault {
 
 /// A set of daemon faults (production: [`DaemonFaults::NONE`]).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DaemonFaults(u128);
+pub struct DaemonFaults([u64; FAULT_WORDS]);
 
 impl DaemonFaults {
     /// No fault: the conforming reference daemon.
-    pub const NONE: DaemonFaults = DaemonFaults(0);
+    pub const NONE: DaemonFaults = DaemonFaults([0; FAULT_WORDS]);
 
     /// Whether `f` is switched on: always `false` without the `faults` feature, so that every
     /// fault branch is compiled out of a production build.
     #[inline(always)]
     pub fn has(self, f: DaemonFault) -> bool {
-        cfg!(feature = "faults") && self.0 & (1u128 << f as u32) != 0
+        cfg!(feature = "faults") && self.0[f as usize / 64] & (1 << (f as usize % 64)) != 0
     }
 
     /// This set plus `f`.
     pub fn with(self, f: DaemonFault) -> DaemonFaults {
-        DaemonFaults(self.0 | (1u128 << f as u32))
+        let mut words = self.0;
+        words[f as usize / 64] |= 1 << (f as usize % 64);
+        DaemonFaults(words)
     }
 
     /// Whether no fault is on.
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.0 == [0; FAULT_WORDS]
     }
 
     /// The faults switched on, in [`DaemonFault::ALL`] order.
