@@ -43,18 +43,33 @@ pub fn check_endpoint(path: &Path) -> Result<(), LinkError> {
     if !dir.file_type().is_dir() || dir.uid() != uid || dir.mode() & 0o077 != 0 {
         return Err(insecure("adapter endpoint directory is not an owner-private directory"));
     }
+    // Canonical means no symlink anywhere above the socket either: a symlinked ancestor would
+    // let whoever owns the link's directory swap the socket for their own.
+    if std::fs::canonicalize(parent).ok().as_deref() != Some(parent) {
+        return Err(insecure("adapter endpoint path is not absolute and canonical"));
+    }
     Ok(())
 }
 
-/// [`check_endpoint`] broken on purpose (the daemon faults `endpoint-write-bits-only` and
-/// `endpoint-follows-symlinks`): modes judged by their write bits only, or every check made
-/// through symlinks.
-pub fn check_endpoint_loose(path: &Path, write_bits_only: bool, follow: bool) -> Result<(), LinkError> {
+/// How [`check_endpoint_loose`] is broken (the daemon faults `endpoint-write-bits-only`,
+/// `endpoint-group-bits-only`, `endpoint-follows-symlinks`, `endpoint-ancestors-unchecked`).
+#[derive(Clone, Copy, Debug)]
+pub struct Loose {
+    /// The mode bits that refuse the socket and its directory (0o077 when right).
+    pub mask: u32,
+    /// Every check made through symlinks (`stat`, not `lstat`).
+    pub follow: bool,
+    /// The directories above the socket's own are not resolved.
+    pub ancestors: bool,
+}
+
+/// [`check_endpoint`] broken on purpose, as `loose` says.
+pub fn check_endpoint_loose(path: &Path, loose: Loose) -> Result<(), LinkError> {
     if !is_canonical_absolute(path.as_os_str().as_bytes()) {
         return Err(insecure("adapter endpoint path is not absolute and canonical"));
     }
     let uid = rustix::process::geteuid().as_raw();
-    let mask = if write_bits_only { 0o022 } else { 0o077 };
+    let Loose { mask, follow, ancestors } = loose;
     let stat = |p: &Path| if follow { std::fs::metadata(p) } else { std::fs::symlink_metadata(p) };
     let meta = stat(path).map_err(|_| insecure("adapter endpoint is not an owner-private socket"))?;
     if !meta.file_type().is_socket() || meta.uid() != uid || meta.mode() & mask != 0 {
@@ -64,6 +79,9 @@ pub fn check_endpoint_loose(path: &Path, write_bits_only: bool, follow: bool) ->
     let dir = stat(parent).map_err(|_| insecure("adapter endpoint directory is not an owner-private directory"))?;
     if !dir.file_type().is_dir() || dir.uid() != uid || dir.mode() & mask != 0 {
         return Err(insecure("adapter endpoint directory is not an owner-private directory"));
+    }
+    if !ancestors && !follow && std::fs::canonicalize(parent).ok().as_deref() != Some(parent) {
+        return Err(insecure("adapter endpoint path is not absolute and canonical"));
     }
     Ok(())
 }

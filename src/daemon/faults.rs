@@ -134,6 +134,12 @@ faults! {
     /// The endpoint's modes are checked for write bits only.
     EndpointWriteBitsOnly = "endpoint-write-bits-only", "PC-1.2",
         "the endpoint socket and its directory are refused only for group/other write bits (a 0640 socket or a 0750 directory is used)";
+    /// The endpoint's modes are checked for group bits only.
+    EndpointGroupBitsOnly = "endpoint-group-bits-only", "PC-1.2",
+        "the endpoint socket and its directory are refused only for group bits (a 0602 or 0604 socket, a 0701 or 0703 directory is used)";
+    /// The directories above the endpoint's own are not resolved.
+    EndpointAncestorsUnchecked = "endpoint-ancestors-unchecked", "PC-1.2",
+        "the endpoint path is checked lexically only: a socket whose directory is reached through a symlinked ancestor is used";
     /// The endpoint is checked through symlinks.
     EndpointFollowsSymlinks = "endpoint-follows-symlinks", "PC-1.2",
         "the endpoint checks follow symlinks (stat, not lstat): a symlink to a private socket, or through a symlinked directory, is used";
@@ -444,8 +450,7 @@ faults! {
 
 pub use crate::adapter::faults::NOT_BUILT;
 
-const _: () =
-    assert!(DaemonFault::ALL.len() <= 64 * FAULT_WORDS, "DaemonFaults is a bitset of FAULT_WORDS u64 words");
+const _: () = assert!(DaemonFault::ALL.len() <= 64 * FAULT_WORDS, "DaemonFaults is a bitset of FAULT_WORDS u64 words");
 
 /// The words of a [`DaemonFaults`] bitset.
 const FAULT_WORDS: usize = 4;

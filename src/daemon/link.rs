@@ -89,10 +89,19 @@ impl AdapterLink {
     pub async fn open_with(descriptor: &Descriptor, faults: DaemonFaults) -> Result<AdapterLink, LinkError> {
         let path = Path::new(descriptor.endpoint_path());
         let skip_checks = faults.has(DaemonFault::SkipEndpointCheck);
-        let (bits, follow) =
-            (faults.has(DaemonFault::EndpointWriteBitsOnly), faults.has(DaemonFault::EndpointFollowsSymlinks));
-        if bits || follow {
-            super::endpoint::check_endpoint_loose(path, bits, follow)?;
+        let loose = super::endpoint::Loose {
+            mask: if faults.has(DaemonFault::EndpointWriteBitsOnly) {
+                0o022
+            } else if faults.has(DaemonFault::EndpointGroupBitsOnly) {
+                0o070
+            } else {
+                0o077
+            },
+            follow: faults.has(DaemonFault::EndpointFollowsSymlinks),
+            ancestors: faults.has(DaemonFault::EndpointAncestorsUnchecked),
+        };
+        if loose.mask != 0o077 || loose.follow || loose.ancestors {
+            super::endpoint::check_endpoint_loose(path, loose)?;
         } else if !skip_checks {
             check_endpoint(path)?;
         }

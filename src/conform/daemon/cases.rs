@@ -1240,7 +1240,9 @@ struct InsecureForm {
 /// symlink with no group/other mode bits, in a real (non-symlink) directory with no
 /// group/other bits, both owned by the daemon's uid. One form per open, each in its own
 /// session: refused, and never connected to. A read-only bit counts (the rule is "no
-/// group/other bits", not "not writable by others"). The owner form needs the runner to be
+/// group/other bits", not "not writable by others"), and so does an other bit without a group
+/// bit. Canonical is checked whole: a symlink above the socket's directory is refused too
+/// (0.3.3 compares the directory with its realpath). The owner form needs the runner to be
 /// root (it lends the socket to uid 65534); without it, it is left out, said in the outcome.
 fn endpoint_insecure_forms(c: &mut DCtx<'_>) -> Outcome {
     use std::os::unix::fs::PermissionsExt;
@@ -1258,10 +1260,57 @@ fn endpoint_insecure_forms(c: &mut DCtx<'_>) -> Outcome {
             make: |s| mode(s, 0o660).map(|()| s.to_path_buf()),
             undo: |s| drop(mode(s, 0o600)),
         },
+        // Other bits without a group bit: a check for group bits only passes these.
+        InsecureForm {
+            what: "the socket writable by others (0602)",
+            make: |s| mode(s, 0o602).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s, 0o600)),
+        },
+        InsecureForm {
+            what: "the socket readable by others (0604)",
+            make: |s| mode(s, 0o604).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s, 0o600)),
+        },
         InsecureForm {
             what: "its directory readable and searchable by its group (0750)",
             make: |s| mode(s.parent().unwrap_or(s), 0o750).map(|()| s.to_path_buf()),
             undo: |s| drop(mode(s.parent().unwrap_or(s), 0o700)),
+        },
+        InsecureForm {
+            what: "its directory searchable by others (0701)",
+            make: |s| mode(s.parent().unwrap_or(s), 0o701).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s.parent().unwrap_or(s), 0o700)),
+        },
+        InsecureForm {
+            what: "its directory writable and searchable by others (0703)",
+            make: |s| mode(s.parent().unwrap_or(s), 0o703).map(|()| s.to_path_buf()),
+            undo: |s| drop(mode(s.parent().unwrap_or(s), 0o700)),
+        },
+        // A symlink above the socket's own directory: that directory and the socket pass
+        // lstat, so only resolving the whole path (canonical) refuses it.
+        InsecureForm {
+            what: "its directory reached through a symlinked ancestor",
+            make: |s| {
+                let dir = s.parent().unwrap_or(s);
+                let (Some(up), Some(name), Some(file)) = (dir.parent(), dir.file_name(), s.file_name()) else {
+                    return Err(std::io::Error::other("the socket's directory has no parent"));
+                };
+                let anc = dir.join("anc");
+                std::fs::create_dir_all(&anc)?;
+                mode(&anc, 0o700)?;
+                let _ = std::fs::remove_file(anc.join("up"));
+                std::os::unix::fs::symlink(up, anc.join("up"))?;
+                let endpoint = anc.join("up").join(name).join(file);
+                if endpoint.as_os_str().len() > 100 {
+                    return Err(std::io::Error::other("the path through the symlink is over 100 bytes"));
+                }
+                Ok(endpoint)
+            },
+            undo: |s| {
+                let anc = s.parent().unwrap_or(s).join("anc");
+                let _ = std::fs::remove_file(anc.join("up"));
+                let _ = std::fs::remove_dir(anc);
+            },
         },
         InsecureForm {
             what: "the endpoint a symlink to the private socket",
