@@ -617,8 +617,12 @@ impl<L: LinkState + Clone> HostCore<L> {
                 }));
             }
             if generation == x.generation {
+                let live_link = x.link.as_ref().is_some_and(|l| !l.is_failed());
                 match (&x.policy, &summary) {
-                    (Some(_), None) if !self.faults.has(DaemonFault::NoReprovisionRule) => {
+                    (Some(_), None)
+                        if !self.faults.has(DaemonFault::NoReprovisionRule)
+                            && !(live_link && self.faults.has(DaemonFault::NoToolsReopenOfLiveAccepted)) =>
+                    {
                         return Err(DErr::of(
                             DaemonCode::ToolAdapterReprovisionRequired,
                             "this generation needs its tool adapter: open it again with a descriptor",

@@ -174,6 +174,9 @@ faults! {
     /// A no-tools re-open of a host-adapter generation is accepted.
     NoReprovisionRule = "no-reprovision-rule", "PC-3.4",
         "a no-tools re-open of a generation retained with a host-adapter policy is accepted instead of tool_adapter_reprovision_required";
+    /// A no-tools re-open of a live, bound generation is accepted.
+    NoToolsReopenOfLiveAccepted = "no-tools-reopen-of-live-accepted", "PC-3.4",
+        "a no-tools re-open of a generation whose adapter link is live is answered created:false (the rule is applied to dormant generations only)";
     // ---- tool traffic
     /// Invokes carry an extra key.
     InvokeExtraKey = "invoke-extra-key", "PC-4.2",

@@ -1891,6 +1891,49 @@ fn policy_no_tools_after_failed_bind(c: &mut DCtx<'_>) -> Outcome {
         DaemonCode::ToolAdapterReprovisionRequired,
     )
 }
+/// PC-3.4 MUST [daemon], the table's "same generation, no descriptor" row on a generation
+/// whose adapter link is live and bound (the other cases reach it after a failed bind or a
+/// restart): `tool_adapter_reprovision_required` with the contract's retryable:true, and the
+/// refused re-open leaves the binding alone: no `revoke` reaches the adapter, and a later tool
+/// call of the generation still reaches the same connection (a daemon that let the re-open
+/// through would keep the session without its tools).
+fn policy_no_tools_reopen_live(c: &mut DCtx<'_>) -> Outcome {
+    let (_, idx) = tryo!(open_bound(c, 1));
+    let v = tryo!(c.open(1, json!("none")));
+    let r = tryo!(one(c, v));
+    let out = retryable_as_contract(
+        refusal(&r, DaemonCode::ToolAdapterReprovisionRequired.as_str(), None),
+        &r,
+        DaemonCode::ToolAdapterReprovisionRequired,
+    );
+    let Outcome::Observed { token, mut problems } = out else { return out };
+    if revoke_seen_within(c, idx, c.target.step) {
+        problems.push("the refused no-tools re-open revoked the live binding".into());
+    }
+    let before = invokes(c).len();
+    let w = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    let w = tryo!(one(c, w));
+    let seen = c.probe.seen();
+    let later: Vec<usize> =
+        seen.frames.iter().filter(|(_, f)| f["kind"] == "invoke").skip(before).map(|(n, _)| *n).collect();
+    match later.first() {
+        Some(n) if *n == idx => {}
+        Some(_) => problems.push("after the refused no-tools re-open, the tool call went to another connection".into()),
+        None if rtoken(&w) == "ok" => problems.push(format!(
+            "after the refused no-tools re-open, a wake with an fs_stat call was answered {} and no invoke reached the \
+             adapter: the generation lost its tools",
+            rtoken(&w)
+        )),
+        None => {
+            return Outcome::Error(format!(
+                "inconclusive: the wake after the re-open was answered {} with no invoke, so the binding could not be \
+                 checked",
+                rtoken(&w)
+            ))
+        }
+    }
+    Outcome::with(token, problems)
+}
 /// SPEC §3.4: a re-open at the same generation with a different summary is
 /// `session_policy_conflict`. A generation opened without tools has no summary; re-opened
 /// with a descriptor, the summaries differ (none against one): it should be refused, with no
@@ -6399,6 +6442,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.bind.concurrent-reopen-one-connection", bind_concurrent_reopen),
         ("daemon.policy.reopen-same", policy_reopen_same),
         ("daemon.policy.no-tools-after-failed-bind", policy_no_tools_after_failed_bind),
+        ("daemon.policy.no-tools-reopen-live", policy_no_tools_reopen_live),
         ("daemon.policy.tools-added-on-reopen", policy_tools_added_on_reopen),
         ("daemon.policy.summary-mismatch", policy_summary_mismatch),
         ("daemon.policy.summary-mismatch-adapter-id", policy_summary_adapter_id),
