@@ -196,6 +196,9 @@ faults! {
     /// The queue admits one call too many.
     QueueCapacityOnePast = "queue-capacity-one-past", "PC-4.4",
         "admission queues one call more than maxConcurrentRequests + maxQueuedRequests instead of refusing it with adapter_queue_capacity";
+    /// retryAfterMs without its clamps.
+    RetryAfterUnclamped = "retry-after-unclamped", "PC-4.4",
+        "adapter_queue_capacity's retryAfterMs is floor(requestTimeoutMs / 20) without the clamps to 25 and 1000";
     /// A call times out early.
     TimeoutEarly = "timeout-early", "PC-4.4",
         "a call expires at half its requestTimeoutMs: a result answered inside the timeout is dropped and the call aborted";

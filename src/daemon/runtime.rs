@@ -563,7 +563,11 @@ impl AdapterRuntime {
                 message: "adapter concurrency and queue limits reached".into(),
                 retryable: true,
                 indeterminate: false,
-                retry_after_ms: Some(retry_after_ms(l.request_timeout_ms as u64)),
+                retry_after_ms: Some(if self.faults.has(DaemonFault::RetryAfterUnclamped) {
+                    l.request_timeout_ms as u64 / 20
+                } else {
+                    retry_after_ms(l.request_timeout_ms as u64)
+                }),
             });
         }
         let id = CallId(self.next_call);

@@ -2230,14 +2230,44 @@ fn tools_queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     c.probe.set(BoundMode::Exact, InvokeMode::Normal);
     out
 }
+/// The timeouts whose `retryAfterMs` is one past a clamp of PC-4.4's
+/// `max(25, min(1000, floor(requestTimeoutMs / 20)))`: 24 unclamped (25), and 1001 (1000).
+const RETRY_AFTER_CLAMPS: [u64; 2] = [499, 20020];
+
 fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
+    let out = queue_capacity_with(c, CAPACITY_TIMEOUT_MS, true);
+    let Outcome::Observed { token, mut problems } = out else { return out };
+    if token != "refused-before-write" {
+        return Outcome::Observed { token, problems };
+    }
+    // Each clamp one past (PC-4.4), in a session of its own whose admitted call the probe
+    // answers after 200 ms (a 20 s timeout is not waited for). Only a refusal reported per call
+    // carries retryAfterMs to compare; a phase that saw no refusal adds nothing (the first
+    // phase judged the refusal itself).
+    let own = c.session.clone();
+    for timeout in RETRY_AFTER_CLAMPS {
+        c.session = format!("{own}-t{timeout}");
+        c.probe.set(BoundMode::Exact, InvokeMode::Delay(200));
+        let phase = queue_capacity_with(c, timeout, false);
+        c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+        if let Outcome::Observed { token, problems: p } = phase {
+            if token == "refused-before-write" {
+                problems.extend(p.into_iter().map(|p| format!("with requestTimeoutMs {timeout}: {p}")));
+            }
+        }
+    }
+    c.session = own;
+    Outcome::Observed { token, problems }
+}
+
+fn queue_capacity_with(c: &mut DCtx<'_>, timeout_ms: u64, saturation_check: bool) -> Outcome {
     const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
-    let retry_after = (CAPACITY_TIMEOUT_MS / 20).clamp(25, 1000);
+    let retry_after = (timeout_ms / 20).clamp(25, 1000);
     let limits = AdapterLimits {
         max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 0,
-        request_timeout_ms: CAPACITY_TIMEOUT_MS as i64,
+        request_timeout_ms: timeout_ms as i64,
         ..super::DEFAULT_LIMITS
     }
     .to_json();
@@ -2262,7 +2292,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
     conn.send(&w);
     // SPEC §4.4 (saturation): while the one slot is taken (maxQueuedRequests 0) the queue is
     // full, and the session's status read then reports it saturated.
-    let saturation = saturation_while_held(c, link);
+    let saturation = if saturation_check { saturation_while_held(c, link) } else { None };
     let mut events = Vec::new();
     let resp = loop {
         let r = conn.recv_within(c.target.step * 3);
@@ -2309,7 +2339,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
         }
         if e["details"]["retryAfterMs"] != retry_after {
             p.push(format!(
-                "the {CODE} refusal has retryAfterMs {}, expected max(25, min(1000, floor({CAPACITY_TIMEOUT_MS} / 20))) = {retry_after}",
+                "the {CODE} refusal has retryAfterMs {}, expected max(25, min(1000, floor({timeout_ms} / 20))) = {retry_after}",
                 e["details"]["retryAfterMs"]
             ));
         }
