@@ -618,11 +618,10 @@ impl<L: LinkState + Clone> HostCore<L> {
             }
             if generation == x.generation {
                 let live_link = x.link.as_ref().is_some_and(|l| !l.is_failed());
+                let reprovision_rule = !(self.faults.has(DaemonFault::NoReprovisionRule)
+                    || live_link && self.faults.has(DaemonFault::NoToolsReopenOfLiveAccepted));
                 match (&x.policy, &summary) {
-                    (Some(_), None)
-                        if !self.faults.has(DaemonFault::NoReprovisionRule)
-                            && !(live_link && self.faults.has(DaemonFault::NoToolsReopenOfLiveAccepted)) =>
-                    {
+                    (Some(_), None) if reprovision_rule => {
                         return Err(DErr::of(
                             DaemonCode::ToolAdapterReprovisionRequired,
                             "this generation needs its tool adapter: open it again with a descriptor",

@@ -100,6 +100,12 @@ faults! {
     /// A draining host still admits opens.
     DrainAdmitsOpens = "drain-admits-opens", "PC-2.5",
         "after a drain an open is admitted instead of refused host_draining";
+    /// An aborted turn's tool call is left running at the adapter.
+    AbortedTurnLeavesCall = "aborted-turn-leaves-call", "PC-2.5",
+        "a turn aborted (by a client's abort or a drain's timeout) while it waits on a tool call ends, but the call is not cancelled: no abort reaches the adapter until the call's own timeout";
+    /// An aborted turn's active call is cancelled before the calls queued behind it.
+    AbortFreesSlotFirst = "abort-frees-slot-first", "PC-4.4",
+        "an aborted turn cancels its calls in order, the active one first: the slot it frees goes to a call of the same turn still queued, which is sent to the adapter (then aborted)";
     /// A drain that timed out reports one aborted turn, however many it aborted.
     DrainMiscountsAborted = "drain-miscounts-aborted", "PC-2.5",
         "a drain that times out answers abortedTurns:1 whatever the number of turns it aborted";

@@ -651,7 +651,7 @@ impl Host {
         self.deliver_turn_events(&mut turn, sid, generation, request_id);
         while let Some(batch) = turn.poll_batch(abort.requested()) {
             self.deliver_turn_events(&mut turn, sid, generation, request_id);
-            let started: Vec<(String, Result<PendingCall, DErr>)> = batch
+            let mut started: std::collections::VecDeque<(String, Result<PendingCall, DErr>)> = batch
                 .into_iter()
                 .map(|call| {
                     let pending = match (call.start, link.as_ref()) {
@@ -662,14 +662,39 @@ impl Host {
                     (call.call_id, pending)
                 })
                 .collect();
-            for (call_id, pending) in started {
+            while let Some((call_id, pending)) = started.pop_front() {
                 // An abort ends the wait: the call is dropped, which cancels it (an invoke
                 // already sent is aborted on the wire), and the turn ends aborted.
                 let outcome = match pending {
-                    Ok(p) => tokio::select! {
-                        o = p.outcome() => o.map_err(call_error),
-                        () = abort.asked() => Err(DErr::of(DaemonCode::Aborted, "the turn was aborted")),
-                    },
+                    Ok(mut p) => {
+                        let o = tokio::select! {
+                            o = p.wait() => o.map_err(call_error),
+                            () = abort.asked() => Err(DErr::of(DaemonCode::Aborted, "the turn was aborted")),
+                        };
+                        if abort.requested() && !self.faults.has(DaemonFault::AbortFreesSlotFirst) {
+                            // The calls waiting behind this one are cancelled first, last
+                            // first: cancelling this one frees its slot, and a call still
+                            // queued then would be sent (a cancelled queued call never runs).
+                            for (_, rest) in started.iter_mut().rev() {
+                                let gone =
+                                    std::mem::replace(rest, Err(DErr::of(DaemonCode::Aborted, "the turn was aborted")));
+                                #[cfg(feature = "faults")]
+                                let gone = match gone {
+                                    Ok(q) if self.faults.has(DaemonFault::AbortedTurnLeavesCall) => {
+                                        q.leave();
+                                        Ok(())
+                                    }
+                                    other => other.map(drop),
+                                };
+                                drop(gone);
+                            }
+                        }
+                        #[cfg(feature = "faults")]
+                        if self.faults.has(DaemonFault::AbortedTurnLeavesCall) {
+                            p.leave();
+                        }
+                        o
+                    }
                     Err(e) => Err(e),
                 };
                 turn.handle_outcome(&call_id, outcome);

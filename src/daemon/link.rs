@@ -216,6 +216,12 @@ impl std::fmt::Debug for PendingCall {
 impl PendingCall {
     /// Wait for the call's outcome: the adapter's data, or why not.
     pub async fn outcome(mut self) -> Result<Value, CallError> {
+        self.wait().await
+    }
+
+    /// [`PendingCall::outcome`] without giving the call up: a wait that is itself dropped
+    /// (cancel-safe) leaves the call pending, and dropping the call then cancels it.
+    pub async fn wait(&mut self) -> Result<Value, CallError> {
         let out = (&mut self.rx).await;
         self.id = None;
         out.unwrap_or_else(|_| {
@@ -228,6 +234,15 @@ impl PendingCall {
                 retry_after_ms: None,
             })
         })
+    }
+}
+
+#[cfg(feature = "faults")]
+impl PendingCall {
+    /// The call left running when its waiter goes (the daemon fault
+    /// `aborted-turn-leaves-call`): no cancel, so no `abort` reaches the adapter.
+    pub fn leave(mut self) {
+        self.id = None;
     }
 }
 

@@ -4303,6 +4303,111 @@ fn telemetry_ends(c: &mut DCtx<'_>, link: usize) -> Result<(bool, bool), Outcome
     Ok((timed_out, aborted && answered && before_timeout))
 }
 
+/// PC-4.4 MUST [daemon]: a client's `abort` of a turn cancels its tool calls, in flight or
+/// still queued (the protocol's `abort`/`targetRequestId` is how an in-flight call is
+/// cancelled). A wake of two calls on a binding with maxConcurrentRequests 1: the probe holds
+/// the first (confirmed at the probe), the second waits behind it. After the client's abort is
+/// answered `aborted:true`, an `abort` naming the held invoke reaches the adapter within a step,
+/// the waiting call never reaches it (watched for two steps), and the wake is answered long
+/// before the calls' own 30 s timeout. Pi Daemon 0.3.3 sends the abort of the active call and
+/// drops a queued call whose signal is aborted.
+fn tools_client_abort_cancels_calls(c: &mut DCtx<'_>) -> Outcome {
+    let out = client_abort_cancels(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn client_abort_cancels(c: &mut DCtx<'_>) -> Outcome {
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 2,
+        request_timeout_ms: 30_000,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let dir = format!("pc-abort-{}", &c.session[c.session.len().saturating_sub(8)..]);
+    if let Err(e) = private_dir(&c.target.cwd.join(&dir)) {
+        return Outcome::Error(format!("cannot create the directory the calls name: {e}"));
+    }
+    let (first, second) = (format!("{dir}/a"), format!("{dir}/b"));
+    // Both exist: Pi Daemon 0.3.3 refuses a path missing under its cwd before any invoke.
+    for f in [&first, &second] {
+        if let Err(e) = std::fs::write(c.target.cwd.join(f), b"x") {
+            return Outcome::Error(format!("cannot create the file a call names: {e}"));
+        }
+    }
+    let named = |c: &DCtx<'_>, path: &str| {
+        link_frames(c, link, "invoke")
+            .into_iter()
+            .find(|f| f["payload"]["path"] == path)
+            .map(|f| f["requestId"].clone())
+    };
+    let mut conn = tryo!(c.connect());
+    let w = tryo!(c.wake_calls(1, &[("fs_stat", json!({"path": first})), ("fs_stat", json!({"path": second}))]));
+    let rid = w["requestId"].as_str().unwrap_or_default().to_string();
+    let sent = Instant::now();
+    conn.send(&w);
+    let t = Instant::now();
+    while named(c, &first).is_none() && named(c, &second).is_none() && t.elapsed() < c.target.step * 2 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Whichever call the daemon sent first is the held one; the other waits behind it.
+    let (held, waiting) = match (named(c, &first), named(c, &second)) {
+        (Some(id), None) => (id, second),
+        (None, Some(id)) => (id, first),
+        (None, None) => {
+            return Outcome::Error("inconclusive: neither tool call of the wake reached the adapter".into());
+        }
+        (Some(_), Some(_)) => {
+            return Outcome::Error(
+                "inconclusive: both calls reached the adapter at once on a binding with maxConcurrentRequests 1 \
+                 (daemon.tools.concurrency-limit judges that), so none was waiting"
+                    .into(),
+            );
+        }
+    };
+    let a = json!({"protocolVersion": "2.0", "requestId": c.rid(), "operation": "abort", "sessionId": c.session,
+        "generation": 1, "payload": {}});
+    let ar = tryo!(one(c, a));
+    if !ar.frame().is_some_and(|f| f.ok() == Some(true) && f.data()["aborted"] == true) {
+        return Outcome::Error(format!(
+            "inconclusive: the client's abort of the running turn was answered {}, not aborted:true",
+            rtoken(&ar)
+        ));
+    }
+    let mut p = Vec::new();
+    let t = Instant::now();
+    let aborted = |c: &DCtx<'_>| link_frames(c, link, "abort").iter().any(|f| f["targetRequestId"] == held);
+    while !aborted(c) && t.elapsed() < c.target.step {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !aborted(c) {
+        p.push(format!(
+            "the client's abort of the turn was answered aborted:true, but no abort naming the held invoke reached the \
+             adapter within {} ms: the call kept running",
+            c.target.step.as_millis()
+        ));
+    }
+    let answer = conn.recv_for(&rid);
+    if answer.frame().is_none() || sent.elapsed() >= Duration::from_millis(15_000) {
+        p.push(format!(
+            "the aborted wake was not answered before half its calls' 30 s timeout ({})",
+            answer.describe()
+        ));
+    }
+    std::thread::sleep(c.target.step * 2);
+    if named(c, &waiting).is_some() {
+        p.push(
+            "the call waiting behind the held one reached the adapter after the client aborted its turn: a cancelled \
+             queued call never runs"
+                .into(),
+        );
+    }
+    Outcome::with("cancelled", p)
+}
+
 /// SPEC §2.3: an event's sequence is per session and monotonic from 1: the events a wake
 /// sends to an attached connection carry strictly increasing sequences, each above the
 /// `sequence` the attach answered with (the last one the session had sent).
@@ -5980,6 +6085,7 @@ fn drain_timeout_aborts(c: &mut DCtx<'_>) -> Outcome {
                  were surely running"
             ));
         }
+        let held_calls: Vec<Value> = invokes(c).into_iter().skip(before).map(|f| f["requestId"].clone()).collect();
         let (active, _) = tryo!(host_turns(c));
         let (r, took) = tryo!(drain(c, Some(300)));
         let d = match drain_data(&r) {
@@ -6022,6 +6128,32 @@ fn drain_timeout_aborts(c: &mut DCtx<'_>) -> Outcome {
                         answer.describe()
                     ));
                 }
+            }
+            // The aborted turns' calls are cancelled: an `abort` naming each reaches the adapter
+            // (their own timeout is 60 s away).
+            let t = Instant::now();
+            let unaborted = || {
+                let aborts: Vec<Value> = c
+                    .probe
+                    .seen()
+                    .frames
+                    .into_iter()
+                    .filter(|(_, f)| f["kind"] == "abort")
+                    .map(|(_, f)| f["targetRequestId"].clone())
+                    .collect();
+                held_calls.iter().filter(|id| !aborts.contains(id)).count()
+            };
+            while unaborted() > 0 && t.elapsed() < c.target.step {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let n = unaborted();
+            if n > 0 {
+                p.push(format!(
+                    "the drain aborted the turns, but {n} of their {} tool calls got no abort at the adapter within {} ms: \
+                     an aborted turn's call is cancelled",
+                    held_calls.len(),
+                    c.target.step.as_millis()
+                ));
             }
         }
         // Give the slots back (Pi Daemon 0.3.3 keeps at most 128 sessions).
@@ -6489,6 +6621,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.eof-fails-queued-calls", tools_eof_fails_queued),
         ("daemon.tools.write-error-fails-connection", tools_write_error_fails),
         ("daemon.tools.abort-capacity", tools_abort_capacity),
+        ("daemon.tools.client-abort-cancels-calls", tools_client_abort_cancels_calls),
         ("daemon.tools.non-canonical-path-refused", tools_non_canonical_path),
         ("daemon.tools.path-empty-refused", path_empty),
         ("daemon.tools.path-absolute-refused", path_absolute),
