@@ -630,6 +630,24 @@ impl<L: LinkState + Clone> HostCore<L> {
                     (Some(a), Some(b))
                         if if self.faults.has(DaemonFault::SummaryLimitsOnly) {
                             a["limits"] != b["limits"]
+                        } else if self.faults.has(DaemonFault::SummaryFirstLimitsOnly) {
+                            // Identity, operations and the size limits; not the timing ones.
+                            let keep = |v: &Value| {
+                                let mut v = v.clone();
+                                for k in [
+                                    "maxConcurrentRequests",
+                                    "maxQueuedRequests",
+                                    "requestTimeoutMs",
+                                    "maxIdempotencyKeys",
+                                    "idempotencyTtlMs",
+                                ] {
+                                    if let Some(l) = v["limits"].as_object_mut() {
+                                        l.remove(k);
+                                    }
+                                }
+                                v
+                            };
+                            keep(a) != keep(b)
                         } else {
                             a != b
                         } =>

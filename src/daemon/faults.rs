@@ -455,6 +455,9 @@ faults! {
     /// Only the limits of the retained summary are compared.
     SummaryLimitsOnly = "summary-limits-only", "PC-3.4",
         "a same-generation open whose summary differs in adapterId, adapterVersion or operation order is not a policy conflict (only the limits are compared)";
+    /// The summary comparison looks at the two byte limits only.
+    SummaryFirstLimitsOnly = "summary-first-limits-only", "PC-3.4",
+        "a same-generation re-open is compared on IDs, version, operations and the two byte limits only: a change of maxConcurrentRequests, maxQueuedRequests, requestTimeoutMs, maxIdempotencyKeys or idempotencyTtlMs is answered created:false";
     /// The quarantine is cleared when the reprovision starts binding, not when it is bound.
     FailedReprovisionClears = "failed-reprovision-clears", "PC-6",
         "a reprovision clears the quarantine before its bind: one whose adapter closes before bound leaves the generation unlisted";

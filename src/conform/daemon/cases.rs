@@ -1954,29 +1954,95 @@ fn policy_tools_added_on_reopen(c: &mut DCtx<'_>) -> Outcome {
     }
     out
 }
+/// SPEC §3.4: a reopen of the live generation whose summary differs in any one limit, or in
+/// its operations (one left out), is `session_policy_conflict`: each of the seven limits and
+/// the narrowed operations on their own, one re-open each (a refused one changes nothing).
 fn policy_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
-    policy_summary_item(c, SummaryItem::Limit)
+    let (_, _) = tryo!(open_bound(c, 1));
+    let mut p = Vec::new();
+    let mut token = "error:session_policy_conflict".to_string();
+    for item in SummaryItem::grant() {
+        let mut d = tryo!(c.descriptor(1, None));
+        if !item.applies(&d) {
+            continue;
+        }
+        item.apply(&mut d);
+        let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
+        match refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None) {
+            Outcome::Observed { token: t, problems } if t == token => {
+                p.extend(problems.into_iter().map(|x| format!("{}: {x}", item.name())));
+            }
+            Outcome::Observed { token: t, .. } => {
+                p.push(format!("a re-open whose {} differs from the live one was answered {t}", item.name()));
+                token = t;
+            }
+            other => return other,
+        }
+    }
+    Outcome::with(token, p)
 }
 /// What differs in a summary-mismatch case: one item of the retained summary (SPEC §3.4 and
-/// §6: IDs, version, operation order, any limit).
+/// §6: IDs, version, operations and their order, any limit).
 #[derive(Clone, Copy)]
 enum SummaryItem {
     AdapterId,
     AdapterVersion,
     OperationOrder,
-    Limit,
+    /// The last operation left out (a grant narrowed).
+    OperationDropped,
+    /// One limit, by its key, one step off (still in range and past the fit check).
+    Limit(&'static str),
 }
 
+/// Every limit of a descriptor: "any limit" differing is a conflict, each on its own.
+const SUMMARY_LIMITS: [&str; 7] = [
+    "maxRequestBytes",
+    "maxResponseBytes",
+    "maxConcurrentRequests",
+    "maxQueuedRequests",
+    "requestTimeoutMs",
+    "maxIdempotencyKeys",
+    "idempotencyTtlMs",
+];
+
 impl SummaryItem {
-    const ALL: [SummaryItem; 4] =
-        [SummaryItem::AdapterId, SummaryItem::AdapterVersion, SummaryItem::OperationOrder, SummaryItem::Limit];
+    /// Every item, each limit on its own.
+    fn all() -> Vec<SummaryItem> {
+        let mut v = vec![
+            SummaryItem::AdapterId,
+            SummaryItem::AdapterVersion,
+            SummaryItem::OperationOrder,
+            SummaryItem::OperationDropped,
+        ];
+        v.extend(SUMMARY_LIMITS.iter().map(|k| SummaryItem::Limit(k)));
+        v
+    }
+
+    /// The limits and the operation set (what `daemon.policy.summary-mismatch` changes).
+    fn grant() -> Vec<SummaryItem> {
+        let mut v = vec![SummaryItem::OperationDropped];
+        v.extend(SUMMARY_LIMITS.iter().map(|k| SummaryItem::Limit(k)));
+        v
+    }
 
     fn name(self) -> &'static str {
         match self {
             SummaryItem::AdapterId => "adapterId",
             SummaryItem::AdapterVersion => "adapterVersion",
             SummaryItem::OperationOrder => "the operation order",
-            SummaryItem::Limit => "maxQueuedRequests",
+            SummaryItem::OperationDropped => "the operations (one left out)",
+            SummaryItem::Limit(k) => k,
+        }
+    }
+
+    /// Whether `d` lets this item differ (an order needs two operations, a dropped one two).
+    fn applies(self, d: &Value) -> bool {
+        match self {
+            SummaryItem::OperationOrder | SummaryItem::OperationDropped => {
+                d["operations"].as_array().is_some_and(|a| a.len() >= 2)
+            }
+            SummaryItem::Limit(k) => d["limits"][k].as_u64().is_some(),
+            _ => true,
         }
     }
 
@@ -1996,9 +2062,23 @@ impl SummaryItem {
                     ops.reverse();
                 }
             }
-            SummaryItem::Limit => {
-                let q = d["limits"]["maxQueuedRequests"].as_u64().unwrap_or(16);
-                d["limits"]["maxQueuedRequests"] = json!(if q == 0 { 1 } else { q - 1 });
+            SummaryItem::OperationDropped => {
+                if let Some(ops) = d["operations"].as_array_mut() {
+                    ops.pop();
+                }
+            }
+            SummaryItem::Limit(k) => {
+                // One down, unless that leaves its range (the minimums: 1 for the counts, 0
+                // queued, 100 ms, 1000 ms, 2048 bytes); then one up.
+                let v = d["limits"][k].as_u64().unwrap_or(0);
+                let floor = match k {
+                    "maxRequestBytes" | "maxResponseBytes" => 2048,
+                    "maxQueuedRequests" => 0,
+                    "requestTimeoutMs" => 100,
+                    "idempotencyTtlMs" => 1000,
+                    _ => 1,
+                };
+                d["limits"][k] = json!(if v > floor { v - 1 } else { v + 1 });
             }
         }
     }
@@ -2009,10 +2089,10 @@ impl SummaryItem {
 fn policy_summary_item(c: &mut DCtx<'_>, item: SummaryItem) -> Outcome {
     let (_, _) = tryo!(open_bound(c, 1));
     let mut d = tryo!(c.descriptor(1, None));
-    item.apply(&mut d);
-    if matches!(item, SummaryItem::OperationOrder) && d["operations"].as_array().is_none_or(|a| a.len() < 2) {
+    if !item.applies(&d) {
         return Outcome::Error("inconclusive: the descriptor grants one operation, so its order cannot differ".into());
     }
+    item.apply(&mut d);
     let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
     refusal_of(one(c, v), DaemonCode::SessionPolicyConflict.as_str(), None)
 }
@@ -6341,12 +6421,12 @@ fn restart_quarantined_attach(c: &mut DCtx<'_>) -> Outcome {
 fn restart_summary_mismatch(c: &mut DCtx<'_>) -> Outcome {
     let _ = tryo!(restart_quarantined(c));
     let mut p = Vec::new();
-    for item in SummaryItem::ALL {
+    for item in SummaryItem::all() {
         let mut d = tryo!(c.descriptor(1, None));
-        item.apply(&mut d);
-        if d["operations"].as_array().is_none_or(|a| a.len() < 2) && matches!(item, SummaryItem::OperationOrder) {
+        if !item.applies(&d) {
             continue;
         }
+        item.apply(&mut d);
         let v = tryo!(c.open(1, super::DCtx::host_adapter(&d)));
         let r = tryo!(one(c, v));
         match refusal(&r, DaemonCode::SessionPolicyConflict.as_str(), None) {
