@@ -312,7 +312,7 @@ fn daemon_suite_against_real_pi_daemon() {
         cmd.arg("--baseline").arg(&baseline);
     }
     rig.env(&mut cmd);
-    let (st, out, err) = run_timed(cmd, &rig.out, "suite", Duration::from_secs(300));
+    let (st, out, err) = run_timed(cmd, &rig.out, "suite", Duration::from_secs(600));
     let report: Value = serde_json::from_str(&out)
         .unwrap_or_else(|e| panic!("the report is not JSON ({e}); exit {st}; stderr:\n{err}\nstdout:\n{out}"));
     let s = &report["summary"];
