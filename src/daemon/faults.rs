@@ -140,6 +140,9 @@ faults! {
     /// The endpoint's modes are checked for write bits only.
     EndpointWriteBitsOnly = "endpoint-write-bits-only", "PC-1.2",
         "the endpoint socket and its directory are refused only for group/other write bits (a 0640 socket or a 0750 directory is used)";
+    /// A failed bind's cause names the endpoint.
+    EndpointInFailureCause = "endpoint-in-failure-cause", "PC-6",
+        "an open whose bind fails answers open_failed with the descriptor's endpoint path in details.cause.message";
     /// The endpoint's modes are checked for group bits only.
     EndpointGroupBitsOnly = "endpoint-group-bits-only", "PC-1.2",
         "the endpoint socket and its directory are refused only for group bits (a 0602 or 0604 socket, a 0701 or 0703 directory is used)";

@@ -473,9 +473,14 @@ impl Host {
                     if self.faults.has(DaemonFault::GenericOpenFailedCause) {
                         return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed"));
                     }
+                    let message = if self.faults.has(DaemonFault::EndpointInFailureCause) {
+                        format!("the tool adapter binding failed: {}", d.endpoint_path())
+                    } else {
+                        "the tool adapter binding failed".into()
+                    };
                     let cause = protocol_v2::OpenFailureCause {
                         code: Some(e.code.to_string()),
-                        message: "the tool adapter binding failed".into(),
+                        message,
                         name: "AdapterError".into(),
                     };
                     return Err(DErr::of(DaemonCode::OpenFailed, "the tool adapter binding failed")

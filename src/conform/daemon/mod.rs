@@ -112,6 +112,9 @@ pub struct DCtx<'a> {
     pub received: Rc<RefCell<Vec<u8>>>,
     /// Handles minted in this case (redacted, and never allowed back).
     pub handles: Vec<String>,
+    /// Other endpoint paths this case named in a descriptor besides the probe's socket (a
+    /// symlink to it, a path through an alias): never allowed back either (PC-6).
+    pub endpoints: Vec<String>,
     /// A session id unique to this case.
     pub session: String,
     seq: u64,
@@ -129,6 +132,7 @@ impl<'a> DCtx<'a> {
             transcript: Rc::default(),
             received: Rc::default(),
             handles: Vec::new(),
+            endpoints: Vec::new(),
             session: format!("pc-{case_no}-{}", hex::encode(r)),
             seq: 0,
         }
