@@ -406,6 +406,9 @@ faults! {
     /// The queue reads as saturated at maxConcurrentRequests − maxQueuedRequests calls.
     TelemetrySaturatedEarly = "telemetry-saturated-early", "PC-4.4",
         "the queue telemetry reports the queue saturated once maxConcurrentRequests − maxQueuedRequests calls are in flight (one call of 2 + 1 slots), not when both are full";
+    /// Saturation compares active − queued calls with the capacity.
+    TelemetryOccupancySubtracted = "telemetry-occupancy-subtracted", "PC-4.4",
+        "the queue telemetry compares the active calls less the queued ones (not their sum) with maxConcurrentRequests + maxQueuedRequests: a queue full with one active and one queued call of 1 + 1 slots does not read saturated";
     /// The queue never reads as saturated.
     TelemetryNeverSaturated = "telemetry-never-saturated", "PC-4.4",
         "the queue telemetry never reports the queue saturated, even while the active and queued calls fill maxConcurrentRequests and maxQueuedRequests";

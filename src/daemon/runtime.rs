@@ -1022,7 +1022,11 @@ impl AdapterRuntime {
         } else {
             l.max_concurrent_requests.get() + l.max_queued_requests as u64
         };
-        let full = self.active.len() + self.queue.len() >= capacity as usize;
+        let full = if self.faults.has(DaemonFault::TelemetryOccupancySubtracted) {
+            self.active.len().wrapping_sub(self.queue.len()) >= capacity as usize
+        } else {
+            self.active.len() + self.queue.len() >= capacity as usize
+        };
         // Under the fault the queue reads as saturated whenever the binding is live.
         let full = full && !self.faults.has(DaemonFault::TelemetryNeverSaturated);
         let saturated =

@@ -2309,6 +2309,102 @@ fn saturation_while_held(c: &mut DCtx<'_>, link: usize) -> Option<bool> {
     telemetry_holder(&d).map(saturated_of)
 }
 
+/// The telemetry's occupancy, `(active, queued)`: the first number under a key starting with
+/// `active` and with `queued` in its `occupancy` object (the reference's `{active, queued}`, Pi
+/// Daemon 0.3.3's `{activeRequests, queuedRequests}`). `None` without both.
+fn occupancy_of(t: &Value) -> Option<(u64, u64)> {
+    let o = t.get("occupancy")?.as_object()?;
+    let first = |prefix: &str| o.iter().find(|(k, _)| k.starts_with(prefix)).and_then(|(_, v)| v.as_u64());
+    Some((first("active")?, first("queued")?))
+}
+
+/// SPEC §4.4 (saturation) with a queue slot in use: with maxConcurrentRequests 1 and
+/// maxQueuedRequests 1, a wake's two read-only calls fill both (the probe answers neither, so
+/// the first stays active and the second queued until they time out). A status read while the
+/// telemetry's own occupancy shows the queue full — at least one active and one queued call —
+/// must report the queue saturated (a `saturated` flag, or `saturation.active`): both come from
+/// one snapshot. Read again until the occupancy shows it, for one step; inconclusive when it
+/// never does (the daemon ran the calls one at a time, or its telemetry has no occupancy).
+fn status_saturated_while_full(c: &mut DCtx<'_>) -> Outcome {
+    let out = saturated_while_full(c);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    out
+}
+fn saturated_while_full(c: &mut DCtx<'_>) -> Outcome {
+    let timeout_ms = (c.target.step.as_millis() as u64).clamp(1000, 120_000);
+    let limits = AdapterLimits {
+        max_concurrent_requests: std::num::NonZeroU64::MIN,
+        max_queued_requests: 1,
+        request_timeout_ms: timeout_ms as i64,
+        ..super::DEFAULT_LIMITS
+    }
+    .to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    c.probe.set(BoundMode::Exact, InvokeMode::Ignore);
+    let mut conn = tryo!(c.connect());
+    let attach = tryo!(c.attach(1));
+    let _ = c.call(&mut conn, attach);
+    let calls = [("fs_stat", json!({"path": "."})), ("fs_list", json!({"path": "."}))];
+    let w = tryo!(c.wake_calls(1, &calls));
+    conn.send(&w);
+    let t = Instant::now();
+    while link_frames(c, link, "invoke").is_empty() {
+        if t.elapsed() >= c.target.step {
+            let r = answer_within(&mut conn, &w, c.target.step);
+            return Outcome::Error(format!(
+                "inconclusive: no call of the wake reached the adapter within a step (the wake was answered {})",
+                rtoken(&r)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Each status is one snapshot: its occupancy says whether the queue was full when it was
+    // taken, and then its saturation must say so too.
+    let mut last = None;
+    let judged = loop {
+        let r = match session_status(c) {
+            Ok(r) => r,
+            Err(o) => return o,
+        };
+        let d = (rtoken(&r) == "ok").then(|| data(&r));
+        let t_holder = d.as_ref().and_then(telemetry_holder);
+        let Some(tel) = t_holder else {
+            break Err(format!("the session's status was answered {} with no queue telemetry", rtoken(&r)));
+        };
+        let Some((active, queued)) = occupancy_of(tel) else {
+            break Err("the session's queue telemetry has no occupancy (active and queued calls)".into());
+        };
+        last = Some((active, queued));
+        if active >= 1 && queued >= 1 {
+            break Ok(saturated_of(tel));
+        }
+        if t.elapsed() >= c.target.step || !link_frames(c, link, "abort").is_empty() {
+            break Err(format!(
+                "the telemetry's occupancy never showed the queue full (last: {active} active, {queued} queued) while \
+                 the first call was held"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Let the turn end (both calls time out) before the next case.
+    let _ = answer_within(&mut conn, &w, Duration::from_millis(timeout_ms) * 2 + c.target.step);
+    match judged {
+        Ok(true) => Outcome::token("saturated"),
+        Ok(false) => Outcome::with(
+            "not-saturated",
+            vec![format!(
+                "the session's status, whose occupancy shows {} active and {} queued calls of maxConcurrentRequests 1 \
+                 and maxQueuedRequests 1 (the queue full), does not report the queue saturated (a `saturated` flag, or \
+                 `saturation.active`)",
+                last.map_or(0, |x| x.0),
+                last.map_or(0, |x| x.1)
+            )],
+        ),
+        Err(why) => Outcome::Error(format!("inconclusive: {why}")),
+    }
+}
+
 /// `requestTimeoutMs` of the queue-wait case: long enough that a loaded machine's delays stay
 /// well inside the half timeout of slack the case allows.
 const QUEUE_WAIT_TIMEOUT_MS: u64 = 1000;
@@ -6755,6 +6851,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.events.over-max-event-bytes-dropped", events_over_max_dropped),
         ("daemon.status.resident-session", status_resident_session),
         ("daemon.status.queue-telemetry", status_queue_telemetry),
+        ("daemon.status.saturated-while-full", status_saturated_while_full),
         ("daemon.wake.same-key-replays", wake_same_key_replays),
         ("daemon.wake.same-key-other-payload-conflict", wake_same_key_other_payload),
         ("daemon.wake.same-key-joins-running", wake_same_key_joins_running),
