@@ -1028,8 +1028,15 @@ fn bind_before_answer(c: &mut DCtx<'_>) -> Outcome {
     let r = tryo!(one(c, v));
     let seen = c.probe.seen();
     let mut p = Vec::new();
-    let binds: Vec<(usize, &Value)> =
-        seen.frames.iter().enumerate().filter(|(_, (_, f))| f["kind"] == "bind").map(|(i, (_, f))| (i, f)).collect();
+    // This case's session only: a bind of an earlier case's open may still arrive (one whose
+    // bind the probe held, answered late by a daemon under test).
+    let binds: Vec<(usize, &Value)> = seen
+        .frames
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, f))| f["kind"] == "bind" && f["sessionId"] == c.session.as_str())
+        .map(|(i, (_, f))| (i, f))
+        .collect();
     let Some((i, bind)) = binds.last().copied() else {
         return Outcome::with(rtoken(&r), vec!["the daemon answered the open without binding".into()]);
     };
