@@ -491,7 +491,7 @@ fn growing_attempt(c: &mut Ctx<'_>, file: &str, i: usize) -> Attempt {
         return Attempt::Done(Outcome::with(g.end_token(), vec![format!("no answer to {missing}")]));
     };
     let code = r1.error_code().unwrap_or("?").to_string();
-    if r1.ok() != Some(false) || r1["error"]["retryable"] != true || code == "busy" {
+    if r1.ok() != Some(false) || r1["error"]["retryable"] != true || code == AdapterCode::Busy.as_str() {
         // Answered before the duplicate could be judged: it has no retryable failure to follow.
         return Attempt::Lasting(if r1.ok() == Some(true) { "ok".into() } else { code });
     }
