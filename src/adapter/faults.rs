@@ -370,6 +370,9 @@ faults! {
     /// The waiters of an aborted primary are never run nor answered.
     AbortStrandsDuplicate = "abort-strands-duplicate", "PC-4.5",
         "aborting a queued write strands its in-flight duplicate: the waiter is never run nor answered";
+    /// The waiters of a primary that failed retryably are never run nor answered.
+    RetryableFailureStrandsDuplicate = "retryable-failure-strands-duplicate", "PC-4.5",
+        "a duplicate waiting on a write or edit whose outcome is a retryable error (io_error) is never run nor answered";
     /// An aborted waiting duplicate stays on its primary's waiter list.
     AbortLeavesWaiter = "abort-leaves-waiter", "PC-4.5",
         "an abort of a duplicate waiting on its primary answers aborted:true but leaves it waiting: the primary's outcome is replayed to it after the abort";

@@ -781,7 +781,9 @@ impl Session {
             match replay {
                 // Nothing was kept: one waiter becomes the primary and runs; the others keep
                 // waiting for it (so the operation never runs twice at once).
-                None if !waiters.is_empty() => out.extend(self.promote_waiter(now, &f.key)),
+                None if !waiters.is_empty() && !self.faults.has(Fault::RetryableFailureStrandsDuplicate) => {
+                    out.extend(self.promote_waiter(now, &f.key))
+                }
                 None => {}
                 Some(outcome) => {
                     for w in waiters {

@@ -1,15 +1,21 @@
 //! Adapter cases at the edges of rules other cases test in their middle: a write through a
 //! symlink whose target does not exist, every operation sent ungranted, a handle one
 //! character short, long or of another case, a non-UTF-8 byte just outside a read window, a
-//! named file holding NUL searched, an edit of a missing file. Each is a MUST of SPEC.md; a
-//! broken adapter that passes the nearby cases fails here.
+//! named file holding NUL searched, an edit of a missing file, a duplicate waiting on an edit
+//! that fails retryably. Each is a MUST of SPEC.md; a broken adapter that passes the nearby
+//! cases fails here.
 
+use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::cases::{busy_beyond, changed, granted, ok_with, CaseFn};
 use super::conn::Recv;
+use super::provoke::{gather, keep_reading, ms};
 use super::{data, req, token, Ctx};
 use crate::conform::case::Outcome;
 use crate::contract::adapter_error::AdapterCode;
@@ -36,6 +42,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.invoke.each-identity-field-wrong", invoke_each_identity_field_wrong),
         ("adapter.limits.busy-with-no-queue", limits_busy_with_no_queue),
         ("adapter.limits.nothing-fits-list", limits_nothing_fits_list),
+        ("adapter.idempotency.duplicate-after-retryable-failure", idem_duplicate_after_retryable_failure),
     ]
 }
 
@@ -365,4 +372,159 @@ fn nothing_fits(c: &mut Ctx<'_>, dir: &str) -> Outcome {
         ),
         None => Outcome::token(token(&r)),
     }
+}
+
+/// The file the edit of [`idem_duplicate_after_retryable_failure`] reads: a marker line, then
+/// this many bytes of short ASCII lines (no long base64url run, nothing like a handle).
+const GROWING_BYTES: usize = 8 << 20;
+/// The most the runner appends to it during one attempt.
+const GROWING_APPEND_CAP: usize = 4 << 20;
+/// Attempts at a retryable failure of the primary.
+const GROWING_ATTEMPTS: usize = 4;
+
+/// PC-4.5: every invoke gets one result unless it is itself aborted, a duplicate waiting on
+/// its primary too, whatever the primary's outcome. A retryable failure (`io_error`: nothing
+/// was changed) is not an outcome to replay for ever, so an adapter either replays it to the
+/// waiting duplicate or runs the duplicate in its place; either way the duplicate is answered.
+/// The runner provokes one the way a daemon meets it: an `fs.edit` of an 8 MiB file that a
+/// runner thread keeps appending to while the adapter reads it (an adapter may refuse a file
+/// that grew while it was read, `io_error`), with its duplicate (same key and payload) and an
+/// abort probe (of a request never sent) pipelined behind it. The state is confirmed when the
+/// edit answers a retryable error other than `busy` and the probe was answered before it (so
+/// the duplicate was read while the edit ran); then the duplicate must be answered, and when
+/// it answers `ok` the file holds the edit. An adapter that answers every such edit `ok` or
+/// with a lasting error never reaches the state: skipped, it is allowed to. Reached but not
+/// confirmed: inconclusive.
+fn idem_duplicate_after_retryable_failure(c: &mut Ctx<'_>) -> Outcome {
+    if !granted(c, "fs.edit") {
+        return Outcome::Skip("the descriptor does not grant fs.edit".into());
+    }
+    let limits = c.target.admitted.limits();
+    if limits.max_concurrent_requests.get() as i64 + limits.max_queued_requests < 2 {
+        return Outcome::Skip("the grant admits a single request at a time: no duplicate can wait".into());
+    }
+    let mut lasting = Vec::new();
+    let mut unconfirmed = Vec::new();
+    for i in 1..=GROWING_ATTEMPTS {
+        let file = format!("growing-{i}.txt");
+        c.allow(&[&file]);
+        let out = growing_attempt(c, &file, i);
+        let _ = std::fs::remove_file(c.target.root.join(&file));
+        match out {
+            Attempt::Done(o) => return o,
+            Attempt::Lasting(t) => lasting.push(t),
+            Attempt::Unconfirmed(w) => unconfirmed.push(format!("attempt {i}: {w}")),
+        }
+    }
+    if unconfirmed.is_empty() {
+        return Outcome::Skip(format!(
+            "the adapter answered each edit of a file growing while it was read without a retryable error ({}): \
+             the rule for a duplicate whose primary fails retryably was not exercised",
+            lasting.join(", ")
+        ));
+    }
+    Outcome::Error(format!(
+        "inconclusive: a retryable failure of an edit with its duplicate waiting was never confirmed ({})",
+        unconfirmed.join("; ")
+    ))
+}
+
+enum Attempt {
+    Done(Outcome),
+    /// The edit was answered without a retryable error: its token.
+    Lasting(String),
+    /// A retryable failure not confirmed to have had a duplicate waiting: why.
+    Unconfirmed(String),
+}
+
+/// Appends short lines to `path` until `stop` or [`GROWING_APPEND_CAP`]; counts the bytes.
+fn appender(path: std::path::PathBuf, stop: Arc<AtomicBool>, appended: Arc<AtomicUsize>) {
+    let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) else { return };
+    let line = b"appended while the edit reads the file, one more short line of text\n";
+    while !stop.load(Ordering::Relaxed) && appended.load(Ordering::Relaxed) < GROWING_APPEND_CAP {
+        if f.write_all(line).is_err() {
+            return;
+        }
+        appended.fetch_add(line.len(), Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+fn growing_attempt(c: &mut Ctx<'_>, file: &str, i: usize) -> Attempt {
+    let (marker, edited) = (format!("growing-marker-{i}"), format!("growing-edited-{i}"));
+    let mut body = format!("{marker}\n").into_bytes();
+    let filler = b"the file an edit reads while the runner appends to it, line after line\n";
+    while body.len() < GROWING_BYTES {
+        body.extend_from_slice(filler);
+    }
+    let path = c.target.root.join(file);
+    if std::fs::write(&path, &body).is_err() {
+        return Attempt::Done(Outcome::Error("cannot lay the file of the case".into()));
+    }
+    let mut conn = match c.bound() {
+        Ok(x) => x,
+        Err(o) => return Attempt::Done(o),
+    };
+    let key = format!("growing-key-{i}");
+    let (d1, d2, probe) = (format!("growing-{i}-a"), format!("growing-{i}-b"), format!("growing-probe-{i}"));
+    let call = || req::edit(file, &[(marker.as_str(), edited.as_str())]);
+    let frames = [c.invoke(&d1, &key, call()), c.invoke(&d2, &key, call()), c.abort(&probe, "never-sent-probe")];
+    let (stop, appended) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let writer = {
+        let (path, stop, appended) = (path.clone(), stop.clone(), appended.clone());
+        std::thread::spawn(move || appender(path, stop, appended))
+    };
+    let started = Instant::now();
+    while appended.load(Ordering::Relaxed) == 0 && started.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    conn.note(&format!(
+        "{d1} edits {file} (8 MiB) while the runner appends to it; {d2} is its duplicate; {probe} is an abort probe"
+    ));
+    let t0 = Instant::now();
+    conn.send_all(&frames);
+    let mut g = gather(&mut conn, t0, c.step() * 20, |g| g.get(&d1).is_some() && g.get(&probe).is_some());
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.join();
+    let (Some((d1_at, r1)), Some(probe_at)) = (g.get(&d1).map(|(t, r)| (t, r.clone())), g.at(&probe)) else {
+        let missing = if g.get(&d1).is_none() { &d1 } else { &probe };
+        return Attempt::Done(Outcome::with(g.end_token(), vec![format!("no answer to {missing}")]));
+    };
+    let code = r1.error_code().unwrap_or("?").to_string();
+    if r1.ok() != Some(false) || r1["error"]["retryable"] != true || code == AdapterCode::Busy.as_str() {
+        // Answered before the duplicate could be judged: it has no retryable failure to follow.
+        return Attempt::Lasting(if r1.ok() == Some(true) { "ok".into() } else { code });
+    }
+    if probe_at >= d1_at {
+        return Attempt::Unconfirmed(format!(
+            "the edit failed {code} after {} ms, before the probe behind its duplicate was answered",
+            ms(d1_at)
+        ));
+    }
+    keep_reading(&mut conn, t0, c.step() * 20, &mut g, |g| g.get(&d2).is_some());
+    let on_disk = std::fs::read(&path).unwrap_or_default();
+    let holds = |s: &str| on_disk.windows(s.len()).any(|w| w == s.as_bytes());
+    let mut p = Vec::new();
+    match g.get(&d2) {
+        None => p.push(format!(
+            "{d2}, a duplicate waiting for {d1}, was never answered after {d1} failed {code} (retryable): every \
+             invoke gets one result unless it is itself aborted (a duplicate whose primary failed retryably is \
+             run in its place or given that failure)"
+        )),
+        Some((_, r2)) if r2.ok() == Some(true) => {
+            if !holds(&edited) || holds(&marker) {
+                p.push(format!("{d2} answered ok, yet {file} does not hold the edit"));
+            }
+        }
+        Some((_, r2)) => {
+            if holds(&edited) {
+                p.push(format!(
+                    "{d2} answered {}, yet {file} holds the edit: a failure must leave nothing changed",
+                    r2.error_code().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    let token = if g.get(&d2).is_some() { "duplicate-answered" } else { "duplicate-unanswered" };
+    Attempt::Done(Outcome::with(token, p))
 }
