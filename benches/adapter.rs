@@ -10,16 +10,23 @@
 //!
 //! Thread placement for the round trips (`PI_BENCH_PIN`). On a 2-vCPU virtual machine a
 //! wake-up across CPUs costs about 25 µs each way, and where the scheduler puts a server's
-//! threads relative to the client decides a round trip far more than the server's own work:
-//! left to itself it kept the echo server beside the client and the adapter mostly not
-//! (measured: unpinned ratios swing between 0.2 and 0.5 from one repetition to the next). So
-//! both servers get the same placement:
+//! threads relative to the client decides a round trip far more than the server's own work.
+//! A client that alternates between two live servers ends up sharing its CPU with one of
+//! them and waking the other across CPUs, and which one is a matter of history and of which
+//! does less work: two identical echo servers fed this way measured 0.28 to 1.8 times each
+//! other (BENCH-RESULTS.md, "Unpinned round trips"). So:
 //! - `same` (default): the client and every thread of both servers on CPU 0. No cross-CPU
-//!   wake-up on either side: the difference is the servers' own work. The target is judged
-//!   here.
+//!   wake-up on either side: the difference is the servers' own work.
 //! - `split`: the client on CPU 0, both servers' threads on CPU 1 (every request and reply
 //!   crosses CPUs, as between two busy processes).
-//! - `none`: no pinning (the scheduler decides; reported for reference).
+//! - `none`: no pinning, each server measured alone: every block of round trips starts its
+//!   server on a fresh runtime, with no other server running, and stops it; the sides' blocks
+//!   take turns. A second echo server measured the same way is the control (its ratio to the
+//!   first: 1 when placement treats the servers alike). Issue 25's unpinned target is judged
+//!   here.
+//! - `live`: no pinning, every server alive for the whole run and the blocks interleaved on
+//!   one connection each (the unpinned method before 2026-12-07), with the same control.
+//!   Reported to show why `none` measures each server alone.
 //!
 //! The search comparison is never pinned: the adapter answering it runs on its own unpinned
 //! runtime, and ripgrep starts from an unpinned thread, so both may use every CPU.
@@ -28,7 +35,7 @@
 //! per repetition (20000), `PI_BENCH_REPS` repetitions (5), `PI_BENCH_TREE` the tree's cache
 //! directory (`/tmp/pi-conform-bench-tree-v1`), `PI_BENCH_RG` the ripgrep binary (`/usr/bin/rg`),
 //! `PI_BENCH_ONLY` a comma-separated subset of `stat,read,search` (for profiling),
-//! `PI_BENCH_PIN` one of `same`, `split`, `none` (above).
+//! `PI_BENCH_PIN` one of `same`, `split`, `none`, `live` (above).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -186,6 +193,14 @@ fn main() {
     let limits = const_limits([65_536, 4_194_304, 4, 16, 120_000, 256, 3_600_000]);
     let small_desc = mint(&grants, &socket, &small, "bench-small", limits);
     let tree_desc = mint(&grants, &search_socket, &tree.root, "bench-tree", limits);
+    // PI_BENCH_PIN=none: each block's own adapter and echo server (see `Alone`).
+    let alone = (placement == Placement::Unpinned).then(|| {
+        let adapter_socket = dir.path().join("adapter-alone.sock");
+        // The same binding identity as the round-trip adapter's grant, so that one invoke line
+        // serves both (its own socket and handle).
+        let adapter_desc = mint(&grants, &adapter_socket, &small, "bench-small", limits);
+        Alone { adapter_socket, adapter_desc, echo_socket: dir.path().join("echo-alone.sock"), grants: grants.clone() }
+    });
     let (stop_adapter, rx) = watch::channel(false);
     let adapters: Vec<_> = [(socket.clone(), placement.server_cpu()), (search_socket.clone(), None)]
         .into_iter()
@@ -218,6 +233,16 @@ fn main() {
         std::thread::spawn(move || runtime(cpu).block_on(echo_server(listener, echo_rx)))
     };
 
+    // PI_BENCH_PIN=live: a second echo server, the control.
+    let control_socket = dir.path().join("echo-control.sock");
+    let control_thread = (placement == Placement::Live).then(|| {
+        let listener = std::os::unix::net::UnixListener::bind(&control_socket).expect("bind echo");
+        std::fs::set_permissions(&control_socket, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let echo_rx = stop_echo.subscribe();
+        std::thread::spawn(move || runtime(None).block_on(echo_server(listener, echo_rx)))
+    });
+    let control = control_thread.is_some().then_some(control_socket.as_path());
+
     let mut adapter = Client::connect(&socket);
     adapter.bind(&small_desc);
     let mut searcher = Client::connect(&search_socket);
@@ -233,14 +258,35 @@ fn main() {
     }
     let stat_payload = json!({"path": "stat.txt"});
     let read_payload = json!({"path": "read4k.txt", "offset": 0, "maxBytes": 4096});
-    let stat = only(&enabled, "stat")
-        .then(|| round_trips(&mut adapter, &echo_socket, &small_desc, "fs.stat", stat_payload.clone(), rtt_n, reps));
+    let stat = only(&enabled, "stat").then(|| {
+        round_trips(
+            &mut adapter,
+            &echo_socket,
+            control,
+            alone.as_ref(),
+            &small_desc,
+            "fs.stat",
+            stat_payload.clone(),
+            rtt_n,
+            reps,
+        )
+    });
     let read = only(&enabled, "read").then(|| {
         // The 4 KiB read really returns the 4096 bytes.
         let r = adapter.call(&small_desc, "fs.read", read_payload.clone());
         assert_eq!(r["data"]["content"].as_str(), Some(read4k.as_str()), "fs.read returned other content");
         assert_eq!(r["data"]["bytesRead"], 4096);
-        round_trips(&mut adapter, &echo_socket, &small_desc, "fs.read", read_payload.clone(), rtt_n, reps)
+        round_trips(
+            &mut adapter,
+            &echo_socket,
+            control,
+            alone.as_ref(),
+            &small_desc,
+            "fs.read",
+            read_payload.clone(),
+            rtt_n,
+            reps,
+        )
     });
     // Diagnostic: the per-request CPU of the adapter's protocol layer and operation alone.
     let mut breakdown = Vec::new();
@@ -280,6 +326,9 @@ fn main() {
             f.ratio,
             f.adapter_rate / f.echo_rate
         ));
+        if let Some(c) = f.control {
+            ratios.push(format!("{name} control echo/echo = {c:.3} (1 when placement treats the servers alike)"));
+        }
     }
     if let Some(f) = &search {
         println!(
@@ -322,6 +371,9 @@ fn main() {
         let _ = t.join();
     }
     let _ = echo_thread.join();
+    if let Some(t) = control_thread {
+        let _ = t.join();
+    }
 }
 
 /// The 1, 5 and 15 minute load averages (the machine may be shared with other work).
@@ -367,6 +419,9 @@ enum Placement {
     Same,
     Split,
     Unpinned,
+    /// Unpinned, every server alive for the whole run (the method before 2026-12-07), with a
+    /// second echo server as the control.
+    Live,
 }
 
 impl Placement {
@@ -374,6 +429,7 @@ impl Placement {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         match std::env::var("PI_BENCH_PIN").as_deref() {
             Ok("none") => Placement::Unpinned,
+            Ok("live") => Placement::Live,
             Ok("split") if cpus >= 2 => Placement::Split,
             Ok("split") => {
                 eprintln!("PI_BENCH_PIN=split needs two CPUs; using same");
@@ -381,21 +437,21 @@ impl Placement {
             }
             Ok("same") | Err(_) => Placement::Same,
             Ok(other) => {
-                eprintln!("PI_BENCH_PIN must be same, split or none, not {other:?}");
+                eprintln!("PI_BENCH_PIN must be same, split, none or live, not {other:?}");
                 std::process::exit(2);
             }
         }
     }
 
     fn client_cpu(self) -> Option<usize> {
-        (self != Placement::Unpinned).then_some(0)
+        matches!(self, Placement::Same | Placement::Split).then_some(0)
     }
 
     fn server_cpu(self) -> Option<usize> {
         match self {
             Placement::Same => Some(0),
             Placement::Split => Some(1),
-            Placement::Unpinned => None,
+            Placement::Unpinned | Placement::Live => None,
         }
     }
 
@@ -403,7 +459,10 @@ impl Placement {
         match self {
             Placement::Same => "same (client and both servers on CPU 0)",
             Placement::Split => "split (client on CPU 0, both servers on CPU 1)",
-            Placement::Unpinned => "none (the scheduler places every thread)",
+            Placement::Unpinned => {
+                "none (the scheduler places every thread; each server alone, on fresh threads, per block)"
+            }
+            Placement::Live => "live (the scheduler places every thread; all servers alive, blocks interleaved)",
         }
     }
 }
@@ -539,7 +598,11 @@ impl Invoke {
         let line = line_of(&f);
         let find = |s: &str| memmem::find(&line, format!("\"{s}\"").as_bytes()).expect("placeholder") + 2;
         let at = [find(&rid), find(&key)];
-        Invoke { line, at, n: 0 }
+        // Each invoke sequence numbers from its own billion: an adapter that saw another
+        // sequence's first key must never see it again with another payload.
+        static SEQUENCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQUENCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 1_000_000_000;
+        Invoke { line, at, n }
     }
 
     fn next(&mut self) -> &[u8] {
@@ -572,15 +635,20 @@ const RTT_BLOCK: usize = 1000;
 struct RttFigures {
     adapter_rate: f64,
     echo_rate: f64,
+    /// `PI_BENCH_PIN=none`: a second echo server's rate over the first's (see [`Alone`]).
+    control: Option<f64>,
     /// Median of the per-repetition ratios adapter/echo.
     ratio: f64,
     request_len: usize,
     reply_len: usize,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn round_trips(
     adapter: &mut Client,
     echo_socket: &Path,
+    control_socket: Option<&Path>,
+    alone: Option<&Alone>,
     d: &Value,
     op: &str,
     payload: Value,
@@ -592,38 +660,192 @@ fn round_trips(
     // The adapter's reply, captured: the echo server answers every line with it.
     let reply = adapter.round_trip(inv.next()).to_vec();
     assert!(ok.find(&reply).is_some(), "{op} failed: {}", String::from_utf8_lossy(&reply));
+    if let Some(alone) = alone {
+        return alone.round_trips(&mut inv, &reply, op, n, reps);
+    }
     let mut echo = Client::connect(echo_socket);
     echo.w.write_all(&reply).expect("configure echo");
+    let mut control = control_socket.map(|path| {
+        let mut c = Client::connect(path);
+        c.w.write_all(&reply).expect("configure echo");
+        c
+    });
     timed_loop(adapter, &mut inv, 2000, &ok);
     timed_loop(&mut echo, &mut inv, 2000, &ok);
+    if let Some(c) = control.as_mut() {
+        timed_loop(c, &mut inv, 2000, &ok);
+    }
     // Every adapter reply has the captured size (fixed-width ids, same data).
     let probe = adapter.round_trip(inv.next()).len();
     assert_eq!(probe, reply.len(), "{op}: adapter replies vary in size");
-    let (mut a, mut e, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a, mut e, mut ratios, mut controls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
-        // Each repetition interleaves the two sides in blocks, so that both see the same
+        // Each repetition interleaves the sides in blocks, so that all see the same
         // background load (the machine is shared).
-        let (mut ta, mut te, mut done) = (Duration::ZERO, Duration::ZERO, 0);
+        let (mut ta, mut te, mut tc, mut done) = (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0);
         while done < n {
             let k = RTT_BLOCK.min(n - done);
             ta += timed_loop(adapter, &mut inv, k, &ok);
             te += timed_loop(&mut echo, &mut inv, k, &ok);
+            if let Some(c) = control.as_mut() {
+                tc += timed_loop(c, &mut inv, k, &ok);
+            }
             done += k;
         }
         let (ra, re) = (n as f64 / ta.as_secs_f64(), n as f64 / te.as_secs_f64());
         a.push(ra);
         e.push(re);
         ratios.push(ra / re);
+        if control.is_some() {
+            controls.push(n as f64 / tc.as_secs_f64() / re);
+        }
     }
     println!("{op:<9} adapter round trips/s: {}", list(&a, 0));
     println!("{op:<9} echo    round trips/s: {}", list(&e, 0));
     println!("{op:<9} adapter/echo         : {}", list(&ratios, 3));
+    if control.is_some() {
+        println!("{op:<9} control: echo/echo   : {}", list(&controls, 3));
+    }
     RttFigures {
         adapter_rate: median(a),
         echo_rate: median(e),
         ratio: median(ratios),
+        control: (!controls.is_empty()).then(|| median(controls)),
         request_len: inv.line.len(),
         reply_len: reply.len(),
+    }
+}
+
+/// Round trips with `PI_BENCH_PIN=none`: every server measured alone.
+///
+/// Left to the scheduler, a client that alternates between two live servers ends up sharing
+/// its CPU with one of them and waking the other across CPUs (about 25 µs more per round
+/// trip here), and which one shares is a matter of history and of which does less work, not
+/// of the servers' speed: two identical echo servers fed this way measured 0.3 to 3 times
+/// each other (BENCH-RESULTS.md, "Unpinned round trips"). So here each block of round trips
+/// starts its server on a fresh runtime (fresh threads, no placement history), measures it
+/// with no other server running, and stops it; the blocks of the sides take turns, so both
+/// see the same background load. A second echo server measured the same way against the
+/// first is the control: its ratio shows what placement alone does to the figure (near 1).
+struct Alone {
+    /// Where each block's adapter listens (its own grant).
+    adapter_socket: PathBuf,
+    adapter_desc: Value,
+    echo_socket: PathBuf,
+    grants: PathBuf,
+}
+
+/// Round trips per block with `PI_BENCH_PIN=none`, after [`ALONE_WARM`] unmeasured ones.
+const ALONE_BLOCK: usize = 2000;
+const ALONE_WARM: usize = 200;
+
+#[derive(Clone, Copy, PartialEq)]
+enum AloneSide {
+    Adapter,
+    Echo,
+    /// The echo server again: the control.
+    Control,
+}
+
+/// A server started for one block and stopped after it.
+struct Fresh {
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Fresh {
+    fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.thread.join();
+    }
+}
+
+impl Alone {
+    fn start(&self, side: AloneSide) -> Fresh {
+        let (stop, rx) = watch::channel(false);
+        let thread = match side {
+            AloneSide::Adapter => {
+                let cfg = ServeConfig {
+                    socket: self.adapter_socket.clone(),
+                    grants: self.grants.clone(),
+                    identity: default_identity(),
+                    op_delay: Duration::ZERO,
+                    handle_signals: false,
+                };
+                let t = std::thread::spawn(move || {
+                    if let Err(e) = runtime(None).block_on(serve(cfg, Some(rx))) {
+                        eprintln!("the reference adapter stopped: {e}");
+                    }
+                });
+                wait_for(&self.adapter_socket);
+                t
+            }
+            AloneSide::Echo | AloneSide::Control => {
+                let _ = std::fs::remove_file(&self.echo_socket);
+                let listener = std::os::unix::net::UnixListener::bind(&self.echo_socket).expect("bind echo");
+                std::fs::set_permissions(&self.echo_socket, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+                std::thread::spawn(move || runtime(None).block_on(echo_server(listener, rx)))
+            }
+        };
+        Fresh { stop, thread }
+    }
+
+    /// One block on a fresh server of `side`: the time of `k` round trips.
+    fn block(&self, side: AloneSide, inv: &mut Invoke, reply: &[u8], k: usize, ok: &memmem::Finder<'_>) -> Duration {
+        let server = self.start(side);
+        let mut c = if side == AloneSide::Adapter {
+            let mut c = Client::connect(&self.adapter_socket);
+            c.bind(&self.adapter_desc);
+            c
+        } else {
+            let mut c = Client::connect(&self.echo_socket);
+            c.w.write_all(reply).expect("configure echo");
+            c
+        };
+        timed_loop(&mut c, inv, ALONE_WARM, ok);
+        let t = timed_loop(&mut c, inv, k, ok);
+        drop(c);
+        server.stop();
+        t
+    }
+
+    fn round_trips(&self, inv: &mut Invoke, reply: &[u8], op: &str, n: usize, reps: usize) -> RttFigures {
+        let ok = memmem::Finder::new(b"\"ok\":true");
+        let sides = [AloneSide::Adapter, AloneSide::Echo, AloneSide::Control];
+        let (mut a, mut e, mut ratios, mut controls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let mut took = [Duration::ZERO; 3];
+            let (mut done, mut turn) = (0, rep);
+            while done < n {
+                let k = ALONE_BLOCK.min(n - done);
+                // The sides take turns, each starting a block first in its turn.
+                for i in 0..sides.len() {
+                    let s = (turn + i) % sides.len();
+                    took[s] += self.block(sides[s], inv, reply, k, &ok);
+                }
+                done += k;
+                turn += 1;
+            }
+            let rate = |d: Duration| n as f64 / d.as_secs_f64();
+            let (ra, re, rc) = (rate(took[0]), rate(took[1]), rate(took[2]));
+            a.push(ra);
+            e.push(re);
+            ratios.push(ra / re);
+            controls.push(rc / re);
+        }
+        println!("{op:<9} adapter round trips/s: {}", list(&a, 0));
+        println!("{op:<9} echo    round trips/s: {}", list(&e, 0));
+        println!("{op:<9} adapter/echo         : {}", list(&ratios, 3));
+        println!("{op:<9} control: echo/echo   : {}", list(&controls, 3));
+        let request_len = inv.line.len();
+        RttFigures {
+            adapter_rate: median(a),
+            echo_rate: median(e),
+            ratio: median(ratios),
+            control: Some(median(controls)),
+            request_len,
+            reply_len: reply.len(),
+        }
     }
 }
 
