@@ -180,7 +180,9 @@ fn main() {
     let mint_dir = dir.join("mint");
     std::fs::create_dir(&mint_dir).expect("mint dir");
     let mut mint = |host: &str, sid: &str| -> Value {
-        let scratch = mint_dir.join("g.json");
+        // Named like the grants file the adapter serves, so that the lock file `grant` creates
+        // beside it for each grant has the name the adapter opens (moved there below).
+        let scratch = mint_dir.join("grants.json");
         let req = GrantRequest {
             socket: adapter_socket.clone(),
             root: root.clone(),
@@ -213,6 +215,13 @@ fn main() {
     let grants_file = dir.join("grants.json");
     let body = serde_json::to_vec(&json!({"version": 1, "grants": stored})).expect("json");
     write_atomic(&grants_file, &body).unwrap_or_else(|e| panic!("write grants: {e}"));
+    // Each grant's bind lock file, as `grant` into this grants file would have left it.
+    for entry in std::fs::read_dir(&mint_dir).expect("mint dir") {
+        let name = entry.expect("mint dir entry").file_name();
+        if name.to_string_lossy().starts_with("grants.json.bind-") {
+            std::fs::rename(mint_dir.join(&name), dir.join(&name)).expect("move a bind lock file");
+        }
+    }
     println!("minted {} grants in {:.1} s", stored.len(), mint_t.elapsed().as_secs_f64());
     let (stop_adapter, adapter_thread) = start_adapter(&adapter_socket, &grants_file);
 

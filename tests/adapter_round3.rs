@@ -365,6 +365,17 @@ fn a_second_process_never_binds_a_grant_bound_in_the_first() {
     let mut a = Adapter::start(Opts::default());
     restart_with(&mut a, &[]);
     std::fs::write(a.root.join("f.txt"), "x").unwrap();
+    // `grant` created the grant's lock file; without it (a grant minted by an older version)
+    // the first bind creates it, at the same path for both processes.
+    let mut removed = 0;
+    for e in std::fs::read_dir(a.dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().contains(".bind-") {
+            std::fs::remove_file(&path).unwrap();
+            removed += 1;
+        }
+    }
+    assert!(removed >= 1, "grant left no bind lock file");
     let (sock_b, log_b) = (a.dir.path().join("b.sock"), a.dir.path().join("b.log"));
     let mut b = spawn_adapter(&sock_b, &a.grants, &log_b, &[]);
     std::thread::sleep(Duration::from_millis(300));

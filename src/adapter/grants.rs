@@ -334,7 +334,38 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
         limits,
     });
     write_atomic(grants_path, &serde_json::to_vec_pretty(&file).unwrap_or_default())?;
+    // The lock file a live connection of this grant will hold (issue 25, N12), created now so
+    // that a bind only opens it (`serve-adapter` creates a missing one itself).
+    create_bind_lock(&bind_lock_path(grants_path, &handle_digest(&handle)))?;
     Ok(descriptor)
+}
+
+/// The lock file a live connection of a grant holds so that it is the only one across
+/// processes (issue 25, N12): `<grants>.bind-<32 hex>.lock` beside the grants file, the hex a
+/// domain-separated hash of the handle digest (not the digest the grants file stores).
+pub fn bind_lock_path(grants_path: &Path, digest: &[u8; 32]) -> PathBuf {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"pi-conform bind lock\0");
+    h.update(digest);
+    let tag = hex::encode(&h.finalize()[..16]);
+    let mut name = grants_path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".bind-{tag}.lock"));
+    grants_path.with_file_name(name)
+}
+
+/// Create a grant's lock file (empty, mode 0600) unless it exists; never through a symlink.
+fn create_bind_lock(path: &Path) -> Result<(), GrantsError> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map(drop)
+        .map_err(io(path))
 }
 
 /// Write `bytes` to `path` atomically and durably, mode 0600: temp file in the same
@@ -361,6 +392,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GrantsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `grant` leaves the new grant's bind lock file beside the grants file: empty, a regular
+    /// file of mode 0600, named by a hash that is not the stored digest.
+    #[test]
+    fn grant_creates_the_bind_lock_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let grants = dir.path().join("grants.json");
+        let req = GrantRequest {
+            socket: dir.path().join("a.sock"),
+            root,
+            host_instance_id: "h".into(),
+            session_id: "s".into(),
+            generation: 1,
+            operations: vec![ToolOperation::FsStat],
+            limits: grant_limits([65_536, 65_536, 1, 1, 1_000, 1, 1_000]).unwrap(),
+            adapter_id: "test-adapter".into(),
+            adapter_version: "1.0.0".into(),
+        };
+        let d = grant(&grants, &req).unwrap();
+        let handle = d["binding"]["capabilityHandle"].as_str().unwrap();
+        let digest = handle_digest(handle);
+        let lock = bind_lock_path(&grants, &digest);
+        let meta = std::fs::symlink_metadata(&lock).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.len(), 0);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let name = lock.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("grants.json.bind-") && name.ends_with(".lock"), "{name}");
+        assert!(!name.contains(&hex::encode(digest)[..16]), "the lock file is named by the stored digest");
+    }
 
     /// A limit a binding needs at least 1 of is refused at 0, typed, naming the limit.
     #[test]
