@@ -402,7 +402,34 @@ pub async fn serve_with(
 
 /// [`serve_with`] with explicit pre-bind [`Discipline`] (the CLI's `--bind-deadline-ms` and
 /// `--max-unbound`).
+///
+/// The server runs as a task of the runtime, not on the caller's thread: `block_on` polls its
+/// future on the calling thread, which is no worker, so every accepted connection would cost a
+/// wake-up of that thread and a hand-off of the new connection's task to a worker.
 pub async fn serve_disciplined(
+    cfg: ServeConfig,
+    faults: Faults,
+    discipline: Discipline,
+    shutdown: Option<watch::Receiver<bool>>,
+) -> Result<(), ServeError> {
+    /// Dropping the caller's future stops the server, as it did when the caller polled it.
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let task = tokio::spawn(serve_task(cfg, faults, discipline, shutdown));
+    let _abort = AbortOnDrop(task.abort_handle());
+    match task.await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down: so is the server.
+        Err(_) => Ok(()),
+    }
+}
+
+async fn serve_task(
     cfg: ServeConfig,
     faults: Faults,
     discipline: Discipline,
