@@ -335,8 +335,11 @@ pub fn grant(grants_path: &Path, req: &GrantRequest) -> Result<Value, GrantsErro
     });
     write_atomic(grants_path, &serde_json::to_vec_pretty(&file).unwrap_or_default())?;
     // The lock file a live connection of this grant will hold (issue 25, N12), created now so
-    // that a bind only opens it (`serve-adapter` creates a missing one itself).
-    create_bind_lock(&bind_lock_path(grants_path, &handle_digest(&handle)))?;
+    // that a bind only opens it. Best effort: the grant is recorded already, and a bind
+    // creates a missing lock file itself (or refuses, fail closed, when it cannot).
+    if let Err(e) = create_bind_lock(&bind_lock_path(grants_path, &handle_digest(&handle))) {
+        tracing::warn!(error = %e, "the grant's bind lock file was not created; the first bind creates it");
+    }
     Ok(descriptor)
 }
 
