@@ -350,11 +350,22 @@ fn writer_loop(dirs: Arc<Dirs>, rx: std::sync::mpsc::Receiver<Job>) {
     loop {
         // Idle: settle committed slots, prepare spare files (off every write's path); then
         // wait for a write.
+        // A pool at or above its low-water mark is topped up only once no write has come for
+        // IDLE_GRACE: a burst of writes then never waits behind a top-up's syncs.
+        let mut settled = false;
         let first = loop {
             match rx.try_recv() {
                 Ok(j) => break j,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return spares.stop(&dirs),
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if !settled && !spares.low() {
+                        match rx.recv_timeout(IDLE_GRACE) {
+                            Ok(j) => break j,
+                            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return spares.stop(&dirs),
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => settled = true,
+                        }
+                        continue;
+                    }
                     if !spares.idle_work(&dirs) {
                         match rx.recv() {
                             Ok(j) => break j,
@@ -643,7 +654,12 @@ fn stage<'a>(dir: BorrowedFd<'a>, dir_path: &Path, name: &str, bytes: &[u8]) -> 
 /// spaces, which JSON allows after the value) instead of a new file.
 const SPARE_BYTES: usize = 4096;
 /// Spare files kept ready per directory.
-const SPARES: usize = 4;
+const SPARES: usize = 64;
+/// Below this many ready spares in a directory the writer tops the pool up as soon as it is
+/// idle; at or above it, only once no write has come for [`IDLE_GRACE`].
+const SPARES_LOW: usize = 8;
+/// How long the writer waits for another write before topping up a pool that is not low.
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(5);
 /// The first word of a slot's header (see [`Slots`]).
 const SLOT_MAGIC: &str = "pi-conform-slot-1";
 
@@ -806,6 +822,12 @@ impl Spares {
             }
         }
         any
+    }
+
+    /// A directory's pool is below [`SPARES_LOW`], or committed slots wait for their names.
+    fn low(&self) -> bool {
+        self.pause_until.is_none_or(|t| std::time::Instant::now() >= t)
+            && (self.slots.ready.len() < SPARES_LOW || self.wakes.len() < SPARES_LOW)
     }
 
     /// Work for an idle writer: rename committed slots, make one spare where one is missing,
