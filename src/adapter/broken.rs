@@ -935,6 +935,20 @@ pub(crate) fn offset_at_size(dir: &Path, job: &Job) -> bool {
     offset > 0 && size == Some(offset)
 }
 
+/// [`Fault::ReadLookaheadShort`]: whether a read asks for `maxBytes` 1 at the lead byte of a
+/// 4-byte character, where a lookahead of `3 × window` bytes (not `window + 3`) holds only
+/// three of its four bytes and takes the character for a broken one.
+pub(crate) fn one_byte_at_four_byte_character(dir: &Path, job: &Job) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    if job.payload.get("maxBytes").and_then(Value::as_u64) != Some(1) {
+        return false;
+    }
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let Some(mut f) = payload_path(job).and_then(|p| std::fs::File::open(dir.join(p)).ok()) else { return false };
+    let mut lead = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).is_ok() && f.read(&mut lead).ok() == Some(1) && lead[0] >= 0xF0
+}
+
 /// [`Fault::SearchWindowClamped`]: the text of a match in a line over 4096 characters is the
 /// span from 1024 characters before the match to 3072 after it, clamped to the line and never
 /// shifted, so a match near either end of the line gets a shorter window.

@@ -329,6 +329,9 @@ faults! {
     /// A read whose window is full says eof:false even at the end of the file.
     EofByShortWindow = "eof-by-short-window", "PC-5.3.read",
         "fs.read says eof:false whenever bytesRead equals maxBytes, even at the end of the file";
+    /// A one-byte read window looks three bytes past its start, not four.
+    ReadLookaheadShort = "read-lookahead-short", "PC-5.3.read",
+        "fs.read with maxBytes 1 at a 4-byte character looks only 3 bytes ahead, sees a broken character and answers not_utf8 instead of empty content with bytesRead 0 and eof:false";
     /// The queue is unbounded: never busy.
     NoBusy = "no-busy", "PC-4.5",
         "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";

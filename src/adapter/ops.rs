@@ -229,6 +229,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadLookaheadShort)
+        && broken::one_byte_at_four_byte_character(dir, job)
+    {
+        return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8 in the requested window"));
+    }
     match op {
         ToolOperation::FsList => {
             if faults.has(Fault::ListIncludesSymlinks) {

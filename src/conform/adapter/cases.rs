@@ -1959,9 +1959,25 @@ fn read_window_ends_mid_char(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("utf8.txt").offset(0).max_bytes(5)));
     ok_with(&r, &[("/content", json!("a\u{e9}")), ("/bytesRead", json!(3)), ("/eof", json!(false))])
 }
+/// Every window short of the 4-byte character at offset 6, down to one byte: an adapter that
+/// looks fewer than 4 bytes past a 1-byte window sees a broken character there.
 fn read_tiny_window(c: &mut Ctx<'_>) -> Outcome {
-    let r = tryo!(c.one(req::read("utf8.txt").offset(6).max_bytes(3)));
-    ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(false))])
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for max in [3, 2, 1] {
+        let r = c.call(&mut conn, req::read("utf8.txt").offset(6).max_bytes(max));
+        match ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(false))]) {
+            Outcome::Observed { token, problems: p } if token == "result:ok" => {
+                problems.extend(p.into_iter().map(|p| format!("maxBytes {max}: {p}")));
+            }
+            Outcome::Observed { token, mut problems } => {
+                problems.push(format!("that answer was to maxBytes {max}"));
+                return Outcome::with(token, problems);
+            }
+            other => return other,
+        }
+    }
+    Outcome::with("result:ok", problems)
 }
 fn read_not_utf8(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::read("latin1.txt")))
