@@ -423,6 +423,9 @@ faults! {
     /// The scan for the other grants' handles looks at the first window of each base64url run only.
     OtherGrantRunStartOnly = "other-grant-run-start-only", "PC-4.5",
         "the content guard's scan for the other grants' handles looks only at the first 43 bytes of each run of base64url bytes: another grant's handle with base64url bytes before it is read out";
+    /// The bound handle is looked for in files by the minted-shape scan only.
+    BoundScanMintedOnly = "bound-scan-minted-only", "PC-4.5",
+        "the content guard looks for the bound handle only as a handle of the minted shape (43 base64url characters): a connection bound with a hand-written grant of another length reads a file holding its own handle out in windows";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -5206,6 +5206,47 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// SHOULD (PC-4.5, as `adapter.secret.windowed-read`): a file holding the bound handle is
+/// not read out in windows each shorter than the handle, whatever the handle's length. The
+/// handles a runner mints are all 43 characters, so an adapter that finds the bound handle in
+/// a file only by its scan for handles of that shape passes `adapter.secret.windowed-read`; an
+/// operator may write a grant of another length by hand (any 32-512 base64url characters).
+/// With such a grant (selftest writes one, 86 characters), the runner binds with it, lays a
+/// file holding that handle and reads it in windows of a third of its length: joined, they
+/// must not give it back. (A read of the whole file proves nothing here: a result line that
+/// holds the bound handle is refused by the adapter's last check before sending, whatever its
+/// content scan found.) The file is removed after the case.
+fn secret_long_handle_windowed_read(c: &mut Ctx<'_>) -> Outcome {
+    let Some(long) = c.target.long.clone() else {
+        return Outcome::Skip(
+            "the runner holds no grant with a handle of another length than 43 (selftest writes one)".into(),
+        );
+    };
+    if !long.grants(ToolOperation::FsRead) {
+        return Outcome::Skip("the long-handle grant does not grant fs.read".into());
+    }
+    let name = "long-handle-grant.json";
+    let body = format!("{{\"capabilityHandle\":\"{}\"}}\n", long.handle().expose());
+    if std::fs::write(c.target.root.join(name), body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = windowed_read(c, &long, name);
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+
+/// Connect and bind with `grant` (one of the target's); the failing outcome if no `bound`
+/// comes back.
+fn bind_as(c: &mut Ctx<'_>, grant: &crate::contract::Descriptor) -> Result<super::conn::Conn, Outcome> {
+    let mut conn = c.connect_as(grant)?;
+    conn.send(&grant.bind_frame());
+    let r = conn.recv();
+    match r.frame() {
+        Some(v) if v.kind() == Some("bound") => Ok(conn),
+        _ => Err(Outcome::with(format!("bind-{}", r.describe()), vec!["no bound for a valid bind".into()])),
+    }
+}
+
 /// The second grant the runner minted, for the cases that lay its handle in this root; the
 /// skip when there is none or the descriptor does not grant `fs.read`.
 fn other_grant(c: &Ctx<'_>) -> Result<crate::contract::Descriptor, Outcome> {
@@ -5354,15 +5395,30 @@ fn reassembles(pieces: &[String], h: &str) -> bool {
 /// the handle; concatenated, the windows must not give it back (SPEC 4.5: the reference
 /// refuses every window of such a file, `capability_in_content`).
 fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
-    let h = c.target.handle().to_string();
     plant_secret(c);
     c.allow(&["secret", "secret/grant.json"]);
-    let size = read_root(c, "secret/grant.json").len() as u64;
+    let grant = c.target.admitted.clone();
+    windowed_read(c, &grant, "secret/grant.json")
+}
+
+/// Read `path`, a file holding `grant`'s handle, in windows each shorter than the handle on a
+/// connection bound with `grant`; `reassembled` when the windows joined give the handle back.
+fn windowed_read(c: &mut Ctx<'_>, grant: &crate::contract::Descriptor, path: &str) -> Outcome {
+    let h = grant.handle().expose().to_string();
+    let size = read_root(c, path).len() as u64;
     let window = (h.len() as u64 / 3).max(1);
-    let mut conn = tryo!(c.bound());
+    let mut conn = tryo!(bind_as(c, grant));
     let (mut offset, mut pieces, mut refused) = (0, Vec::new(), None);
     while offset < size && pieces.len() < 64 {
-        let r = c.call(&mut conn, req::read("secret/grant.json").offset(offset).max_bytes(window));
+        let (id, key) = c.ids();
+        let f = req::invoke_frame(
+            &grant.identity(),
+            &id,
+            &c.unique_key(&key),
+            &req::read(path).offset(offset).max_bytes(window),
+        );
+        conn.send(&f);
+        let r = conn.recv_for(&id);
         let Some(d) = data(&r) else {
             refused = Some(token(&r));
             break;
@@ -5378,10 +5434,10 @@ fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
         return Outcome::with(
             "reassembled",
             vec![format!(
-            "{} fs.read windows of {window} bytes of secret/grant.json, each shorter than the handle, give it back \
+                "{} fs.read windows of {window} bytes of {path}, each shorter than the handle, give it back \
              when joined: refuse every window of a file that holds the handle (capability_in_content)",
-            pieces.len()
-        )],
+                pieces.len()
+            )],
         );
     }
     not_reassembled(refused, !pieces.is_empty())
@@ -5683,5 +5739,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
         ("adapter.secret.other-grant-handle-inside-run", judged!(secret_other_grant_inside_run)),
+        ("adapter.secret.long-handle-windowed-read", judged!(secret_long_handle_windowed_read)),
     ]
 }
