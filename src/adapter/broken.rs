@@ -935,6 +935,34 @@ pub(crate) fn offset_at_size(dir: &Path, job: &Job) -> bool {
     offset > 0 && size == Some(offset)
 }
 
+/// [`Fault::CutCharacterOffsetPanics`]: whether a read's `offset` lies on a continuation byte
+/// of a character that the end of the file cuts short (its lead byte within the three bytes
+/// before the offset, and fewer bytes from the lead to the end of the file than it announces).
+pub(crate) fn offset_in_cut_character(dir: &Path, job: &Job) -> bool {
+    use std::os::unix::fs::FileExt;
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let Some(f) = payload_path(job).and_then(|p| std::fs::File::open(dir.join(p)).ok()) else { return false };
+    let Ok(size) = f.metadata().map(|m| m.len()) else { return false };
+    if offset >= size {
+        return false;
+    }
+    // The three bytes before the offset and the one at it.
+    let from = offset.saturating_sub(3);
+    let mut near = vec![0u8; (offset - from + 1) as usize];
+    if f.read_exact_at(&mut near, from).is_err() || near[near.len() - 1] & 0xC0 != 0x80 {
+        return false;
+    }
+    let Some(lead) = (0..near.len() - 1).rev().find(|&i| near[i] & 0xC0 != 0x80) else { return false };
+    let want = match near[lead] {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => return false,
+    };
+    let end = from + lead as u64 + want;
+    end > offset && end > size
+}
+
 /// [`Fault::ReadLookaheadShort`]: whether a read asks for `maxBytes` 1 at the lead byte of a
 /// 4-byte character, where a lookahead of `3 × window` bytes (not `window + 3`) holds only
 /// three of its four bytes and takes the character for a broken one.

@@ -332,6 +332,9 @@ faults! {
     /// A one-byte read window looks three bytes past its start, not four.
     ReadLookaheadShort = "read-lookahead-short", "PC-5.3.read",
         "fs.read with maxBytes 1 at a 4-byte character looks only 3 bytes ahead, sees a broken character and answers not_utf8 instead of empty content with bytesRead 0 and eof:false";
+    /// A read at an offset inside a character cut short by the end of the file is never answered.
+    CutCharacterOffsetPanics = "cut-character-offset-panics", "PC-5.3.read",
+        "fs.read at an offset inside a character cut short by the end of the file panics (a slice past the bytes read): the request is never answered";
     /// The queue is unbounded: never busy.
     NoBusy = "no-busy", "PC-4.5",
         "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";

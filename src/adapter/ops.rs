@@ -60,6 +60,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             return out;
         }
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::CutCharacterOffsetPanics)
+        && broken::offset_in_cut_character(dir, job)
+    {
+        // What an out-of-range slice does: the job dies and its request is never answered.
+        panic!("fault cut-character-offset-panics: a slice past the bytes read");
+    }
     let flag = |k: &str| job.payload.get(k).and_then(Value::as_bool);
     if op == ToolOperation::FsWrite && faults.has(Fault::CreateFalseRefusesAll) && flag("create") == Some(false) {
         return Err(AdapterError::new(AdapterCode::NotFound, "the file does not exist"));
