@@ -506,7 +506,17 @@ pub(crate) fn plain_search(dir: &Path, job: &Job) -> Option<Result<Value, Adapte
 /// symlinks) that strict UTF-8 refuses only for sequences of a character's shape that UTF-8
 /// forbids (overlong forms, surrogates, code points past U+10FFFF), each read as U+FFFD.
 /// Matches are kept in bytewise path order; lines over 4096 characters are left out.
-pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Value {
+pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, data: Value) -> Value {
+    search_lenient(dir, job, data, false)
+}
+
+/// [`Fault::SearchStray80Accepted`]: as [`search_lenient_utf8`], but what is read as U+FFFD is
+/// each stray continuation byte `0x80` (one with no lead byte before it), and nothing else.
+pub(crate) fn search_stray_80_accepted(dir: &Path, job: &Job, data: Value) -> Value {
+    search_lenient(dir, job, data, true)
+}
+
+fn search_lenient(dir: &Path, job: &Job, mut data: Value, stray_80: bool) -> Value {
     let (Some(rel), Some(query)) = (payload_path(job), job.payload.get("query").and_then(Value::as_str)) else {
         return data;
     };
@@ -520,7 +530,7 @@ pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Val
         if bytes.contains(&0) || std::str::from_utf8(&bytes).is_ok() {
             continue; // the reference already judged it
         }
-        let Some(text) = lenient_utf8(&bytes) else { continue };
+        let Some(text) = lenient_utf8(&bytes, stray_80) else { continue };
         for (n, line) in text.split('\n').enumerate() {
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.chars().count() > 4096 {
@@ -603,7 +613,7 @@ fn collect_files(path: &Path, shown: &str, out: &mut Vec<(String, std::path::Pat
 /// `bytes` as text when their only flaws are sequences of a character's shape (a lead byte
 /// `E0`, `ED`, `F0` or `F4` and its continuation bytes) that UTF-8 forbids: each becomes
 /// U+FFFD. `None` for any other flaw.
-fn lenient_utf8(mut bytes: &[u8]) -> Option<String> {
+fn lenient_utf8(mut bytes: &[u8], stray_80: bool) -> Option<String> {
     let mut out = String::new();
     loop {
         match std::str::from_utf8(bytes) {
@@ -615,8 +625,9 @@ fn lenient_utf8(mut bytes: &[u8]) -> Option<String> {
                 let (good, rest) = bytes.split_at(e.valid_up_to());
                 out.push_str(std::str::from_utf8(good).ok()?);
                 let width = match rest.first()? {
-                    0xE0 | 0xED => 3,
-                    0xF0 | 0xF4 => 4,
+                    0x80 if stray_80 => 1,
+                    0xE0 | 0xED if !stray_80 => 3,
+                    0xF0 | 0xF4 if !stray_80 => 4,
                     _ => return None,
                 };
                 let seq = rest.get(..width)?;

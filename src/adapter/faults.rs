@@ -249,6 +249,9 @@ faults! {
     /// U+10FFFF) for characters, so a file whose only flaw is one is searched as text.
     SearchLenientUtf8 = "search-lenient-utf8", "PC-5.3.search",
         "fs.search takes overlong forms, surrogates and code points past U+10FFFF for characters: a file whose only flaw is one is searched as text and its matches returned";
+    /// fs.search takes a stray continuation byte 0x80 (no lead byte before it) for a character.
+    SearchStray80Accepted = "search-stray-80-accepted", "PC-5.3.search",
+        "fs.search takes a stray continuation byte 0x80 for a character (as a UTF-8 check that skips ASCII and lets 0x80 pass as ASCII would), so a file whose only flaw is one is searched as text";
     /// fs.search of a file over 256 KiB loses the occurrences a multiple of 256 KiB cuts.
     SearchChunkSeams = "search-chunk-seams", "PC-5.3.search",
         "fs.search of a file of 256 KiB to 2 MiB loses every occurrence cut by a multiple of 256 KiB (a chunked scan that carries nothing across chunks)";

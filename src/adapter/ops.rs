@@ -300,6 +300,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::SearchLenientUtf8) {
                 data = broken::search_lenient_utf8(dir, job, data);
             }
+            if faults.has(Fault::SearchStray80Accepted) {
+                data = broken::search_stray_80_accepted(dir, job, data);
+            }
             if faults.has(Fault::SearchKeptBytesMiscounted) {
                 data = broken::search_kept_bytes_miscounted(dir, job, data);
             }

@@ -2236,20 +2236,22 @@ fn search_direct_binary(c: &mut Ctx<'_>) -> Outcome {
 
 /// The files of `adapter.search.strict-utf8-files`: each holds, on its first line, bytes that
 /// are not UTF-8 and the query on its second: a sequence of a character's shape that UTF-8
-/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), or two
-/// Latin-1 letters. Each first line is over 32 bytes and holds an even number of bytes over
+/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), two
+/// Latin-1 letters, or two stray continuation bytes. Each first line is over 32 bytes and holds an even number of bytes over
 /// 0x7F where it can, so a check that skips ASCII a block at a time must still look inside.
-const NOT_QUITE_UTF8: [(&str, &[u8]); 5] = [
+const NOT_QUITE_UTF8: [(&str, &[u8]); 6] = [
     ("overlong-3.txt", b"x \xE0\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
     ("surrogate.txt", b"x \xED\xA0\x80 x, a lone surrogate, past one block\nneedle here\n"),
     ("overlong-4.txt", b"x \xF0\x80\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
     ("past-10ffff.txt", b"x \xF4\x90\x80\x80 x, past U+10FFFF, past one block\nneedle here\n"),
     ("latin1-pair.txt", b"caf\xE9 cr\xE8me, two Latin-1 letters in one block\nneedle here\n"),
+    ("stray-80.txt", b"x \x80\x80 x, two stray continuation bytes, past one block\nneedle here\n"),
 ];
 
 /// PC-5.3.search: a file whose only flaw is a sequence UTF-8 forbids although its bytes have
 /// the shape of a character (an overlong `E0 80 AF`, a surrogate `ED A0 80`, an overlong
-/// four-byte form, a code point past U+10FFFF), or two Latin-1 letters, is not UTF-8:
+/// four-byte form, a code point past U+10FFFF), two Latin-1 letters, or two stray
+/// continuation bytes `80 80` (no lead byte before them), is not UTF-8:
 /// searched by name it yields no match, and a search of its directory skips it. A UTF-8 file beside them must still match.
 /// Whether skipping such files sets `truncated` is not judged (SPEC leaves that to the
 /// adapter). The files are laid for the case and removed after it.
