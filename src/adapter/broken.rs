@@ -506,7 +506,17 @@ pub(crate) fn plain_search(dir: &Path, job: &Job) -> Option<Result<Value, Adapte
 /// symlinks) that strict UTF-8 refuses only for sequences of a character's shape that UTF-8
 /// forbids (overlong forms, surrogates, code points past U+10FFFF), each read as U+FFFD.
 /// Matches are kept in bytewise path order; lines over 4096 characters are left out.
-pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Value {
+pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, data: Value) -> Value {
+    search_lenient(dir, job, data, false)
+}
+
+/// [`Fault::SearchStray80Accepted`]: as [`search_lenient_utf8`], but what is read as U+FFFD is
+/// each stray continuation byte `0x80` (one with no lead byte before it), and nothing else.
+pub(crate) fn search_stray_80_accepted(dir: &Path, job: &Job, data: Value) -> Value {
+    search_lenient(dir, job, data, true)
+}
+
+fn search_lenient(dir: &Path, job: &Job, mut data: Value, stray_80: bool) -> Value {
     let (Some(rel), Some(query)) = (payload_path(job), job.payload.get("query").and_then(Value::as_str)) else {
         return data;
     };
@@ -520,7 +530,7 @@ pub(crate) fn search_lenient_utf8(dir: &Path, job: &Job, mut data: Value) -> Val
         if bytes.contains(&0) || std::str::from_utf8(&bytes).is_ok() {
             continue; // the reference already judged it
         }
-        let Some(text) = lenient_utf8(&bytes) else { continue };
+        let Some(text) = lenient_utf8(&bytes, stray_80) else { continue };
         for (n, line) in text.split('\n').enumerate() {
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.chars().count() > 4096 {
@@ -603,7 +613,7 @@ fn collect_files(path: &Path, shown: &str, out: &mut Vec<(String, std::path::Pat
 /// `bytes` as text when their only flaws are sequences of a character's shape (a lead byte
 /// `E0`, `ED`, `F0` or `F4` and its continuation bytes) that UTF-8 forbids: each becomes
 /// U+FFFD. `None` for any other flaw.
-fn lenient_utf8(mut bytes: &[u8]) -> Option<String> {
+fn lenient_utf8(mut bytes: &[u8], stray_80: bool) -> Option<String> {
     let mut out = String::new();
     loop {
         match std::str::from_utf8(bytes) {
@@ -615,8 +625,9 @@ fn lenient_utf8(mut bytes: &[u8]) -> Option<String> {
                 let (good, rest) = bytes.split_at(e.valid_up_to());
                 out.push_str(std::str::from_utf8(good).ok()?);
                 let width = match rest.first()? {
-                    0xE0 | 0xED => 3,
-                    0xF0 | 0xF4 => 4,
+                    0x80 if stray_80 => 1,
+                    0xE0 | 0xED if !stray_80 => 3,
+                    0xF0 | 0xF4 if !stray_80 => 4,
                     _ => return None,
                 };
                 let seq = rest.get(..width)?;
@@ -933,6 +944,48 @@ pub(crate) fn offset_at_size(dir: &Path, job: &Job) -> bool {
     let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
     let size = payload_path(job).and_then(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len());
     offset > 0 && size == Some(offset)
+}
+
+/// [`Fault::CutCharacterOffsetPanics`]: whether a read's `offset` lies on a continuation byte
+/// of a character that the end of the file cuts short (its lead byte within the three bytes
+/// before the offset, and fewer bytes from the lead to the end of the file than it announces).
+pub(crate) fn offset_in_cut_character(dir: &Path, job: &Job) -> bool {
+    use std::os::unix::fs::FileExt;
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let Some(f) = payload_path(job).and_then(|p| std::fs::File::open(dir.join(p)).ok()) else { return false };
+    let Ok(size) = f.metadata().map(|m| m.len()) else { return false };
+    if offset >= size {
+        return false;
+    }
+    // The three bytes before the offset and the one at it.
+    let from = offset.saturating_sub(3);
+    let mut near = vec![0u8; (offset - from + 1) as usize];
+    if f.read_exact_at(&mut near, from).is_err() || near[near.len() - 1] & 0xC0 != 0x80 {
+        return false;
+    }
+    let Some(lead) = (0..near.len() - 1).rev().find(|&i| near[i] & 0xC0 != 0x80) else { return false };
+    let want = match near[lead] {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => return false,
+    };
+    let end = from + lead as u64 + want;
+    end > offset && end > size
+}
+
+/// [`Fault::ReadLookaheadShort`]: whether a read asks for `maxBytes` 1 at the lead byte of a
+/// 4-byte character, where a lookahead of `3 × window` bytes (not `window + 3`) holds only
+/// three of its four bytes and takes the character for a broken one.
+pub(crate) fn one_byte_at_four_byte_character(dir: &Path, job: &Job) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    if job.payload.get("maxBytes").and_then(Value::as_u64) != Some(1) {
+        return false;
+    }
+    let offset = job.payload.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let Some(mut f) = payload_path(job).and_then(|p| std::fs::File::open(dir.join(p)).ok()) else { return false };
+    let mut lead = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).is_ok() && f.read(&mut lead).ok() == Some(1) && lead[0] >= 0xF0
 }
 
 /// [`Fault::SearchWindowClamped`]: the text of a match in a line over 4096 characters is the

@@ -249,6 +249,9 @@ faults! {
     /// U+10FFFF) for characters, so a file whose only flaw is one is searched as text.
     SearchLenientUtf8 = "search-lenient-utf8", "PC-5.3.search",
         "fs.search takes overlong forms, surrogates and code points past U+10FFFF for characters: a file whose only flaw is one is searched as text and its matches returned";
+    /// fs.search takes a stray continuation byte 0x80 (no lead byte before it) for a character.
+    SearchStray80Accepted = "search-stray-80-accepted", "PC-5.3.search",
+        "fs.search takes a stray continuation byte 0x80 for a character (as a UTF-8 check that skips ASCII and lets 0x80 pass as ASCII would), so a file whose only flaw is one is searched as text";
     /// fs.search of a file over 256 KiB loses the occurrences a multiple of 256 KiB cuts.
     SearchChunkSeams = "search-chunk-seams", "PC-5.3.search",
         "fs.search of a file of 256 KiB to 2 MiB loses every occurrence cut by a multiple of 256 KiB (a chunked scan that carries nothing across chunks)";
@@ -329,6 +332,12 @@ faults! {
     /// A read whose window is full says eof:false even at the end of the file.
     EofByShortWindow = "eof-by-short-window", "PC-5.3.read",
         "fs.read says eof:false whenever bytesRead equals maxBytes, even at the end of the file";
+    /// A one-byte read window looks three bytes past its start, not four.
+    ReadLookaheadShort = "read-lookahead-short", "PC-5.3.read",
+        "fs.read with maxBytes 1 at a 4-byte character looks only 3 bytes ahead, sees a broken character and answers not_utf8 instead of empty content with bytesRead 0 and eof:false";
+    /// A read at an offset inside a character cut short by the end of the file is never answered.
+    CutCharacterOffsetPanics = "cut-character-offset-panics", "PC-5.3.read",
+        "fs.read at an offset inside a character cut short by the end of the file panics (a slice past the bytes read): the request is never answered";
     /// The queue is unbounded: never busy.
     NoBusy = "no-busy", "PC-4.5",
         "the queue is unbounded: requests beyond maxConcurrent + maxQueued are never refused busy";
@@ -420,6 +429,9 @@ faults! {
     /// The scan for the other grants' handles looks at the first window of each base64url run only.
     OtherGrantRunStartOnly = "other-grant-run-start-only", "PC-4.5",
         "the content guard's scan for the other grants' handles looks only at the first 43 bytes of each run of base64url bytes: another grant's handle with base64url bytes before it is read out";
+    /// The bound handle is looked for in files by the minted-shape scan only.
+    BoundScanMintedOnly = "bound-scan-minted-only", "PC-4.5",
+        "the content guard looks for the bound handle only as a handle of the minted shape (43 base64url characters): a connection bound with a hand-written grant of another length reads a file holding its own handle out in windows";
     /// Results containing the handle are sent.
     NoCapabilityScan = "no-capability-scan", "PC-7.1",
         "results whose content contains the capability handle are sent instead of capability_in_content";

@@ -60,6 +60,13 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             return out;
         }
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::CutCharacterOffsetPanics)
+        && broken::offset_in_cut_character(dir, job)
+    {
+        // What an out-of-range slice does: the job dies and its request is never answered.
+        panic!("fault cut-character-offset-panics: a slice past the bytes read");
+    }
     let flag = |k: &str| job.payload.get(k).and_then(Value::as_bool);
     if op == ToolOperation::FsWrite && faults.has(Fault::CreateFalseRefusesAll) && flag("create") == Some(false) {
         return Err(AdapterError::new(AdapterCode::NotFound, "the file does not exist"));
@@ -229,6 +236,12 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
     if op == ToolOperation::FsRead && faults.has(Fault::ReadAtEndRefused) && broken::offset_at_size(dir, job) {
         return Err(AdapterError::new(AdapterCode::InvalidOffset, "offset is not inside the file"));
     }
+    if op == ToolOperation::FsRead
+        && faults.has(Fault::ReadLookaheadShort)
+        && broken::one_byte_at_four_byte_character(dir, job)
+    {
+        return Err(AdapterError::new(AdapterCode::NotUtf8, "the file is not valid UTF-8 in the requested window"));
+    }
     match op {
         ToolOperation::FsList => {
             if faults.has(Fault::ListIncludesSymlinks) {
@@ -286,6 +299,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             }
             if faults.has(Fault::SearchLenientUtf8) {
                 data = broken::search_lenient_utf8(dir, job, data);
+            }
+            if faults.has(Fault::SearchStray80Accepted) {
+                data = broken::search_stray_80_accepted(dir, job, data);
             }
             if faults.has(Fault::SearchKeptBytesMiscounted) {
                 data = broken::search_kept_bytes_miscounted(dir, job, data);

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::adapter::Target;
 use crate::adapter::faults::Faults;
-use crate::adapter::grants::{grant, GrantRequest};
+use crate::adapter::grants::{grant, mint_handle, write_atomic, GrantRequest, GrantsFile, MINTED_HANDLE_LEN};
 use crate::adapter::server::{default_identity, serve_with, ServeConfig};
 use crate::contract::const_limits;
 use crate::contract::descriptor::OPERATIONS;
@@ -32,6 +32,9 @@ pub struct ReferenceAdapter {
     pub narrow: serde_json::Value,
     /// The descriptor of the third grant (`launch::fit_grant`).
     pub fit: serde_json::Value,
+    /// The descriptor of the fourth grant, written by hand with a handle of another length
+    /// than the minted one ([`long_handle_grant`]).
+    pub long: serde_json::Value,
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -68,6 +71,7 @@ impl ReferenceAdapter {
         let descriptor = grant(&grants, &req).map_err(|e| e.to_string())?;
         let narrow = grant(&grants, &super::adapter::launch::narrow_grant(&req)).map_err(|e| e.to_string())?;
         let fit = grant(&grants, &super::adapter::launch::fit_grant(&req)).map_err(|e| e.to_string())?;
+        let long = long_handle_grant(&grants, &descriptor)?;
         let cfg = ServeConfig {
             socket: socket.clone(),
             grants,
@@ -93,19 +97,46 @@ impl ReferenceAdapter {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, narrow, fit, stop, thread: Some(thread) })
+        Ok(ReferenceAdapter { dir, root, sentinel, socket, descriptor, narrow, fit, long, stop, thread: Some(thread) })
     }
 
     /// The runner's target for this adapter.
     pub fn target(&self, time_scale: f64) -> Result<Target, String> {
         Target::new(&self.socket, self.descriptor.clone(), &self.root, &self.sentinel, time_scale)?
-            .with_minted_grant(self.narrow.clone(), self.fit.clone())
+            .with_minted_grant(self.narrow.clone(), self.fit.clone())?
+            .with_long_handle_grant(self.long.clone())
     }
 
     /// The private directory holding everything.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
+}
+
+/// A grant written into the grants file by hand, as the grants file allows: the first grant's
+/// root, identity, operations and limits for the session `<session>-long-handle`, with a
+/// random handle of 86 base64url characters (two minted ones joined), not the minted length.
+/// The content guard finds such a handle only on connections bound with it, by its exact scan
+/// for the bound handle (`adapter.secret.long-handle-windowed-read`). It is given the fingerprint of
+/// its first [`MINTED_HANDLE_LEN`] characters: any fingerprint keeps the guard's prefilter on
+/// (a grant without one makes every scan hash every window), and the minted-shape scan never
+/// finds a handle of another length whatever its fingerprint. Returns its descriptor.
+fn long_handle_grant(grants: &std::path::Path, first: &serde_json::Value) -> Result<serde_json::Value, String> {
+    let handle = format!("{}{}", mint_handle().map_err(|e| e.to_string())?, mint_handle().map_err(|e| e.to_string())?);
+    let bytes = std::fs::read(grants).map_err(|e| e.to_string())?;
+    let mut file: GrantsFile = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    let mut g = file.grants.first().cloned().ok_or("the grants file holds no grant")?;
+    g.session_id = format!("{}-long-handle", g.session_id);
+    g.handle_sha256 = hex::encode(crate::adapter::session::handle_digest(&handle));
+    g.handle_fingerprint =
+        crate::adapter::fs::handle_fingerprint(&handle[..MINTED_HANDLE_LEN]).map(|f| format!("{f:016x}"));
+    let session = g.session_id.clone();
+    file.grants.push(g);
+    write_atomic(grants, &serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let mut d = first.clone();
+    d["binding"]["sessionId"] = session.into();
+    d["binding"]["capabilityHandle"] = handle.into();
+    Ok(d)
 }
 
 impl Drop for ReferenceAdapter {

@@ -265,6 +265,9 @@ pub struct Guard {
     /// Broken on purpose (the fault switch `trailing-word-refused`, set by the server): a
     /// file whose scan ends inside a run of a window's length is refused `io_error`.
     trailing_word_refused: bool,
+    /// Broken on purpose (the fault switch `bound-scan-minted-only`, set by the server): the
+    /// exact scan for the bound handle never runs; only the minted-shape scan looks for it.
+    bound_scan_off: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -294,6 +297,7 @@ impl Guard {
             minted_per_chunk: false,
             minted_run_start_only: false,
             trailing_word_refused: false,
+            bound_scan_off: false,
         }
     }
 
@@ -310,6 +314,14 @@ impl Guard {
     /// base64url bytes, never a rolled one, so a handle with alphabet bytes before it is missed.
     pub fn minted_run_start_only(mut self) -> Self {
         self.minted_run_start_only = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `bound-scan-minted-only` only: the
+    /// bound handle is looked for by the scan for handles of the minted shape alone, so a
+    /// bound handle of another length (a hand-written grant) is never found in a file.
+    pub fn bound_scan_minted_only(mut self) -> Self {
+        self.bound_scan_off = true;
         self
     }
 
@@ -357,6 +369,7 @@ impl Guard {
         let mut s = Scanner::new(self.handle.clone(), self.digests.snapshot());
         s.minted_per_chunk = self.minted_per_chunk;
         s.minted_run_start_only = self.minted_run_start_only;
+        s.bound_scan_off = self.bound_scan_off;
         s
     }
 
@@ -475,6 +488,8 @@ pub(super) struct Scanner {
     minted_per_chunk: bool,
     /// See [`Guard::minted_run_start_only`].
     minted_run_start_only: bool,
+    /// See [`Guard::bound_scan_minted_only`].
+    bound_scan_off: bool,
 }
 
 impl Scanner {
@@ -491,6 +506,7 @@ impl Scanner {
             confirmed: 0,
             minted_per_chunk: false,
             minted_run_start_only: false,
+            bound_scan_off: false,
         }
     }
 
@@ -505,7 +521,9 @@ impl Scanner {
             return;
         }
         WORK.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        self.feed_bound(chunk);
+        if !self.bound_scan_off {
+            self.feed_bound(chunk);
+        }
         if !self.found && !self.digests.set.is_empty() {
             if self.minted_per_chunk {
                 self.run = 0;

@@ -1959,12 +1959,55 @@ fn read_window_ends_mid_char(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("utf8.txt").offset(0).max_bytes(5)));
     ok_with(&r, &[("/content", json!("a\u{e9}")), ("/bytesRead", json!(3)), ("/eof", json!(false))])
 }
+/// Every window short of the 4-byte character at offset 6, down to one byte: an adapter that
+/// looks fewer than 4 bytes past a 1-byte window sees a broken character there.
 fn read_tiny_window(c: &mut Ctx<'_>) -> Outcome {
-    let r = tryo!(c.one(req::read("utf8.txt").offset(6).max_bytes(3)));
-    ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(false))])
+    let mut conn = tryo!(c.bound());
+    let mut problems = Vec::new();
+    for max in [3, 2, 1] {
+        let r = c.call(&mut conn, req::read("utf8.txt").offset(6).max_bytes(max));
+        match ok_with(&r, &[("/content", json!("")), ("/bytesRead", json!(0)), ("/eof", json!(false))]) {
+            Outcome::Observed { token, problems: p } if token == "result:ok" => {
+                problems.extend(p.into_iter().map(|p| format!("maxBytes {max}: {p}")));
+            }
+            Outcome::Observed { token, mut problems } => {
+                problems.push(format!("that answer was to maxBytes {max}"));
+                return Outcome::with(token, problems);
+            }
+            other => return other,
+        }
+    }
+    Outcome::with("result:ok", problems)
 }
 fn read_not_utf8(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::read("latin1.txt")))
+}
+
+/// PC-5.3.read, PC-4.5: a read whose offset lies on a continuation byte of a character cut
+/// short by the end of the file (`a` and the first three bytes of a 4-byte character), at each
+/// of its two continuation bytes, is answered with a refusal: `not_utf8` (the bytes there are
+/// not UTF-8) or `invalid_offset` (the offset is inside a multi-byte sequence). SPEC names both
+/// rules and not this meeting of them, so either is accepted; what is checked is that each
+/// read is answered, and refused for one of those reasons. The file is removed after the case.
+fn read_offset_inside_cut_character(c: &mut Ctx<'_>) -> Outcome {
+    let name = "cut-character.txt";
+    if std::fs::write(c.target.root.join(name), b"a\xf0\x9f\x98").is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = (|| {
+        let mut conn = tryo!(c.bound());
+        let mut last = String::new();
+        for offset in [2, 3] {
+            let r = c.call(&mut conn, req::read(name).offset(offset));
+            last = token(&r);
+            if !matches!(last.as_str(), "error:not_utf8" | "error:invalid_offset") {
+                return Outcome::with(last, vec![format!("that answer was to offset {offset}")]);
+            }
+        }
+        Outcome::token(last)
+    })();
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
 }
 fn read_large_file(c: &mut Ctx<'_>) -> Outcome {
     let r = tryo!(c.one(req::read("big.txt")));
@@ -2193,20 +2236,22 @@ fn search_direct_binary(c: &mut Ctx<'_>) -> Outcome {
 
 /// The files of `adapter.search.strict-utf8-files`: each holds, on its first line, bytes that
 /// are not UTF-8 and the query on its second: a sequence of a character's shape that UTF-8
-/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), or two
-/// Latin-1 letters. Each first line is over 32 bytes and holds an even number of bytes over
+/// forbids (RFC 3629 §3: overlong forms, surrogates, code points past U+10FFFF), two
+/// Latin-1 letters, or two stray continuation bytes. Each first line is over 32 bytes and holds an even number of bytes over
 /// 0x7F where it can, so a check that skips ASCII a block at a time must still look inside.
-const NOT_QUITE_UTF8: [(&str, &[u8]); 5] = [
+const NOT_QUITE_UTF8: [(&str, &[u8]); 6] = [
     ("overlong-3.txt", b"x \xE0\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
     ("surrogate.txt", b"x \xED\xA0\x80 x, a lone surrogate, past one block\nneedle here\n"),
     ("overlong-4.txt", b"x \xF0\x80\x80\xAF x, an overlong slash, past one block\nneedle here\n"),
     ("past-10ffff.txt", b"x \xF4\x90\x80\x80 x, past U+10FFFF, past one block\nneedle here\n"),
     ("latin1-pair.txt", b"caf\xE9 cr\xE8me, two Latin-1 letters in one block\nneedle here\n"),
+    ("stray-80.txt", b"x \x80\x80 x, two stray continuation bytes, past one block\nneedle here\n"),
 ];
 
 /// PC-5.3.search: a file whose only flaw is a sequence UTF-8 forbids although its bytes have
 /// the shape of a character (an overlong `E0 80 AF`, a surrogate `ED A0 80`, an overlong
-/// four-byte form, a code point past U+10FFFF), or two Latin-1 letters, is not UTF-8:
+/// four-byte form, a code point past U+10FFFF), two Latin-1 letters, or two stray
+/// continuation bytes `80 80` (no lead byte before them), is not UTF-8:
 /// searched by name it yields no match, and a search of its directory skips it. A UTF-8 file beside them must still match.
 /// Whether skipping such files sets `truncated` is not judged (SPEC leaves that to the
 /// adapter). The files are laid for the case and removed after it.
@@ -5190,6 +5235,47 @@ fn secret_list_name(c: &mut Ctx<'_>) -> Outcome {
     tok(c.one(req::list("secret")))
 }
 
+/// SHOULD (PC-4.5, as `adapter.secret.windowed-read`): a file holding the bound handle is
+/// not read out in windows each shorter than the handle, whatever the handle's length. The
+/// handles a runner mints are all 43 characters, so an adapter that finds the bound handle in
+/// a file only by its scan for handles of that shape passes `adapter.secret.windowed-read`; an
+/// operator may write a grant of another length by hand (any 32-512 base64url characters).
+/// With such a grant (selftest writes one, 86 characters), the runner binds with it, lays a
+/// file holding that handle and reads it in windows of a third of its length: joined, they
+/// must not give it back. (A read of the whole file proves nothing here: a result line that
+/// holds the bound handle is refused by the adapter's last check before sending, whatever its
+/// content scan found.) The file is removed after the case.
+fn secret_long_handle_windowed_read(c: &mut Ctx<'_>) -> Outcome {
+    let Some(long) = c.target.long.clone() else {
+        return Outcome::Skip(
+            "the runner holds no grant with a handle of another length than 43 (selftest writes one)".into(),
+        );
+    };
+    if !long.grants(ToolOperation::FsRead) {
+        return Outcome::Skip("the long-handle grant does not grant fs.read".into());
+    }
+    let name = "long-handle-grant.json";
+    let body = format!("{{\"capabilityHandle\":\"{}\"}}\n", long.handle().expose());
+    if std::fs::write(c.target.root.join(name), body).is_err() {
+        return Outcome::Error("cannot lay the file of the case".into());
+    }
+    let out = windowed_read(c, &long, name);
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    out
+}
+
+/// Connect and bind with `grant` (one of the target's); the failing outcome if no `bound`
+/// comes back.
+fn bind_as(c: &mut Ctx<'_>, grant: &crate::contract::Descriptor) -> Result<super::conn::Conn, Outcome> {
+    let mut conn = c.connect_as(grant)?;
+    conn.send(&grant.bind_frame());
+    let r = conn.recv();
+    match r.frame() {
+        Some(v) if v.kind() == Some("bound") => Ok(conn),
+        _ => Err(Outcome::with(format!("bind-{}", r.describe()), vec!["no bound for a valid bind".into()])),
+    }
+}
+
 /// The second grant the runner minted, for the cases that lay its handle in this root; the
 /// skip when there is none or the descriptor does not grant `fs.read`.
 fn other_grant(c: &Ctx<'_>) -> Result<crate::contract::Descriptor, Outcome> {
@@ -5338,15 +5424,30 @@ fn reassembles(pieces: &[String], h: &str) -> bool {
 /// the handle; concatenated, the windows must not give it back (SPEC 4.5: the reference
 /// refuses every window of such a file, `capability_in_content`).
 fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
-    let h = c.target.handle().to_string();
     plant_secret(c);
     c.allow(&["secret", "secret/grant.json"]);
-    let size = read_root(c, "secret/grant.json").len() as u64;
+    let grant = c.target.admitted.clone();
+    windowed_read(c, &grant, "secret/grant.json")
+}
+
+/// Read `path`, a file holding `grant`'s handle, in windows each shorter than the handle on a
+/// connection bound with `grant`; `reassembled` when the windows joined give the handle back.
+fn windowed_read(c: &mut Ctx<'_>, grant: &crate::contract::Descriptor, path: &str) -> Outcome {
+    let h = grant.handle().expose().to_string();
+    let size = read_root(c, path).len() as u64;
     let window = (h.len() as u64 / 3).max(1);
-    let mut conn = tryo!(c.bound());
+    let mut conn = tryo!(bind_as(c, grant));
     let (mut offset, mut pieces, mut refused) = (0, Vec::new(), None);
     while offset < size && pieces.len() < 64 {
-        let r = c.call(&mut conn, req::read("secret/grant.json").offset(offset).max_bytes(window));
+        let (id, key) = c.ids();
+        let f = req::invoke_frame(
+            &grant.identity(),
+            &id,
+            &c.unique_key(&key),
+            &req::read(path).offset(offset).max_bytes(window),
+        );
+        conn.send(&f);
+        let r = conn.recv_for(&id);
         let Some(d) = data(&r) else {
             refused = Some(token(&r));
             break;
@@ -5362,10 +5463,10 @@ fn secret_windowed_read(c: &mut Ctx<'_>) -> Outcome {
         return Outcome::with(
             "reassembled",
             vec![format!(
-            "{} fs.read windows of {window} bytes of secret/grant.json, each shorter than the handle, give it back \
+                "{} fs.read windows of {window} bytes of {path}, each shorter than the handle, give it back \
              when joined: refuse every window of a file that holds the handle (capability_in_content)",
-            pieces.len()
-        )],
+                pieces.len()
+            )],
         );
     }
     not_reassembled(refused, !pieces.is_empty())
@@ -5566,6 +5667,7 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.read.window-ends-inside-character", judged!(read_window_ends_mid_char)),
         ("adapter.read.window-smaller-than-character", judged!(read_tiny_window)),
         ("adapter.read.not-utf8", judged!(read_not_utf8)),
+        ("adapter.read.offset-inside-cut-character", judged!(read_offset_inside_cut_character)),
         ("adapter.read.larger-than-window", judged!(read_large_file)),
         ("adapter.read.offset-continues", judged!(read_continues)),
         ("adapter.read.directory", judged!(read_directory)),
@@ -5667,5 +5769,6 @@ pub fn registry() -> Vec<(&'static str, CaseFn)> {
         ("adapter.secret.other-grant-handle", judged!(secret_other_grant_handle)),
         ("adapter.secret.other-grant-handle-across-chunks", judged!(secret_other_grant_across_chunks)),
         ("adapter.secret.other-grant-handle-inside-run", judged!(secret_other_grant_inside_run)),
+        ("adapter.secret.long-handle-windowed-read", judged!(secret_long_handle_windowed_read)),
     ]
 }

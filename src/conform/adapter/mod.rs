@@ -84,6 +84,9 @@ pub struct Target {
     /// does not fit the smallest `maxResponseBytes` ([`launch::fit_grant`]): the fit check of
     /// a `bind` (PC-3.3) can be met and missed by one byte only with it.
     pub fit: Option<Descriptor>,
+    /// A fourth grant, whose handle is not of the minted length: written into the grants file
+    /// by hand, as an operator may (selftest only; `adapter.secret.long-handle-windowed-read`).
+    pub long: Option<Descriptor>,
     /// Session vectors loaded from files (`--session`), run as cases beside the built-in ones.
     pub sessions: Vec<script::Session>,
 }
@@ -111,6 +114,7 @@ impl Target {
             grant_known: false,
             narrow: None,
             fit: None,
+            long: None,
             sessions: Vec::new(),
         })
     }
@@ -128,11 +132,21 @@ impl Target {
         Ok(self)
     }
 
+    /// This target with a grant whose handle is not of the minted length (selftest only: the
+    /// runner writes it into the grants file by hand), for `adapter.secret.long-handle-windowed-read`.
+    pub fn with_long_handle_grant(mut self, long: Value) -> Result<Target, String> {
+        let admitted =
+            admit_descriptor(&long, None).map_err(|e| format!("the long-handle grant is refused: {}", e.describe()))?;
+        self.long = Some(admitted);
+        Ok(self)
+    }
+
     /// Every handle the runner holds for this target (for the secret scan only).
     pub fn handles(&self) -> Vec<&str> {
         let mut h = vec![self.handle()];
         h.extend(self.narrow.as_ref().map(|n| n.handle().expose()));
         h.extend(self.fit.as_ref().map(|n| n.handle().expose()));
+        h.extend(self.long.as_ref().map(|n| n.handle().expose()));
         h
     }
 
