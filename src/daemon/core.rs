@@ -302,6 +302,11 @@ impl<L: LinkState + Clone> HostCore<L> {
         for mut w in loaded.wakes {
             if w.state == "accepted" && faults.has(DaemonFault::AcceptedWakeRequeued) {
                 w.state = "queued".into();
+            } else if w.state == "queued"
+                && faults.has(DaemonFault::QueuedWakeIndeterminate)
+                && quarantined.contains(&(w.session_id.clone(), w.generation))
+            {
+                w.state = "accepted".into();
             }
             match w.state.as_str() {
                 "queued" => {

@@ -440,6 +440,9 @@ faults! {
     /// An accepted wake found at a restart is recovered as if it had been queued.
     AcceptedWakeRequeued = "accepted-wake-requeued", "PC-6",
         "a wake accepted before a restart is recovered as a queued one (failed tool_adapter_reprovision_required, not indeterminate): the same wake is answered that code instead of request_indeterminate and the host is ready";
+    /// A wake still queued at a restart is recovered as if it had been accepted.
+    QueuedWakeIndeterminate = "queued-wake-indeterminate", "PC-6",
+        "a wake still queued behind a running turn when the host restarts (journaled, its turn never started) is recovered as indeterminate instead of failing terminally with tool_adapter_reprovision_required: the same wake is answered request_indeterminate";
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";

@@ -6059,6 +6059,91 @@ fn restart_accepted_wake_indeterminate(c: &mut DCtx<'_>) -> Outcome {
     Outcome::token("indeterminate")
 }
 
+/// SPEC §6 (MUST [daemon]): a durable `queued` wake for a quarantined generation fails
+/// terminally with `tool_adapter_reprovision_required`, and the failure stays cached under its
+/// key (a client resubmits under a new key). A wake's tool call is held at the probe (its turn
+/// runs); a second wake of the session (another key, `waitForTerminal:false`) is admitted
+/// behind it, answered with its ticket (so it is journaled); the daemon is killed and started
+/// again. Once the generation is reprovisioned, no call reaches the adapter (neither wake is
+/// replayed), and the second wake sent again under its key and payload is
+/// `tool_adapter_reprovision_required` (its `retryable` is not judged: Pi Daemon 0.3.3 writes
+/// the code's own `true`, the reference daemon `false` for this key). A daemon that refuses a
+/// second wake while a turn runs (`session_busy`, `session_queue_full`) never holds a queued
+/// wake at a restart: skipped. It leaves the held wake indeterminate (the host degraded), so
+/// it runs after `daemon.restart.accepted-wake-indeterminate`, which judges readiness.
+fn restart_queued_wake_fails(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let (link, conn, _, in_flight) = tryo!(call_held_in_flight(c, HELD_TIMEOUT_MS));
+    if !in_flight {
+        return Outcome::Error(
+            "inconclusive: the first wake made no tool call through the adapter, so no turn was running for a second \
+             wake to queue behind"
+                .into(),
+        );
+    }
+    let mut queued = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    queued["payload"]["waitForTerminal"] = json!(false);
+    let admitted = tryo!(one(c, queued.clone()));
+    match admitted.frame().and_then(|f| f.error_code().map(str::to_string)) {
+        None if data(&admitted).get("ticket").is_some() => {}
+        Some(code) if code == DaemonCode::SessionBusy.as_str() || code == "session_queue_full" => {
+            return Outcome::Skip(format!(
+                "the daemon refuses a second wake while a turn runs ({code}), so no wake is ever queued at a restart"
+            ));
+        }
+        _ => {
+            return Outcome::Error(format!(
+                "inconclusive: the second wake (waitForTerminal:false) sent while the first one's call was held was \
+                 answered {}, not with a ticket",
+                rtoken(&admitted)
+            ))
+        }
+    }
+    if invokes_on(c, link) > 1 {
+        return Outcome::Error(
+            "inconclusive: the second wake's call reached the adapter while the first was held, so it was not queued"
+                .into(),
+        );
+    }
+    tryo!(c.restart());
+    drop(conn);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    // The retained summary's limits, so that this open reprovisions the generation.
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(HELD_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    std::thread::sleep(REPLAY_WATCH);
+    let mut p = Vec::new();
+    let replayed = invokes_on(c, link);
+    if replayed > 0 {
+        p.push(format!(
+            "once reprovisioned, the binding got {replayed} invoke(s) nobody asked for: a wake queued or accepted \
+             before the restart was replayed"
+        ));
+    }
+    let mut again = queued.clone();
+    again["requestId"] = json!(c.rid());
+    if let Some(pl) = again["payload"].as_object_mut() {
+        pl.remove("waitForTerminal");
+    }
+    let retry = tryo!(one(c, again));
+    let ran = invokes_on(c, link) - replayed;
+    match retry.frame().and_then(|f| f.error_code().map(str::to_string)) {
+        Some(code) if code == DaemonCode::ToolAdapterReprovisionRequired.as_str() && ran == 0 => {}
+        Some(code) if code == DaemonCode::HostDraining.as_str() || code == DaemonCode::HostNotReady.as_str() => {
+            return Outcome::Error(format!("inconclusive: the queued wake sent again was answered {code}"));
+        }
+        _ => p.push(format!(
+            "the wake still queued at the restart, sent again under its key and payload once the generation was \
+             reprovisioned, was answered {} after {ran} invoke(s), not tool_adapter_reprovision_required: a queued \
+             wake of a quarantined generation fails terminally with that code, cached under its key",
+            rtoken(&retry)
+        )),
+    }
+    Outcome::with("failed-reprovision-required", p)
+}
+
 // ---------------------------------------------------------------- drain
 
 /// Run a drain case: it needs `--restart-cmd` (a drained host stays draining for the rest of
@@ -6875,6 +6960,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.closed-session-gone", restart_closed_session_gone),
         ("daemon.restart.wake-key-survives", restart_wake_key_survives),
         ("daemon.restart.accepted-wake-indeterminate", restart_accepted_wake_indeterminate),
+        ("daemon.restart.queued-wake-fails-reprovision", restart_queued_wake_fails),
         ("daemon.drain.refuses-wakes", drain_refuses_wakes),
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),
