@@ -196,6 +196,9 @@ faults! {
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";
+    /// A call that timed out on the wire is sent again under a new idempotency key.
+    TimedOutCallReplayed = "timed-out-call-replayed", "PC-4.4",
+        "a call that timed out after its invoke was sent (aborted, indeterminate) is sent again once, with the same operation and payload under a new requestId and a new idempotencyKey: a blind replay";
     /// Calls beyond the admission limits are sent anyway.
     NoQueueCapacity = "no-queue-capacity", "PC-4.4",
         "a call beyond maxConcurrentRequests + maxQueuedRequests is written to the adapter at once instead of refused with adapter_queue_capacity";

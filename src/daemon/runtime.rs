@@ -205,6 +205,10 @@ impl State {
     }
 }
 
+/// The tool call id suffix of a call replayed under [`DaemonFault::TimedOutCallReplayed`]
+/// (replayed once: a replay is not replayed again).
+const REPLAY_SUFFIX: &str = "~replayed";
+
 #[derive(Debug)]
 struct Call {
     op: ToolOperation,
@@ -217,6 +221,9 @@ struct Call {
     dispatched: Option<Instant>,
     /// `fs.write` / `fs.edit` run one at a time per path (SPEC §4.4).
     path_lock: Option<String>,
+    /// Under [`DaemonFault::TimedOutCallReplayed`]: the payload and tool call id, to send the
+    /// call again once it timed out (`None` otherwise).
+    replay: Option<(Value, String)>,
 }
 
 #[derive(Debug)]
@@ -491,6 +498,11 @@ impl AdapterRuntime {
         } else {
             idempotency_key(op, tool_call_id)
         };
+        let replay = self
+            .faults
+            .has(DaemonFault::TimedOutCallReplayed)
+            .then(|| (payload.clone(), tool_call_id.to_string()))
+            .filter(|(_, t)| !t.ends_with(REPLAY_SUFFIX));
         let frame = self.binding.identity().frame(
             "invoke",
             [
@@ -588,6 +600,7 @@ impl AdapterRuntime {
             },
             dispatched: None,
             path_lock: path.filter(|_| is_mutating(op)),
+            replay,
         };
         self.calls.insert(id, call);
         if full {
@@ -780,12 +793,18 @@ impl AdapterRuntime {
             if !self.calls.contains_key(id) {
                 continue;
             }
+            let replay = self.calls.get(id).and_then(|c| c.replay.clone().map(|r| (c.op, r)));
             if self.faults.has(DaemonFault::NoAbortOnTimeout) {
                 if let Some(c) = self.calls.remove(id) {
                     self.release(&c);
                 }
             } else if self.abort_active(now, *id).is_none() {
                 return; // the connection failed
+            }
+            if let Some((op, (payload, tool_call_id))) = replay {
+                // Under the fault: the indeterminate call is sent again, as a new tool call
+                // (so a new idempotency key); nobody waits for its outcome.
+                let _ = self.admit(now, op, payload, &format!("{tool_call_id}{REPLAY_SUFFIX}"));
             }
             self.counters.timed_out += 1;
             let mut e = CallError::local(

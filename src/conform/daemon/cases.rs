@@ -2271,6 +2271,36 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // SPEC §4.4: the timed-out call is indeterminate and never replayed blindly; a retry of
+    // the same semantic request keeps its idempotency key. Watched for a while after the
+    // abort: no invoke of the same operation and payload under another key.
+    std::thread::sleep(REPLAY_WATCH);
+    let on_link: Vec<Value> = c
+        .probe
+        .seen()
+        .frames
+        .into_iter()
+        .filter(|(n, f)| *n == link && f["kind"] == "invoke")
+        .map(|(_, f)| f)
+        .collect();
+    if let Some(timed_out) = on_link.first() {
+        let replays = on_link
+            .iter()
+            .filter(|f| {
+                f["requestId"] != timed_out["requestId"]
+                    && f["operation"] == timed_out["operation"]
+                    && f["payload"] == timed_out["payload"]
+                    && f["idempotencyKey"] != timed_out["idempotencyKey"]
+            })
+            .count();
+        if replays > 0 {
+            p.push(format!(
+                "the call that timed out (indeterminate) was sent again {replays} time(s) with the same operation and \
+                 payload under a new idempotencyKey: an indeterminate request is never replayed blindly, and a retry \
+                 of the same request keeps its key"
+            ));
+        }
+    }
     Outcome::with(if abort { "abort-sent" } else { "no-abort" }, p)
 }
 /// The first value under `key` anywhere inside `v` (depth-first).
