@@ -196,6 +196,12 @@ faults! {
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";
+    /// An adapter line one byte over maxResponseBytes is read.
+    AdapterLineOnePast = "adapter-line-one-past", "PC-1.2",
+        "an adapter line of maxResponseBytes + 1 bytes (LF included) is read instead of failing the connection: the adapter-side limit excludes the LF";
+    /// An adapter line of exactly maxResponseBytes is refused.
+    AdapterLineAtLimitRefused = "adapter-line-at-limit-refused", "PC-1.2",
+        "an adapter line of exactly maxResponseBytes bytes (LF included) fails the connection adapter_protocol_invalid: the limit is applied one byte short";
     /// A call that timed out on the wire is sent again under a new idempotency key.
     TimedOutCallReplayed = "timed-out-call-replayed", "PC-4.4",
         "a call that timed out after its invoke was sent (aborted, indeterminate) is sent again once, with the same operation and payload under a new requestId and a new idempotencyKey: a blind replay";

@@ -353,7 +353,15 @@ impl AdapterRuntime {
         transmit.push_back(OutLine(encode_line(&descriptor.bind_frame())));
         Self {
             // Adapter lines are at most maxResponseBytes, LF included.
-            decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(1)),
+            decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(
+                if faults.has(DaemonFault::AdapterLineOnePast) {
+                    0
+                } else if faults.has(DaemonFault::AdapterLineAtLimitRefused) {
+                    2
+                } else {
+                    1
+                },
+            )),
             bind_deadline: now + Duration::from_millis(limits.request_timeout_ms as u64),
             binding,
             rng,
@@ -689,7 +697,20 @@ impl AdapterRuntime {
             }
             _ => line,
         };
-        let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
+        // Under the fault: a line one byte past maxResponseBytes (LF included) is judged as if
+        // the limit were one byte larger.
+        let lenient;
+        let judged_on = if self.faults.has(DaemonFault::AdapterLineOnePast)
+            && line.len() as u64 == self.binding.line_limit(Direction::ToDaemon)
+        {
+            let mut b = self.binding.bind().clone();
+            b.limits.max_response_bytes += 1;
+            lenient = Binding::new(b);
+            &lenient
+        } else {
+            &self.binding
+        };
+        let frame = match judge_adapter_frame(line, judged_on, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e)
                 if self.faults.has(DaemonFault::AbortedSecretUnchecked)

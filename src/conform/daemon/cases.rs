@@ -5555,6 +5555,88 @@ fn invoke_one_past_max_request_bytes(c: &mut DCtx<'_>) -> Outcome {
     invoke_size(c, 1)
 }
 
+/// `maxResponseBytes` of the result-size cases: its minimum, so the padded error message
+/// (at most 1024 characters) can make a result line that long.
+const RESULT_LIMIT: usize = 1024;
+
+/// SPEC §1.2 at the boundary: adapter → daemon lines, LF included, are at most
+/// `maxResponseBytes`, and the daemon kills the connection on an oversize adapter line. With
+/// `maxResponseBytes` 1024 the probe answers one `fs_stat` call with a well-formed failed
+/// result (`not_found`) whose message is padded so the line is exactly `RESULT_LIMIT + past`
+/// bytes, LF included; a second call follows. `past` 0: the line is read, so the connection
+/// stays usable (the second call reaches the adapter) and the call does not fail with
+/// `adapter_protocol_invalid`. `past` 1: the line fails the connection (no later call reaches
+/// the adapter; the call in flight fails `adapter_protocol_invalid` where calls are reported
+/// one by one, and the socket is destroyed).
+fn result_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
+    let limits = AdapterLimits { max_response_bytes: RESULT_LIMIT as i64, ..super::DEFAULT_LIMITS }.to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    let want = RESULT_LIMIT + past;
+    c.probe.script(
+        ScriptAt::Invoke,
+        Box::new(move |b, inv| {
+            let inv = inv.ok_or("no invoke to answer")?;
+            let frame = |message: &str| {
+                b.identity().frame(
+                    "result",
+                    [
+                        ("requestId", inv["requestId"].clone()),
+                        ("idempotencyKey", inv["idempotencyKey"].clone()),
+                        ("operation", inv["operation"].clone()),
+                        ("ok", json!(false)),
+                        ("error", json!({"code": "not_found", "message": message, "retryable": false})),
+                    ],
+                )
+            };
+            let bare = line_of(&frame("")).len() + 1;
+            let pad = (want + 1).checked_sub(bare + 1).filter(|n| (1..=1024).contains(n));
+            let pad = pad.ok_or_else(|| format!("a {want}-byte result cannot be padded from {bare} bytes"))?;
+            let line = line_of(&frame(&"x".repeat(pad)));
+            if line.len() + 1 != want {
+                return Err(format!("the padded result is {} bytes, not {want}", line.len() + 1));
+            }
+            Ok(line)
+        }),
+    );
+    let seen = call_then_call(c, 1, "fs_stat", &json!({"path": "."}));
+    let sent = c.probe.take_script_outcome();
+    let seen = tryo!(seen);
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(why)) => return Outcome::Error(format!("inconclusive: the probe could not send the result: {why}")),
+        None => return Outcome::Error("inconclusive: the padded result was never sent".into()),
+    }
+    if past > 0 {
+        return seen.fail_closed_with(c, link, Code::AdapterProtocolInvalid.as_str());
+    }
+    let mut p = Vec::new();
+    if !seen.reached {
+        p.push(format!(
+            "a result line of exactly maxResponseBytes ({RESULT_LIMIT} bytes, LF included) failed the connection: a \
+             later tool call did not reach the adapter; the limit counts the LF once"
+        ));
+    }
+    if let Some(call) = per_call(&seen.first).and_then(|calls| calls.into_iter().next()) {
+        if call.code.as_deref() == Some(Code::AdapterProtocolInvalid.as_str()) {
+            p.push(format!(
+                "the call answered with a result line of exactly maxResponseBytes ({RESULT_LIMIT} bytes, LF \
+                 included) failed adapter_protocol_invalid: that line is within the limit"
+            ));
+        }
+    }
+    Outcome::with("read-at-limit", p)
+}
+fn result_at_max_response_bytes(c: &mut DCtx<'_>) -> Outcome {
+    result_size(c, 0)
+}
+fn result_one_past_max_response_bytes(c: &mut DCtx<'_>) -> Outcome {
+    result_size(c, 1)
+}
+
 /// SPEC §4.4 at the boundary: with maxConcurrentRequests 1 and maxQueuedRequests 2, four
 /// read-only calls admitted together fill the queue exactly and one past: three are admitted
 /// and every one of them runs — the probe answers each a quarter step after it arrives, so the
@@ -6948,6 +7030,8 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.tombstone-expires", tools_tombstone_expires),
         ("daemon.tools.invoke-at-max-request-bytes", invoke_at_max_request_bytes),
         ("daemon.tools.invoke-one-past-max-request-bytes", invoke_one_past_max_request_bytes),
+        ("daemon.tools.result-at-max-response-bytes", result_at_max_response_bytes),
+        ("daemon.tools.result-one-past-max-response-bytes", result_one_past_max_response_bytes),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.result-inside-timeout-accepted", tools_result_inside_timeout),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
