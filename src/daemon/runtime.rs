@@ -122,10 +122,8 @@ pub fn failure_message(code: &str) -> &'static str {
     }
 }
 
-/// `max(25, min(1000, floor(requestTimeoutMs / 20)))` (SPEC §4.4).
-pub fn retry_after_ms(request_timeout_ms: u64) -> u64 {
-    (request_timeout_ms / 20).clamp(25, 1000)
-}
+/// `max(25, min(1000, floor(requestTimeoutMs / 20)))` (SPEC §4.4): the contract's rule.
+pub use crate::contract::retry_after_ms;
 
 /// `"tool-" + hex(sha256(operation ‖ 0x00 ‖ toolCallId))`, as Pi Daemon 0.3.3 derives it
 /// (SPEC §4.4): a retry of the same tool call keeps its key.

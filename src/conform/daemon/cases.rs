@@ -2088,16 +2088,9 @@ impl SummaryItem {
                 }
             }
             SummaryItem::Limit(k) => {
-                // One down, unless that leaves its range (the minimums: 1 for the counts, 0
-                // queued, 100 ms, 1000 ms, 2048 bytes); then one up.
+                // One down, unless that leaves its range (the contract's minimum); then one up.
                 let v = d["limits"][k].as_u64().unwrap_or(0);
-                let floor = match k {
-                    "maxRequestBytes" | "maxResponseBytes" => 2048,
-                    "maxQueuedRequests" => 0,
-                    "requestTimeoutMs" => 100,
-                    "idempotencyTtlMs" => 1000,
-                    _ => 1,
-                };
+                let floor = crate::contract::limit_range(k).map_or(0, |(min, _)| min);
                 d["limits"][k] = json!(if v > floor { v - 1 } else { v + 1 });
             }
         }
@@ -2489,7 +2482,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
 fn queue_capacity_with(c: &mut DCtx<'_>, timeout_ms: u64, saturation_check: bool) -> Outcome {
     const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
-    let retry_after = (timeout_ms / 20).clamp(25, 1000);
+    let retry_after = crate::contract::retry_after_ms(timeout_ms);
     let limits = AdapterLimits {
         max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 0,
