@@ -143,6 +143,9 @@ faults! {
     /// A failed bind's cause names the endpoint.
     EndpointInFailureCause = "endpoint-in-failure-cause", "PC-6",
         "an open whose bind fails answers open_failed with the descriptor's endpoint path in details.cause.message";
+    /// A descriptor refusal names the descriptor's handle.
+    RefusalEchoesHandle = "refusal-echoes-handle", "PC-3.2",
+        "a descriptor refused for its binding, operations or limits (tool_adapter_binding_mismatch, unsupported_tool_operation, invalid_tool_adapter_limit) names the descriptor's capabilityHandle in the refusal's message";
     /// The endpoint's modes are checked for group bits only.
     EndpointGroupBitsOnly = "endpoint-group-bits-only", "PC-1.2",
         "the endpoint socket and its directory are refused only for group bits (a 0602 or 0604 socket, a 0701 or 0703 directory is used)";
