@@ -116,7 +116,8 @@ pub fn catalogue(set: &VectorSet) -> Vec<CaseMeta> {
 /// `c.handles` (every client line of the case is scanned for it, and the at-rest scan looks
 /// for it). An absolute endpoint path of at least 8 bytes is registered in `c.endpoints`
 /// (PC-6: it never reaches a client either). Shorter or malformed ones are left alone: they
-/// could appear in a daemon's answer by chance.
+/// could appear in a daemon's answer by chance; so is a handle the document also holds
+/// elsewhere (`desc.capability-handle.reused-as-adapter-id`, `.inside-session-id`).
 fn register_secrets(c: &mut DCtx<'_>, doc: &mut Value) {
     use base64::Engine;
     let d = &doc["payload"]["resources"]["tools"]["descriptor"];
@@ -125,7 +126,12 @@ fn register_secrets(c: &mut DCtx<'_>, doc: &mut Value) {
     let shaped = |h: &String| {
         (32..=512).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
-    if let Some(h) = handle.filter(shaped) {
+    // A handle the document also holds elsewhere (as another member, inside a session id) is
+    // left alone: that member is no secret, a daemon may keep or echo it, and re-minting only
+    // the handle would change the vector's point.
+    let text = serde_json::to_string(&*doc).unwrap_or_default();
+    let elsewhere = |h: &String| text.matches(h.as_str()).count() > 1;
+    if let Some(h) = handle.filter(|h| shaped(h) && !elsewhere(h)) {
         let mut b = vec![0u8; h.len()];
         let _ = getrandom::fill(&mut b);
         let mut fresh: String =
