@@ -5566,6 +5566,7 @@ fn result_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
     let d = tryo!(c.descriptor(1, Some(limits)));
     let link = tryo!(open_with(c, &d, 1));
     let want = RESULT_LIMIT + past;
+    let not_found = AdapterCode::NotFound.as_str();
     c.probe.script(
         ScriptAt::Invoke,
         Box::new(move |b, inv| {
@@ -5578,7 +5579,7 @@ fn result_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
                         ("idempotencyKey", inv["idempotencyKey"].clone()),
                         ("operation", inv["operation"].clone()),
                         ("ok", json!(false)),
-                        ("error", json!({"code": "not_found", "message": message, "retryable": false})),
+                        ("error", json!({"code": not_found, "message": message, "retryable": false})),
                     ],
                 )
             };
@@ -6193,7 +6194,7 @@ fn restart_queued_wake_fails(c: &mut DCtx<'_>) -> Outcome {
     let admitted = tryo!(one(c, queued.clone()));
     match admitted.frame().and_then(|f| f.error_code().map(str::to_string)) {
         None if data(&admitted).get("ticket").is_some() => {}
-        Some(code) if code == DaemonCode::SessionBusy.as_str() || code == "session_queue_full" => {
+        Some(code) if code == DaemonCode::SessionBusy.as_str() || code == DaemonCode::SessionQueueFull.as_str() => {
             return Outcome::Skip(format!(
                 "the daemon refuses a second wake while a turn runs ({code}), so no wake is ever queued at a restart"
             ));
