@@ -125,10 +125,6 @@ const UNKILLED_VECTORS: &[(&str, &str)] = &[
     ("vector:*.valid", ACCEPTED),
     ("vector:cmd.open-v1.resources.system-prompt.max", ACCEPTED),
     ("vector:cmd.open-v1.resources.system-prompt.empty", ACCEPTED),
-    ("vector:cmd.open-v2.resources.system-prompt.max", ACCEPTED),
-    ("vector:cmd.open-v2.resources.system-prompt.empty", ACCEPTED),
-    ("vector:desc.protocol-version.exact-1-0", ACCEPTED),
-    ("vector:desc.mismatch.none-with-other-context", ACCEPTED),
     ("vector:framing.invalid-utf8.*", INVALID_UTF8),
 ];
 

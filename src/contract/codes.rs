@@ -81,6 +81,9 @@ daemon_codes! {
     HostNotReady = "host_not_ready", Yes, "PC-2.5";
     /// A turn is already running in the session.
     SessionBusy = "session_busy", Yes, "PC-2.5";
+    /// The session's turn queue is full: no more wakes wait behind its running turn (Pi Daemon
+    /// 0.3.3 past its `maxSessionQueueDepth`; the reference daemon answers `session_busy`).
+    SessionQueueFull = "session_queue_full", Yes, "PC-2.5";
     /// The host keeps as many sessions as it may (resident, dormant and retained closed
     /// together): a new session is refused until one is closed without being retained.
     SessionCapacity = "session_capacity", Yes, "PC-2.5";

@@ -28,6 +28,19 @@ pub const LIMITS: [(&str, u64, u64); 7] = [
     ("idempotencyTtlMs", 1000, 86_400_000),
 ];
 
+/// The inclusive range `(min, max)` of the limit named `key` ([`LIMITS`]); `None` for a name
+/// that is no limit.
+pub fn limit_range(key: &str) -> Option<(u64, u64)> {
+    LIMITS.iter().find(|(k, _, _)| *k == key).map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// The `retryAfterMs` of an `adapter_queue_capacity` refusal on a binding whose
+/// `requestTimeoutMs` is `request_timeout_ms` (SPEC PC-4.4):
+/// `max(25, min(1000, floor(requestTimeoutMs / 20)))`.
+pub fn retry_after_ms(request_timeout_ms: u64) -> u64 {
+    (request_timeout_ms / 20).clamp(25, 1000)
+}
+
 pub(crate) const DESCRIPTOR_KEYS: [&str; 7] =
     ["protocolVersion", "adapterId", "adapterVersion", "endpoint", "binding", "operations", "limits"];
 pub(crate) const BINDING_KEYS: [&str; 4] = ["hostInstanceId", "sessionId", "generation", "capabilityHandle"];
@@ -606,6 +619,14 @@ mod tests {
 
     const EXP: ExpectedBinding<'static> =
         ExpectedBinding { host_instance_id: "host-019f", session_id: "agent-a", generation: 2 };
+
+    #[test]
+    fn limit_ranges_and_retry_after_are_the_spec_tables() {
+        assert_eq!(limit_range("maxResponseBytes"), Some((1024, 4_194_304)));
+        assert_eq!(limit_range("maxQueuedRequests"), Some((0, 256)));
+        assert_eq!(limit_range("requestTimeout"), None);
+        assert_eq!([499, 500, 520, 20_019, 20_020].map(retry_after_ms), [25, 25, 26, 1000, 1000]);
+    }
 
     #[test]
     fn worked_example_sizes() {

@@ -20,7 +20,8 @@ pub mod descriptor;
 pub mod fingerprint;
 pub mod operation;
 pub use descriptor::{
-    admit_descriptor, const_limits, fit_check, limits_from_values, Descriptor, ExpectedBinding, Identity, LimitValues,
+    admit_descriptor, const_limits, fit_check, limit_range, limits_from_values, retry_after_ms, Descriptor,
+    ExpectedBinding, Identity, LimitValues,
 };
 pub use types::tool_adapter::AdapterLimits;
 pub mod command;

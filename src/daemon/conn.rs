@@ -158,6 +158,19 @@ impl Connection {
                 let code = faults::binding_first(&value, &e, &self.host_id, self.faults).unwrap_or(e.error.code);
                 let mut body = DErr::new(faults::refusal_code(code.as_str(), self.faults), &e.error.message);
                 body.details = faults::refusal_details(e.error.code, e.error.details.clone(), self.faults);
+                if self.faults.has(DaemonFault::RefusalEchoesHandle)
+                    && matches!(
+                        e.error.code,
+                        Code::ToolAdapterBindingMismatch
+                            | Code::UnsupportedToolOperation
+                            | Code::InvalidToolAdapterLimit
+                    )
+                {
+                    let d = &value["payload"]["resources"]["tools"]["descriptor"];
+                    if let Some(h) = d["binding"]["capabilityHandle"].as_str() {
+                        body.message = format!("{} (capability {h})", body.message);
+                    }
+                }
                 let rid = match e.request_id.clone() {
                     Some(r) => r,
                     None => self.invalid_id(),

@@ -228,7 +228,13 @@ pub struct HostCore<L> {
     leaked_endpoint: Option<String>,
     /// Under [`DaemonFault::EndpointInStatus`]: each session's endpoint of its last host-adapter open.
     status_endpoints: HashMap<String, String>,
+    /// Wakes journaled `queued` behind each session's running turn, waiting for it to end.
+    queued_wakes: HashMap<String, usize>,
 }
+
+/// The most wakes one session holds queued behind its running turn; one more is refused
+/// `session_busy` (retryable). Pi Daemon 0.3.3's default `maxSessionQueueDepth` is the same.
+pub const MAX_QUEUED_WAKES: usize = 32;
 
 /// A restarted host: its core and the wake records to rewrite, in order. No session record
 /// is rewritten: what recovery makes of a session (dormant, quarantined when it has a tool
@@ -296,6 +302,11 @@ impl<L: LinkState + Clone> HostCore<L> {
         for mut w in loaded.wakes {
             if w.state == "accepted" && faults.has(DaemonFault::AcceptedWakeRequeued) {
                 w.state = "queued".into();
+            } else if w.state == "queued"
+                && faults.has(DaemonFault::QueuedWakeIndeterminate)
+                && quarantined.contains(&(w.session_id.clone(), w.generation))
+            {
+                w.state = "accepted".into();
             }
             match w.state.as_str() {
                 "queued" => {
@@ -345,6 +356,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             max_sessions: MAX_SESSIONS,
             leaked_endpoint: None,
             status_endpoints: HashMap::new(),
+            queued_wakes: HashMap::new(),
         };
         Recovered { core, wakes: wake_writes }
     }
@@ -512,6 +524,7 @@ impl<L: LinkState + Clone> HostCore<L> {
             uptime_ms: u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX),
             failed_wakes: self.failed_wakes as u64,
             indeterminate_wakes: self.indeterminate as u64,
+            queued_turns: self.queued_wakes.values().sum::<usize>() as u64,
             quarantined: s.values().filter(|x| x.recovery.is_some()).map(|x| (x.id.as_str(), x.generation)).collect(),
             sessions: v2::HostSessionCounts { resident: count(SState::Active), dormant: count(SState::Dormant) },
             counters: &self.counters,
@@ -844,6 +857,26 @@ impl<L: LinkState + Clone> HostCore<L> {
         Ok(abort)
     }
 
+    /// Queue one more wake behind `sid`'s running turn: false when [`MAX_QUEUED_WAKES`] wait.
+    pub fn queue_wake(&mut self, sid: &str) -> bool {
+        let n = self.queued_wakes.entry(sid.to_string()).or_insert(0);
+        if *n >= MAX_QUEUED_WAKES {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A queued wake of `sid` stopped waiting (its turn began, or it failed).
+    pub fn unqueue_wake(&mut self, sid: &str) {
+        if let Some(n) = self.queued_wakes.get_mut(sid) {
+            *n -= 1;
+            if *n == 0 {
+                self.queued_wakes.remove(sid);
+            }
+        }
+    }
+
     /// A session's turn ended.
     pub fn end_turn(&mut self, sid: &str) {
         if let Some(x) = self.sessions.get_mut(sid) {
@@ -1015,6 +1048,21 @@ mod tests {
         assert_eq!(snap["recovery"]["quarantinedSessions"][0]["sessionId"], "tools");
         assert_eq!(snap["recovery"]["quarantinedSessions"][0]["retryable"], true);
         assert_eq!(snap["sessions"], json!({"resident": 0, "dormant": 2}));
+    }
+
+    #[test]
+    fn a_session_queues_at_most_max_queued_wakes() {
+        let loaded = Loaded { sessions: vec![], wakes: vec![] };
+        let mut core = HostCore::<FakeLink>::recover(HOST.into(), loaded, DaemonFaults::NONE, Instant::now(), 0).core;
+        assert!((0..MAX_QUEUED_WAKES).all(|_| core.queue_wake("s")));
+        assert!(!core.queue_wake("s"), "one past the queue");
+        assert!(core.queue_wake("t"), "each session has its own queue");
+        assert_eq!(core.snapshot(Instant::now(), 1)["queuedTurns"], (MAX_QUEUED_WAKES + 1) as u64);
+        core.unqueue_wake("s");
+        assert!(core.queue_wake("s"), "a slot freed");
+        (0..=MAX_QUEUED_WAKES).for_each(|_| core.unqueue_wake("s"));
+        core.unqueue_wake("t");
+        assert_eq!(core.snapshot(Instant::now(), 0)["queuedTurns"], 0);
     }
 
     #[test]

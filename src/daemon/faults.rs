@@ -143,6 +143,9 @@ faults! {
     /// A failed bind's cause names the endpoint.
     EndpointInFailureCause = "endpoint-in-failure-cause", "PC-6",
         "an open whose bind fails answers open_failed with the descriptor's endpoint path in details.cause.message";
+    /// A descriptor refusal names the descriptor's handle.
+    RefusalEchoesHandle = "refusal-echoes-handle", "PC-3.2",
+        "a descriptor refused for its binding, operations or limits (tool_adapter_binding_mismatch, unsupported_tool_operation, invalid_tool_adapter_limit) names the descriptor's capabilityHandle in the refusal's message";
     /// The endpoint's modes are checked for group bits only.
     EndpointGroupBitsOnly = "endpoint-group-bits-only", "PC-1.2",
         "the endpoint socket and its directory are refused only for group bits (a 0602 or 0604 socket, a 0701 or 0703 directory is used)";
@@ -196,6 +199,15 @@ faults! {
     /// Timeouts do not abort.
     NoAbortOnTimeout = "no-abort-on-timeout", "PC-4.4",
         "an invoke whose requestTimeoutMs expires fails locally without sending abort";
+    /// An adapter line one byte over maxResponseBytes is read.
+    AdapterLineOnePast = "adapter-line-one-past", "PC-1.2",
+        "an adapter line of maxResponseBytes + 1 bytes (LF included) is read instead of failing the connection: the adapter-side limit excludes the LF";
+    /// An adapter line of exactly maxResponseBytes is refused.
+    AdapterLineAtLimitRefused = "adapter-line-at-limit-refused", "PC-1.2",
+        "an adapter line of exactly maxResponseBytes bytes (LF included) fails the connection adapter_protocol_invalid: the limit is applied one byte short";
+    /// A call that timed out on the wire is sent again under a new idempotency key.
+    TimedOutCallReplayed = "timed-out-call-replayed", "PC-4.4",
+        "a call that timed out after its invoke was sent (aborted, indeterminate) is sent again once, with the same operation and payload under a new requestId and a new idempotencyKey: a blind replay";
     /// Calls beyond the admission limits are sent anyway.
     NoQueueCapacity = "no-queue-capacity", "PC-4.4",
         "a call beyond maxConcurrentRequests + maxQueuedRequests is written to the adapter at once instead of refused with adapter_queue_capacity";
@@ -440,6 +452,9 @@ faults! {
     /// An accepted wake found at a restart is recovered as if it had been queued.
     AcceptedWakeRequeued = "accepted-wake-requeued", "PC-6",
         "a wake accepted before a restart is recovered as a queued one (failed tool_adapter_reprovision_required, not indeterminate): the same wake is answered that code instead of request_indeterminate and the host is ready";
+    /// A wake still queued at a restart is recovered as if it had been accepted.
+    QueuedWakeIndeterminate = "queued-wake-indeterminate", "PC-6",
+        "a wake still queued behind a running turn when the host restarts (journaled, its turn never started) is recovered as indeterminate instead of failing terminally with tool_adapter_reprovision_required: the same wake is answered request_indeterminate";
     /// No quarantine after restart.
     NoQuarantine = "no-quarantine", "PC-6",
         "after a restart host-adapter sessions are not quarantined (not in quarantinedSessions)";

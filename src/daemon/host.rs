@@ -164,6 +164,8 @@ pub struct Host {
     /// Turns running; `drain` waits on it for zero (a notification, never a poll).
     active_turns: watch::Sender<usize>,
     wakes_running: Mutex<HashMap<(String, u64, String), watch::Receiver<WakeOutcome>>>,
+    /// Notified whenever a session's turn ends (the wakes queued behind it try their turn).
+    turn_ended: tokio::sync::Notify,
     /// The wake keys this process journaled; kept only under
     /// [`DaemonFault::WakeJournalForgottenOnRestart`], which sees no other.
     journaled_here: Mutex<std::collections::HashSet<(String, u64, String)>>,
@@ -235,6 +237,7 @@ impl Host {
             next_conn: AtomicU64::new(1),
             active_turns: watch::Sender::new(0),
             wakes_running: Mutex::new(HashMap::new()),
+            turn_ended: tokio::sync::Notify::new(),
             journaled_here: Mutex::new(std::collections::HashSet::new()),
             faults,
             leaked: Mutex::new(Vec::new()),
@@ -573,33 +576,50 @@ impl Host {
             }
             (WakeStep::Join, None) | (WakeStep::Start, _) => {}
         }
-        let abort = self.core().begin_turn(&sid)?;
+        // A wake that finds its session's turn running waits behind it, journaled `queued`
+        // (SPEC PC-2.5); one still queued at a restart fails terminally (PC-6).
+        // (The core's guard is dropped before the match: an arm takes the lock again.)
+        let begun = self.core().begin_turn(&sid);
+        let abort = match begun {
+            Ok(a) => Some(a),
+            Err(e) if e.code == DaemonCode::SessionBusy.as_str() => {
+                if !self.core().queue_wake(&sid) {
+                    return Err(e);
+                }
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let queued = abort.is_none();
+        let undo = |host: &Host| {
+            if queued {
+                host.core().unqueue_wake(&sid);
+            } else {
+                host.end_turn(&sid);
+            }
+        };
         if self.faults.has(DaemonFault::WakeJournalForgottenOnRestart) {
             if let Ok(mut j) = self.journaled_here.lock() {
                 j.insert(rkey.clone());
             }
         }
         let mut rec = journal::queued(&sid, generation, &key, &fp);
-        let journal = |r: &WakeRecord| {
-            let pending = self.store.queue_wake(r);
-            async move {
-                pending.durable().await.map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
-            }
-        };
-        if let Err(e) = journal(&rec).await {
-            self.end_turn(&sid);
+        if let Err(e) = self.journal_wake(&rec).await {
+            undo(self);
             return Err(e);
         }
         // Raise the session's high-water mark after its journal record exists (a crash between
         // the two leaves more records than counted, which is consistent).
         if let Err(e) = self.count_wake(&sid).await {
-            self.end_turn(&sid);
+            undo(self);
             return Err(e);
         }
-        journal::accept(&mut rec);
-        if let Err(e) = journal(&rec).await {
-            self.end_turn(&sid);
-            return Err(e);
+        if !queued {
+            journal::accept(&mut rec);
+            if let Err(e) = self.journal_wake(&rec).await {
+                self.end_turn(&sid);
+                return Err(e);
+            }
         }
         let (tx, rx) = watch::channel(None);
         if let Ok(mut w) = self.wakes_running.lock() {
@@ -610,12 +630,44 @@ impl Host {
         let request_id = cmd.request_id.to_string();
         let (tsid, tkey) = (sid.clone(), key.clone());
         let task = tokio::spawn(async move {
-            host.active_turns.send_modify(|n| *n += 1);
-            let outcome = host.run_turn(&tsid, generation, &tkey, &prompt, &request_id, &abort).await;
-            host.active_turns.send_modify(|n| *n -= 1);
-            journal::settle(&mut rec, &outcome);
-            let _ = host.store.queue_wake(&rec).durable().await;
-            host.end_turn(&tsid);
+            let begun = match abort {
+                Some(a) => Ok(a),
+                None => {
+                    let begun = host.wait_for_turn(&tsid, generation).await;
+                    host.core().unqueue_wake(&tsid);
+                    match begun {
+                        Ok(a) => {
+                            journal::accept(&mut rec);
+                            match host.journal_wake(&rec).await {
+                                Ok(()) => Ok(a),
+                                Err(e) => {
+                                    host.end_turn(&tsid);
+                                    Err(e)
+                                }
+                            }
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            let outcome = match begun {
+                Ok(abort) => {
+                    host.active_turns.send_modify(|n| *n += 1);
+                    let outcome = host.run_turn(&tsid, generation, &tkey, &prompt, &request_id, &abort).await;
+                    host.active_turns.send_modify(|n| *n -= 1);
+                    journal::settle(&mut rec, &outcome);
+                    let _ = host.store.queue_wake(&rec).durable().await;
+                    host.end_turn(&tsid);
+                    outcome
+                }
+                // Never started: settled failed, no turn to end.
+                Err(e) => {
+                    let outcome = Err(e);
+                    journal::settle(&mut rec, &outcome);
+                    let _ = host.store.queue_wake(&rec).durable().await;
+                    outcome
+                }
+            };
             if let Ok(mut w) = host.wakes_running.lock() {
                 w.remove(&rkey);
             }
@@ -630,6 +682,36 @@ impl Host {
         self.wake_reply(&sid, outcome)
     }
 
+    /// Write a wake's journal record and wait until it is durable.
+    async fn journal_wake(&self, r: &WakeRecord) -> Result<(), DErr> {
+        self.store
+            .queue_wake(r)
+            .durable()
+            .await
+            .map_err(|_| DErr::of(DaemonCode::InternalError, "cannot journal the wake"))
+    }
+
+    /// A queued wake waits for its session's running turn to end, then begins its own; it
+    /// fails instead when its generation is no longer live (closed, replaced) or the host
+    /// drains (a drain admits no new turn).
+    async fn wait_for_turn(&self, sid: &str, generation: u64) -> Result<Arc<TurnAbort>, DErr> {
+        loop {
+            let ended = self.turn_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            self.live(sid, generation)?;
+            if self.core().draining {
+                return Err(self.draining_refusal());
+            }
+            let begun = self.core().begin_turn(sid);
+            match begun {
+                Ok(a) => return Ok(a),
+                Err(e) if e.code == DaemonCode::SessionBusy.as_str() => ended.await,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn wake_reply(&self, sid: &str, outcome: Result<protocol_v2::TurnResult, DErr>) -> Result<Value, DErr> {
         let result = outcome?;
         Ok(data(&protocol_v2::WakeResultData { result, session: self.core().resource(sid) }))
@@ -637,6 +719,7 @@ impl Host {
 
     fn end_turn(&self, sid: &str) {
         self.core().end_turn(sid);
+        self.turn_ended.notify_waiters();
     }
 
     /// Run one turn of the scripted agent ([`Turn`], which decides everything): deliver its

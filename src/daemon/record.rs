@@ -207,6 +207,8 @@ pub struct Snapshot<'a> {
     pub failed_wakes: u64,
     /// Wakes whose outcome is unknown.
     pub indeterminate_wakes: u64,
+    /// Wakes queued behind a running turn.
+    pub queued_turns: u64,
     /// The quarantined generations (session id, generation).
     pub quarantined: Vec<(&'a str, u64)>,
     /// Active and dormant sessions.
@@ -247,7 +249,7 @@ impl Snapshot<'_> {
             draining: self.draining,
             durable: true,
             host_instance_id: self.host_id.to_string(),
-            queued_turns: 0,
+            queued_turns: self.queued_turns,
             // Ready only when recovery settled with no indeterminate work.
             ready: !degraded,
             recovery: v2::DaemonHostRecovery {
@@ -381,6 +383,7 @@ mod tests {
             uptime_ms: 5,
             failed_wakes: 2,
             indeterminate_wakes: indeterminate,
+            queued_turns: 0,
             quarantined: vec![("q", 3)],
             sessions: v2::HostSessionCounts { resident: 1, dormant: 2 },
             counters,

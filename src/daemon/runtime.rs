@@ -122,10 +122,8 @@ pub fn failure_message(code: &str) -> &'static str {
     }
 }
 
-/// `max(25, min(1000, floor(requestTimeoutMs / 20)))` (SPEC §4.4).
-pub fn retry_after_ms(request_timeout_ms: u64) -> u64 {
-    (request_timeout_ms / 20).clamp(25, 1000)
-}
+/// `max(25, min(1000, floor(requestTimeoutMs / 20)))` (SPEC §4.4): the contract's rule.
+pub use crate::contract::retry_after_ms;
 
 /// `"tool-" + hex(sha256(operation ‖ 0x00 ‖ toolCallId))`, as Pi Daemon 0.3.3 derives it
 /// (SPEC §4.4): a retry of the same tool call keeps its key.
@@ -205,6 +203,10 @@ impl State {
     }
 }
 
+/// The tool call id suffix of a call replayed under [`DaemonFault::TimedOutCallReplayed`]
+/// (replayed once: a replay is not replayed again).
+const REPLAY_SUFFIX: &str = "~replayed";
+
 #[derive(Debug)]
 struct Call {
     op: ToolOperation,
@@ -217,6 +219,9 @@ struct Call {
     dispatched: Option<Instant>,
     /// `fs.write` / `fs.edit` run one at a time per path (SPEC §4.4).
     path_lock: Option<String>,
+    /// Under [`DaemonFault::TimedOutCallReplayed`]: the payload and tool call id, to send the
+    /// call again once it timed out (`None` otherwise).
+    replay: Option<(Value, String)>,
 }
 
 #[derive(Debug)]
@@ -346,7 +351,15 @@ impl AdapterRuntime {
         transmit.push_back(OutLine(encode_line(&descriptor.bind_frame())));
         Self {
             // Adapter lines are at most maxResponseBytes, LF included.
-            decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(1)),
+            decoder: LineDecoder::new((limits.max_response_bytes as usize).saturating_sub(
+                if faults.has(DaemonFault::AdapterLineOnePast) {
+                    0
+                } else if faults.has(DaemonFault::AdapterLineAtLimitRefused) {
+                    2
+                } else {
+                    1
+                },
+            )),
             bind_deadline: now + Duration::from_millis(limits.request_timeout_ms as u64),
             binding,
             rng,
@@ -491,6 +504,11 @@ impl AdapterRuntime {
         } else {
             idempotency_key(op, tool_call_id)
         };
+        let replay = self
+            .faults
+            .has(DaemonFault::TimedOutCallReplayed)
+            .then(|| (payload.clone(), tool_call_id.to_string()))
+            .filter(|(_, t)| !t.ends_with(REPLAY_SUFFIX));
         let frame = self.binding.identity().frame(
             "invoke",
             [
@@ -588,6 +606,7 @@ impl AdapterRuntime {
             },
             dispatched: None,
             path_lock: path.filter(|_| is_mutating(op)),
+            replay,
         };
         self.calls.insert(id, call);
         if full {
@@ -676,7 +695,20 @@ impl AdapterRuntime {
             }
             _ => line,
         };
-        let frame = match judge_adapter_frame(line, &self.binding, Direction::ToDaemon) {
+        // Under the fault: a line one byte past maxResponseBytes (LF included) is judged as if
+        // the limit were one byte larger.
+        let lenient;
+        let judged_on = if self.faults.has(DaemonFault::AdapterLineOnePast)
+            && line.len() as u64 == self.binding.line_limit(Direction::ToDaemon)
+        {
+            let mut b = self.binding.bind().clone();
+            b.limits.max_response_bytes += 1;
+            lenient = Binding::new(b);
+            &lenient
+        } else {
+            &self.binding
+        };
+        let frame = match judge_adapter_frame(line, judged_on, Direction::ToDaemon) {
             Ok(f) => f,
             Err(e)
                 if self.faults.has(DaemonFault::AbortedSecretUnchecked)
@@ -780,12 +812,18 @@ impl AdapterRuntime {
             if !self.calls.contains_key(id) {
                 continue;
             }
+            let replay = self.calls.get(id).and_then(|c| c.replay.clone().map(|r| (c.op, r)));
             if self.faults.has(DaemonFault::NoAbortOnTimeout) {
                 if let Some(c) = self.calls.remove(id) {
                     self.release(&c);
                 }
             } else if self.abort_active(now, *id).is_none() {
                 return; // the connection failed
+            }
+            if let Some((op, (payload, tool_call_id))) = replay {
+                // Under the fault: the indeterminate call is sent again, as a new tool call
+                // (so a new idempotency key); nobody waits for its outcome.
+                let _ = self.admit(now, op, payload, &format!("{tool_call_id}{REPLAY_SUFFIX}"));
             }
             self.counters.timed_out += 1;
             let mut e = CallError::local(

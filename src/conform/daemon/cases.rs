@@ -2088,16 +2088,9 @@ impl SummaryItem {
                 }
             }
             SummaryItem::Limit(k) => {
-                // One down, unless that leaves its range (the minimums: 1 for the counts, 0
-                // queued, 100 ms, 1000 ms, 2048 bytes); then one up.
+                // One down, unless that leaves its range (the contract's minimum); then one up.
                 let v = d["limits"][k].as_u64().unwrap_or(0);
-                let floor = match k {
-                    "maxRequestBytes" | "maxResponseBytes" => 2048,
-                    "maxQueuedRequests" => 0,
-                    "requestTimeoutMs" => 100,
-                    "idempotencyTtlMs" => 1000,
-                    _ => 1,
-                };
+                let floor = crate::contract::limit_range(k).map_or(0, |(min, _)| min);
                 d["limits"][k] = json!(if v > floor { v - 1 } else { v + 1 });
             }
         }
@@ -2271,6 +2264,36 @@ fn tools_timeout_abort(c: &mut DCtx<'_>) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // SPEC §4.4: the timed-out call is indeterminate and never replayed blindly; a retry of
+    // the same semantic request keeps its idempotency key. Watched for a while after the
+    // abort: no invoke of the same operation and payload under another key.
+    std::thread::sleep(REPLAY_WATCH);
+    let on_link: Vec<Value> = c
+        .probe
+        .seen()
+        .frames
+        .into_iter()
+        .filter(|(n, f)| *n == link && f["kind"] == "invoke")
+        .map(|(_, f)| f)
+        .collect();
+    if let Some(timed_out) = on_link.first() {
+        let replays = on_link
+            .iter()
+            .filter(|f| {
+                f["requestId"] != timed_out["requestId"]
+                    && f["operation"] == timed_out["operation"]
+                    && f["payload"] == timed_out["payload"]
+                    && f["idempotencyKey"] != timed_out["idempotencyKey"]
+            })
+            .count();
+        if replays > 0 {
+            p.push(format!(
+                "the call that timed out (indeterminate) was sent again {replays} time(s) with the same operation and \
+                 payload under a new idempotencyKey: an indeterminate request is never replayed blindly, and a retry \
+                 of the same request keeps its key"
+            ));
+        }
+    }
     Outcome::with(if abort { "abort-sent" } else { "no-abort" }, p)
 }
 /// The first value under `key` anywhere inside `v` (depth-first).
@@ -2459,7 +2482,7 @@ fn queue_capacity(c: &mut DCtx<'_>) -> Outcome {
 fn queue_capacity_with(c: &mut DCtx<'_>, timeout_ms: u64, saturation_check: bool) -> Outcome {
     const CODE: &str = DaemonCode::AdapterQueueCapacity.as_str();
     let allowed = 1; // maxConcurrentRequests + maxQueuedRequests
-    let retry_after = (timeout_ms / 20).clamp(25, 1000);
+    let retry_after = crate::contract::retry_after_ms(timeout_ms);
     let limits = AdapterLimits {
         max_concurrent_requests: std::num::NonZeroU64::MIN,
         max_queued_requests: 0,
@@ -5525,6 +5548,89 @@ fn invoke_one_past_max_request_bytes(c: &mut DCtx<'_>) -> Outcome {
     invoke_size(c, 1)
 }
 
+/// `maxResponseBytes` of the result-size cases: its minimum, so the padded error message
+/// (at most 1024 characters) can make a result line that long.
+const RESULT_LIMIT: usize = 1024;
+
+/// SPEC §1.2 at the boundary: adapter → daemon lines, LF included, are at most
+/// `maxResponseBytes`, and the daemon kills the connection on an oversize adapter line. With
+/// `maxResponseBytes` 1024 the probe answers one `fs_stat` call with a well-formed failed
+/// result (`not_found`) whose message is padded so the line is exactly `RESULT_LIMIT + past`
+/// bytes, LF included; a second call follows. `past` 0: the line is read, so the connection
+/// stays usable (the second call reaches the adapter) and the call does not fail with
+/// `adapter_protocol_invalid`. `past` 1: the line fails the connection (no later call reaches
+/// the adapter; the call in flight fails `adapter_protocol_invalid` where calls are reported
+/// one by one, and the socket is destroyed).
+fn result_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
+    let limits = AdapterLimits { max_response_bytes: RESULT_LIMIT as i64, ..super::DEFAULT_LIMITS }.to_json();
+    let d = tryo!(c.descriptor(1, Some(limits)));
+    let link = tryo!(open_with(c, &d, 1));
+    let want = RESULT_LIMIT + past;
+    let not_found = AdapterCode::NotFound.as_str();
+    c.probe.script(
+        ScriptAt::Invoke,
+        Box::new(move |b, inv| {
+            let inv = inv.ok_or("no invoke to answer")?;
+            let frame = |message: &str| {
+                b.identity().frame(
+                    "result",
+                    [
+                        ("requestId", inv["requestId"].clone()),
+                        ("idempotencyKey", inv["idempotencyKey"].clone()),
+                        ("operation", inv["operation"].clone()),
+                        ("ok", json!(false)),
+                        ("error", json!({"code": not_found, "message": message, "retryable": false})),
+                    ],
+                )
+            };
+            let bare = line_of(&frame("")).len() + 1;
+            let pad = (want + 1).checked_sub(bare + 1).filter(|n| (1..=1024).contains(n));
+            let pad = pad.ok_or_else(|| format!("a {want}-byte result cannot be padded from {bare} bytes"))?;
+            let line = line_of(&frame(&"x".repeat(pad)));
+            if line.len() + 1 != want {
+                return Err(format!("the padded result is {} bytes, not {want}", line.len() + 1));
+            }
+            Ok(line)
+        }),
+    );
+    let seen = call_then_call(c, 1, "fs_stat", &json!({"path": "."}));
+    let sent = c.probe.take_script_outcome();
+    let seen = tryo!(seen);
+    if let Some(o) = seen.inconclusive() {
+        return o;
+    }
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(why)) => return Outcome::Error(format!("inconclusive: the probe could not send the result: {why}")),
+        None => return Outcome::Error("inconclusive: the padded result was never sent".into()),
+    }
+    if past > 0 {
+        return seen.fail_closed_with(c, link, Code::AdapterProtocolInvalid.as_str());
+    }
+    let mut p = Vec::new();
+    if !seen.reached {
+        p.push(format!(
+            "a result line of exactly maxResponseBytes ({RESULT_LIMIT} bytes, LF included) failed the connection: a \
+             later tool call did not reach the adapter; the limit counts the LF once"
+        ));
+    }
+    if let Some(call) = per_call(&seen.first).and_then(|calls| calls.into_iter().next()) {
+        if call.code.as_deref() == Some(Code::AdapterProtocolInvalid.as_str()) {
+            p.push(format!(
+                "the call answered with a result line of exactly maxResponseBytes ({RESULT_LIMIT} bytes, LF \
+                 included) failed adapter_protocol_invalid: that line is within the limit"
+            ));
+        }
+    }
+    Outcome::with("read-at-limit", p)
+}
+fn result_at_max_response_bytes(c: &mut DCtx<'_>) -> Outcome {
+    result_size(c, 0)
+}
+fn result_one_past_max_response_bytes(c: &mut DCtx<'_>) -> Outcome {
+    result_size(c, 1)
+}
+
 /// SPEC §4.4 at the boundary: with maxConcurrentRequests 1 and maxQueuedRequests 2, four
 /// read-only calls admitted together fill the queue exactly and one past: three are admitted
 /// and every one of them runs — the probe answers each a quarter step after it arrives, so the
@@ -6057,6 +6163,91 @@ fn restart_accepted_wake_indeterminate(c: &mut DCtx<'_>) -> Outcome {
         ));
     }
     Outcome::token("indeterminate")
+}
+
+/// SPEC §6 (MUST [daemon]): a durable `queued` wake for a quarantined generation fails
+/// terminally with `tool_adapter_reprovision_required`, and the failure stays cached under its
+/// key (a client resubmits under a new key). A wake's tool call is held at the probe (its turn
+/// runs); a second wake of the session (another key, `waitForTerminal:false`) is admitted
+/// behind it, answered with its ticket (so it is journaled); the daemon is killed and started
+/// again. Once the generation is reprovisioned, no call reaches the adapter (neither wake is
+/// replayed), and the second wake sent again under its key and payload is
+/// `tool_adapter_reprovision_required` (its `retryable` is not judged: Pi Daemon 0.3.3 writes
+/// the code's own `true`, the reference daemon `false` for this key). A daemon that refuses a
+/// second wake while a turn runs (`session_busy`, `session_queue_full`) never holds a queued
+/// wake at a restart: skipped. It leaves the held wake indeterminate (the host degraded), so
+/// it runs after `daemon.restart.accepted-wake-indeterminate`, which judges readiness.
+fn restart_queued_wake_fails(c: &mut DCtx<'_>) -> Outcome {
+    if c.target.restart_cmd.is_none() {
+        return Outcome::Skip("no --restart-cmd given".into());
+    }
+    let (link, conn, _, in_flight) = tryo!(call_held_in_flight(c, HELD_TIMEOUT_MS));
+    if !in_flight {
+        return Outcome::Error(
+            "inconclusive: the first wake made no tool call through the adapter, so no turn was running for a second \
+             wake to queue behind"
+                .into(),
+        );
+    }
+    let mut queued = tryo!(c.wake(1, "fs_stat", &json!({"path": "."})));
+    queued["payload"]["waitForTerminal"] = json!(false);
+    let admitted = tryo!(one(c, queued.clone()));
+    match admitted.frame().and_then(|f| f.error_code().map(str::to_string)) {
+        None if data(&admitted).get("ticket").is_some() => {}
+        Some(code) if code == DaemonCode::SessionBusy.as_str() || code == DaemonCode::SessionQueueFull.as_str() => {
+            return Outcome::Skip(format!(
+                "the daemon refuses a second wake while a turn runs ({code}), so no wake is ever queued at a restart"
+            ));
+        }
+        _ => {
+            return Outcome::Error(format!(
+                "inconclusive: the second wake (waitForTerminal:false) sent while the first one's call was held was \
+                 answered {}, not with a ticket",
+                rtoken(&admitted)
+            ))
+        }
+    }
+    if invokes_on(c, link) > 1 {
+        return Outcome::Error(
+            "inconclusive: the second wake's call reached the adapter while the first was held, so it was not queued"
+                .into(),
+        );
+    }
+    tryo!(c.restart());
+    drop(conn);
+    c.probe.set(BoundMode::Exact, InvokeMode::Normal);
+    // The retained summary's limits, so that this open reprovisions the generation.
+    let d = tryo!(c.descriptor(1, Some(limits_with_timeout(HELD_TIMEOUT_MS))));
+    let link = tryo!(open_with(c, &d, 1));
+    std::thread::sleep(REPLAY_WATCH);
+    let mut p = Vec::new();
+    let replayed = invokes_on(c, link);
+    if replayed > 0 {
+        p.push(format!(
+            "once reprovisioned, the binding got {replayed} invoke(s) nobody asked for: a wake queued or accepted \
+             before the restart was replayed"
+        ));
+    }
+    let mut again = queued.clone();
+    again["requestId"] = json!(c.rid());
+    if let Some(pl) = again["payload"].as_object_mut() {
+        pl.remove("waitForTerminal");
+    }
+    let retry = tryo!(one(c, again));
+    let ran = invokes_on(c, link) - replayed;
+    match retry.frame().and_then(|f| f.error_code().map(str::to_string)) {
+        Some(code) if code == DaemonCode::ToolAdapterReprovisionRequired.as_str() && ran == 0 => {}
+        Some(code) if code == DaemonCode::HostDraining.as_str() || code == DaemonCode::HostNotReady.as_str() => {
+            return Outcome::Error(format!("inconclusive: the queued wake sent again was answered {code}"));
+        }
+        _ => p.push(format!(
+            "the wake still queued at the restart, sent again under its key and payload once the generation was \
+             reprovisioned, was answered {} after {ran} invoke(s), not tool_adapter_reprovision_required: a queued \
+             wake of a quarantined generation fails terminally with that code, cached under its key",
+            rtoken(&retry)
+        )),
+    }
+    Outcome::with("failed-reprovision-required", p)
 }
 
 // ---------------------------------------------------------------- drain
@@ -6833,6 +7024,8 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.tools.tombstone-expires", tools_tombstone_expires),
         ("daemon.tools.invoke-at-max-request-bytes", invoke_at_max_request_bytes),
         ("daemon.tools.invoke-one-past-max-request-bytes", invoke_one_past_max_request_bytes),
+        ("daemon.tools.result-at-max-response-bytes", result_at_max_response_bytes),
+        ("daemon.tools.result-one-past-max-response-bytes", result_one_past_max_response_bytes),
         ("daemon.tools.timeout-sends-abort", tools_timeout_abort),
         ("daemon.tools.result-inside-timeout-accepted", tools_result_inside_timeout),
         ("daemon.tools.mismatched-result-fails-closed", tools_mismatch),
@@ -6875,6 +7068,7 @@ pub fn registry() -> Vec<(&'static str, DCaseFn)> {
         ("daemon.restart.closed-session-gone", restart_closed_session_gone),
         ("daemon.restart.wake-key-survives", restart_wake_key_survives),
         ("daemon.restart.accepted-wake-indeterminate", restart_accepted_wake_indeterminate),
+        ("daemon.restart.queued-wake-fails-reprovision", restart_queued_wake_fails),
         ("daemon.drain.refuses-wakes", drain_refuses_wakes),
         ("daemon.drain.refuses-opens", drain_refuses_opens),
         ("daemon.drain.timeout-aborts-running-turns", drain_timeout_aborts),

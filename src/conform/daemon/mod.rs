@@ -42,10 +42,15 @@ pub fn catalogue() -> Vec<CaseMeta> {
 
 /// The cases run after every other case, replayed vectors and `--session` files included, in
 /// this order: `daemon.restart.accepted-wake-indeterminate` leaves the host degraded (not
-/// ready until an operator reconciles its indeterminate wake, as the protocol wants), and
-/// `daemon.secrets.at-rest` judges the whole run: it searches the daemon's files for every
+/// ready until an operator reconciles its indeterminate wake, as the protocol wants),
+/// `daemon.restart.queued-wake-fails-reprovision` leaves another indeterminate wake (it needs
+/// no ready host), and `daemon.secrets.at-rest` judges the whole run: it searches the daemon's files for every
 /// handle the run minted.
-pub const RUN_LAST: &[&str] = &["daemon.restart.accepted-wake-indeterminate", "daemon.secrets.at-rest"];
+pub const RUN_LAST: &[&str] = &[
+    "daemon.restart.accepted-wake-indeterminate",
+    "daemon.restart.queued-wake-fails-reprovision",
+    "daemon.secrets.at-rest",
+];
 
 /// Move the [`RUN_LAST`] cases of `cat` to its end, in that order (the others keep theirs).
 pub fn run_last_at_end(cat: &mut Vec<CaseMeta>) {

@@ -108,6 +108,46 @@ pub fn catalogue(set: &VectorSet) -> Vec<CaseMeta> {
         .collect()
 }
 
+/// The vectors' capability handles and endpoints are public (the worked example's), so the
+/// engine's scans could not tell them from text a daemon had anyway. A descriptor's handle of
+/// the valid shape (32–512 base64url characters) is re-minted: replaced everywhere in the
+/// document by a fresh random one of the same length and alphabet, starting with a letter or
+/// digit (so the contract's verdict and the fit check are unchanged), and registered in
+/// `c.handles` (every client line of the case is scanned for it, and the at-rest scan looks
+/// for it). An absolute endpoint path of at least 8 bytes is registered in `c.endpoints`
+/// (PC-6: it never reaches a client either). Shorter or malformed ones are left alone: they
+/// could appear in a daemon's answer by chance; so is a handle the document also holds
+/// elsewhere (`desc.capability-handle.reused-as-adapter-id`, `.inside-session-id`).
+fn register_secrets(c: &mut DCtx<'_>, doc: &mut Value) {
+    use base64::Engine;
+    let d = &doc["payload"]["resources"]["tools"]["descriptor"];
+    let handle = d["binding"]["capabilityHandle"].as_str().map(str::to_string);
+    let endpoint = d["endpoint"]["path"].as_str().map(str::to_string);
+    let shaped = |h: &String| {
+        (32..=512).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    // A handle the document also holds elsewhere (as another member, inside a session id) is
+    // left alone: that member is no secret, a daemon may keep or echo it, and re-minting only
+    // the handle would change the vector's point.
+    let text = serde_json::to_string(&*doc).unwrap_or_default();
+    let elsewhere = |h: &String| text.matches(h.as_str()).count() > 1;
+    if let Some(h) = handle.filter(|h| shaped(h) && !elsewhere(h)) {
+        let mut b = vec![0u8; h.len()];
+        let _ = getrandom::fill(&mut b);
+        let mut fresh: String =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&b).chars().take(h.len()).collect();
+        if !fresh.starts_with(|ch: char| ch.is_ascii_alphanumeric()) {
+            fresh.replace_range(..1, "h");
+        }
+        rewrite(doc, &h, &fresh);
+        c.probe.remember_minted(&fresh);
+        c.handles.push(fresh);
+    }
+    if let Some(e) = endpoint.filter(|e| e.starts_with('/') && e.len() >= 8) {
+        c.endpoints.push(e);
+    }
+}
+
 /// Replace every string equal to `from` inside `v` by `to`.
 fn rewrite(v: &mut Value, from: &str, to: &str) {
     match v {
@@ -150,6 +190,7 @@ fn materialize(c: &mut DCtx<'_>, set: &VectorSet, v: &Vector) -> Result<(Vec<u8>
     if let Some(why) = unsafe_to_replay(&doc) {
         return Err(why.into());
     }
+    register_secrets(c, &mut doc);
     // Rewritten to the live host and a fresh session first. A vector whose point is an
     // invalid binding member (a host or session id the daemon can never have) keeps it: the
     // shape checks of the descriptor come before the binding is compared with the live one
