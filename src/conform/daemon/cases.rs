@@ -3372,6 +3372,17 @@ fn duplicate_result(c: &mut DCtx<'_>) -> Outcome {
     }
     Outcome::with("failed-closed", p)
 }
+/// What a scripted line's send (`Probe::take_script_outcome`) makes of the case: `None` when
+/// the probe sent it; otherwise inconclusive, saying why `what` was not sent (`never`: it was
+/// never tried).
+fn unsent(sent: Option<Result<(), String>>, what: &str, never: &str) -> Option<Outcome> {
+    match sent {
+        Some(Ok(())) => None,
+        Some(Err(why)) => Some(Outcome::Error(format!("inconclusive: the probe could not send {what}: {why}"))),
+        None => Some(Outcome::Error(format!("inconclusive: {never}"))),
+    }
+}
+
 /// SPEC §4.3: a second `bound` on a bound connection, sent where the result of a call in
 /// flight belongs, fails the connection: the call fails with `adapter_protocol_invalid`.
 fn tools_second_bound(c: &mut DCtx<'_>) -> Outcome {
@@ -3383,8 +3394,8 @@ fn tools_second_bound(c: &mut DCtx<'_>) -> Outcome {
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    if !matches!(sent, Some(Ok(()))) {
-        return Outcome::Error("inconclusive: the second bound was never sent".into());
+    if let Some(o) = unsent(sent, "the second bound", "the second bound was never sent") {
+        return o;
     }
     seen.fail_closed_with(c, link, Code::AdapterProtocolInvalid.as_str())
 }
@@ -3409,10 +3420,8 @@ fn bind_script_fails_closed(
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    match sent {
-        Some(Ok(())) => {}
-        Some(Err(why)) => return Outcome::Error(format!("inconclusive: the probe could not send {what}: {why}")),
-        None => return Outcome::Error(format!("inconclusive: no bind reached the probe, so {what} was never sent")),
+    if let Some(o) = unsent(sent, what, &format!("no bind reached the probe, so {what} was never sent")) {
+        return o;
     }
     if seen.open == "ok" && seen.reached {
         return Outcome::with(
@@ -3498,8 +3507,8 @@ fn tools_aborted_unsolicited(c: &mut DCtx<'_>) -> Outcome {
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    if !matches!(sent, Some(Ok(()))) {
-        return Outcome::Error("inconclusive: the unsolicited aborted was never sent".into());
+    if let Some(o) = unsent(sent, "the unsolicited aborted", "the unsolicited aborted was never sent") {
+        return o;
     }
     seen.fail_closed_with(c, link, mismatch())
 }
@@ -5599,10 +5608,8 @@ fn result_size(c: &mut DCtx<'_>, past: usize) -> Outcome {
     if let Some(o) = seen.inconclusive() {
         return o;
     }
-    match sent {
-        Some(Ok(())) => {}
-        Some(Err(why)) => return Outcome::Error(format!("inconclusive: the probe could not send the result: {why}")),
-        None => return Outcome::Error("inconclusive: the padded result was never sent".into()),
+    if let Some(o) = unsent(sent, "the result", "the padded result was never sent") {
+        return o;
     }
     if past > 0 {
         return seen.fail_closed_with(c, link, Code::AdapterProtocolInvalid.as_str());
