@@ -1338,6 +1338,68 @@ pub(crate) fn search_kept_bytes_miscounted(dir: &Path, job: &Job, mut data: Valu
     data
 }
 
+/// [`Fault::SearchReachShort`]: an `fs.search` of one file whose match lies on a line over
+/// 4096 UTF-16 units gets the window an adapter gets that reads at most `3 × 4096 − 3` bytes
+/// from the match on (cargo-mutants' `fs/search.rs:927:28`, `+` → `-` in `match_text`'s
+/// reach, sample 19): the window still starts at most 1024 units before the match, but it is
+/// filled forward only with the characters that end within those bytes, and it is not shifted
+/// back when they end before the line does. A match whose window the rule's own recomputation
+/// here does not reproduce is left alone.
+pub(crate) fn search_reach_short(dir: &Path, job: &Job, mut data: Value) -> Value {
+    const WINDOW: usize = 4096;
+    const BACK: usize = 1024;
+    const REACH: usize = 3 * WINDOW - 3;
+    let Some(path) = payload_path(job).map(|p| dir.join(p)).filter(|p| p.is_file()) else { return data };
+    let Ok(bytes) = std::fs::read(path) else { return data };
+    let Ok(text) = std::str::from_utf8(&bytes) else { return data };
+    let lines: Vec<&str> = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
+    let Some(matches) = data["matches"].as_array_mut() else { return data };
+    for m in matches {
+        let (Some(line), Some(column)) = (m["line"].as_u64(), m["column"].as_u64()) else { continue };
+        let Some(line) = lines.get((line as usize).wrapping_sub(1)) else { continue };
+        let chars: Vec<(usize, char)> = line.char_indices().collect();
+        let at = column as usize - 1;
+        if line.encode_utf16().count() <= WINDOW || at >= chars.len() {
+            continue;
+        }
+        // The rule's window: back at most 1024 units, forward to 4096, shifted back at the end.
+        let (mut start, mut used) = (at, 0);
+        while start > 0 && used + chars[start - 1].1.len_utf16() <= BACK {
+            start -= 1;
+            used += chars[start].1.len_utf16();
+        }
+        let fill = |from: usize, limit: usize| {
+            let (mut end, mut units) = (from, 0);
+            while end < limit && units + chars[end].1.len_utf16() <= WINDOW {
+                units += chars[end].1.len_utf16();
+                end += 1;
+            }
+            (end, units)
+        };
+        let (mut end, mut units) = fill(start, chars.len());
+        while end == chars.len() && start > 0 && units + chars[start - 1].1.len_utf16() <= WINDOW {
+            start -= 1;
+            units += chars[start].1.len_utf16();
+        }
+        let slice = |a: usize, b: usize| {
+            let to = chars.get(b).map_or(line.len(), |c| c.0);
+            line[chars[a].0..to].to_string()
+        };
+        if m["text"].as_str() != Some(slice(start, end).as_str()) {
+            continue;
+        }
+        // The short reach: only the characters that end within REACH bytes of the match.
+        let reach_end = chars[at].0 + REACH;
+        if reach_end >= line.len() {
+            continue;
+        }
+        let limit = chars.iter().take_while(|(i, c)| i + c.len_utf8() <= reach_end).count();
+        (end, _) = fill(start, limit);
+        m["text"] = json!(slice(start, end));
+    }
+    data
+}
+
 /// [`Fault::SearchAlwaysTruncated`]: whether the request's path names a directory.
 pub(crate) fn is_dir(dir: &Path, job: &Job) -> bool {
     payload_path(job).is_some_and(|p| dir.join(p).is_dir())

@@ -252,6 +252,9 @@ faults! {
     /// fs.search takes a stray continuation byte 0x80 (no lead byte before it) for a character.
     SearchStray80Accepted = "search-stray-80-accepted", "PC-5.3.search",
         "fs.search takes a stray continuation byte 0x80 for a character (as a UTF-8 check that skips ASCII and lets 0x80 pass as ASCII would), so a file whose only flaw is one is searched as text";
+    /// fs.search's window of a long line of three-byte characters is one character short.
+    SearchReachShort = "search-reach-short", "PC-5.3.search",
+        "fs.search's text window of a line over 4096 characters looks at most 3 × 4096 − 3 bytes past the match (not 3 × 4096 + 3), so after a match followed by three-byte characters the window holds 4095 characters, not 4096";
     /// fs.search of a file over 256 KiB loses the occurrences a multiple of 256 KiB cuts.
     SearchChunkSeams = "search-chunk-seams", "PC-5.3.search",
         "fs.search of a file of 256 KiB to 2 MiB loses every occurrence cut by a multiple of 256 KiB (a chunked scan that carries nothing across chunks)";

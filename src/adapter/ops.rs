@@ -303,6 +303,9 @@ pub fn execute_with(root: &Root, dir: &Path, job: &Job, faults: Faults) -> Resul
             if faults.has(Fault::SearchStray80Accepted) {
                 data = broken::search_stray_80_accepted(dir, job, data);
             }
+            if faults.has(Fault::SearchReachShort) {
+                data = broken::search_reach_short(dir, job, data);
+            }
             if faults.has(Fault::SearchKeptBytesMiscounted) {
                 data = broken::search_kept_bytes_miscounted(dir, job, data);
             }

@@ -2121,7 +2121,45 @@ fn search_long_line_window(c: &mut Ctx<'_>) -> Outcome {
     if let Err(o) = search_long_line_far_in(c, &mut problems) {
         return o;
     }
+    if let Err(o) = search_long_line_three_byte(c, &mut problems) {
+        return o;
+    }
     Outcome::with(token(&r), problems)
+}
+
+/// Part of `adapter.search.long-line-window`: a match on the first character of a line that
+/// goes on in three-byte characters, `世` then 6000 `€` (each one UTF-16 unit). Nothing
+/// precedes the match, so the window is filled forward from it: 4096 characters, 12,288 bytes.
+/// An adapter that reads a fixed number of bytes past the match must read at least that many;
+/// one that reads 3 × 4096 − 3 (the three-byte characters' worst case, one character short)
+/// answers 4095 characters, where the rule says always 4096.
+fn search_long_line_three_byte(c: &mut Ctx<'_>, problems: &mut Vec<String>) -> Result<(), Outcome> {
+    let name = "three-byte.txt";
+    let line = format!("\u{4e16}{}", "\u{20ac}".repeat(6000));
+    c.allow(&[name]);
+    if std::fs::write(c.target.root.join(name), format!("{line}\n")).is_err() {
+        return Err(Outcome::Error("cannot lay the file of the case".into()));
+    }
+    let r = c.one(req::search(name, "\u{4e16}"));
+    let _ = std::fs::remove_file(c.target.root.join(name));
+    let r = r?;
+    if data(&r).is_none() {
+        return Err(Outcome::token(token(&r)));
+    }
+    let want: String = line.chars().take(4096).collect();
+    let found = matches(&r);
+    match found.as_slice() {
+        [m] if m["column"] == 1 && m["text"].as_str() == Some(want.as_str()) => {}
+        [m] => problems.push(format!(
+            "{name} (one \u{4e16}, then 6000 three-byte \u{20ac}, searched for \u{4e16}): column {}, text of {} \
+             characters; want column 1, the line's first 4096 characters (a window of a line over 4096 characters is \
+             always 4096)",
+            m["column"],
+            m["text"].as_str().map_or(0, |t| t.chars().count()),
+        )),
+        _ => problems.push(format!("{name} (one line, the query once at its start): {} matches, want 1", found.len())),
+    }
+    Ok(())
 }
 
 /// Part of `adapter.search.long-line-window`: a match far into a long line of two-byte
