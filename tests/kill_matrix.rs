@@ -80,6 +80,7 @@ const SHOULD_ONLY: &[&str] = &[
     "scan-bound-handle-only",
     "other-grant-scan-per-chunk",
     "other-grant-run-start-only",
+    "other-grant-chunk-wrap",
     "bound-scan-minted-only",
     "secret-windowed-read",
     "secret-windowed-search",

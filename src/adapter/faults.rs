@@ -432,6 +432,10 @@ faults! {
     /// The scan for the other grants' handles looks at the first window of each base64url run only.
     OtherGrantRunStartOnly = "other-grant-run-start-only", "PC-4.5",
         "the content guard's scan for the other grants' handles looks only at the first 43 bytes of each run of base64url bytes: another grant's handle with base64url bytes before it is read out";
+    /// The scan for the other grants' handles skips the rest of a chunk that starts with a
+    /// separator while a long run goes on from the chunk before.
+    OtherGrantChunkWrap = "other-grant-chunk-wrap", "PC-4.5",
+        "the content guard's scan for the other grants' handles stops for the rest of a chunk that starts with a byte outside the base64url alphabet while a run of 43 or more alphabet bytes ends the chunk before: another grant's handle later in that chunk is read out";
     /// The bound handle is looked for in files by the minted-shape scan only.
     BoundScanMintedOnly = "bound-scan-minted-only", "PC-4.5",
         "the content guard looks for the bound handle only as a handle of the minted shape (43 base64url characters): a connection bound with a hand-written grant of another length reads a file holding its own handle out in windows";

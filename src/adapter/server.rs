@@ -734,6 +734,7 @@ async fn connection(conn: Conn, stream: UnixStream, mut stop: watch::Receiver<bo
     let guard = if faults.has(Fault::OtherGrantRunStartOnly) { guard.minted_run_start_only() } else { guard };
     let guard = if faults.has(Fault::TrailingWordRefused) { guard.trailing_word_refused() } else { guard };
     let guard = if faults.has(Fault::BoundScanMintedOnly) { guard.bound_scan_minted_only() } else { guard };
+    let guard = if faults.has(Fault::OtherGrantChunkWrap) { guard.minted_chunk_wrap() } else { guard };
     let Some(pin) = grant.root_pin else {
         // DECISION (conformance/SPEC.md PC-4.5): a grant minted before roots were pinned
         // cannot bind; `grant` mints a pinned one.

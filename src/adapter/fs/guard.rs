@@ -268,6 +268,9 @@ pub struct Guard {
     /// Broken on purpose (the fault switch `bound-scan-minted-only`, set by the server): the
     /// exact scan for the bound handle never runs; only the minted-shape scan looks for it.
     bound_scan_off: bool,
+    /// Broken on purpose (the fault switch `other-grant-chunk-wrap`, set by the server): see
+    /// [`Guard::minted_chunk_wrap`].
+    minted_chunk_wrap: bool,
 }
 
 /// `capability_in_content`: the file holds a handle.
@@ -298,6 +301,7 @@ impl Guard {
             minted_run_start_only: false,
             trailing_word_refused: false,
             bound_scan_off: false,
+            minted_chunk_wrap: false,
         }
     }
 
@@ -322,6 +326,16 @@ impl Guard {
     /// bound handle of another length (a hand-written grant) is never found in a file.
     pub fn bound_scan_minted_only(mut self) -> Self {
         self.bound_scan_off = true;
+        self
+    }
+
+    /// This guard broken on purpose, for the fault switch `other-grant-chunk-wrap` only: when a
+    /// chunk starts with a byte outside the alphabet while a run of a window's length or more
+    /// goes on from the chunk before, the scan for the other grants' handles stops for the
+    /// rest of that chunk (cargo-mutants' `fs/guard.rs:570:23`, `+=` → `-=` on that byte's
+    /// index, which wraps it at 0 in a release build; sample 15).
+    pub fn minted_chunk_wrap(mut self) -> Self {
+        self.minted_chunk_wrap = true;
         self
     }
 
@@ -370,6 +384,7 @@ impl Guard {
         s.minted_per_chunk = self.minted_per_chunk;
         s.minted_run_start_only = self.minted_run_start_only;
         s.bound_scan_off = self.bound_scan_off;
+        s.minted_chunk_wrap = self.minted_chunk_wrap;
         s
     }
 
@@ -490,6 +505,8 @@ pub(super) struct Scanner {
     minted_run_start_only: bool,
     /// See [`Guard::bound_scan_minted_only`].
     bound_scan_off: bool,
+    /// See [`Guard::minted_chunk_wrap`].
+    minted_chunk_wrap: bool,
 }
 
 impl Scanner {
@@ -507,6 +524,7 @@ impl Scanner {
             minted_per_chunk: false,
             minted_run_start_only: false,
             bound_scan_off: false,
+            minted_chunk_wrap: false,
         }
     }
 
@@ -574,6 +592,7 @@ impl Scanner {
         let set = &*self.digests;
         let (mut hash, mut run, mut confirmed) = (self.hash, self.run, 0u64);
         let rolled_checked = !self.minted_run_start_only;
+        let chunk_wrap = self.minted_chunk_wrap;
         let last = &self.last;
         let mut found = false;
         let n = chunk.len();
@@ -615,6 +634,9 @@ impl Scanner {
             while i < n {
                 let c = chunk[i];
                 if !B64[usize::from(c)] {
+                    if chunk_wrap && i == 0 {
+                        break 'outer;
+                    }
                     run = 0;
                     i += 1;
                     continue 'outer;

@@ -5381,8 +5381,11 @@ const ACROSS_CUT: u64 = 20;
 /// chunk boundary of the adapter's content scan is still found. The runner cannot know the
 /// adapter's chunk size, so the handle is laid across each multiple of 64 KiB up to 1 MiB in
 /// turn, in a sparse file of zero bytes (a few KiB on disk whatever its length), and a small
-/// window around it is read each time. A refusal other than `capability_in_content` is
-/// inconclusive: the case provoked that one only. The file is removed after the case.
+/// window around it is read each time. Then, at each multiple again, a run of 64 base64url
+/// bytes ends exactly at it and the handle lies 4 KiB after it: a scan that carries a run
+/// across a chunk boundary must go on past the separator that starts the next chunk. A
+/// refusal other than `capability_in_content` is inconclusive: the case provoked that one
+/// only. The file is removed after the case.
 fn secret_other_grant_across_chunks(c: &mut Ctx<'_>) -> Outcome {
     let other = match other_grant(c) {
         Ok(g) => g,
@@ -5424,6 +5427,41 @@ fn across_chunks(c: &mut Ctx<'_>, name: &str, path: &std::path::Path, handle: &[
         return Outcome::Error(format!(
             "inconclusive: the read of {name} with the handle across offset {cut} answered `{t}`, not the \
              capability_in_content it provokes, so nothing was judged"
+        ));
+    }
+    // A run of the alphabet ending at the boundary, a zero byte starting the next chunk, the
+    // handle a few KiB into it.
+    for k in 1..=16u64 {
+        let cut = k * 64 * 1024;
+        let at = cut + 4096;
+        let laid = std::fs::File::create(path)
+            .and_then(|f| {
+                f.set_len(at + 4096)?;
+                f.write_all_at(&[b'A'; 64], cut - 64)?;
+                f.write_all_at(handle, at)
+            })
+            .is_ok();
+        if !laid {
+            return Outcome::Error("cannot lay the file of the case".into());
+        }
+        let r = c.call(&mut conn, req::read(name).offset(at - 8).max_bytes(64));
+        let t = token(&r);
+        if t == want {
+            continue;
+        }
+        if data(&r).is_some() {
+            return Outcome::with(
+                t,
+                vec![format!(
+                    "a window of {name} holding another grant's handle 4 KiB after offset {cut} ({k} × 64 KiB), where \
+                     a run of 64 base64url bytes ends and a zero byte follows, was read out: a content scan must go on \
+                     past a chunk that starts by ending a run (capability_in_content)"
+                )],
+            );
+        }
+        return Outcome::Error(format!(
+            "inconclusive: the read of {name} with the handle 4 KiB after a run ending at offset {cut} answered \
+             `{t}`, not the capability_in_content it provokes, so nothing was judged"
         ));
     }
     Outcome::token(want)
