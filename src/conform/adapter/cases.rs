@@ -5401,43 +5401,18 @@ fn across_chunks(c: &mut Ctx<'_>, name: &str, path: &std::path::Path, handle: &[
     use std::os::unix::fs::FileExt;
     let want = format!("error:{}", AdapterCode::CapabilityInContent.as_str());
     let mut conn = tryo!(c.bound());
-    for k in 1..=16u64 {
+    // First the handle across each multiple of 64 KiB; then a run of the alphabet ending at
+    // each multiple, a zero byte starting the next chunk, the handle a few KiB into it.
+    let layouts = [false, true].into_iter().flat_map(|run_ends| (1..=16u64).map(move |k| (run_ends, k)));
+    for (run_ends, k) in layouts {
         let cut = k * 64 * 1024;
-        let at = cut - ACROSS_CUT;
-        let laid = std::fs::File::create(path)
-            .and_then(|f| f.set_len(cut + 64).and_then(|()| f.write_all_at(handle, at)))
-            .is_ok();
-        if !laid {
-            return Outcome::Error("cannot lay the file of the case".into());
-        }
-        let r = c.call(&mut conn, req::read(name).offset(at - 8).max_bytes(64));
-        let t = token(&r);
-        if t == want {
-            continue;
-        }
-        if data(&r).is_some() {
-            return Outcome::with(
-                t,
-                vec![format!(
-                    "a window of {name} holding another grant's handle across offset {cut} ({k} × 64 KiB) was read \
-                     out: a content scan must find a handle cut by a chunk boundary (capability_in_content)"
-                )],
-            );
-        }
-        return Outcome::Error(format!(
-            "inconclusive: the read of {name} with the handle across offset {cut} answered `{t}`, not the \
-             capability_in_content it provokes, so nothing was judged"
-        ));
-    }
-    // A run of the alphabet ending at the boundary, a zero byte starting the next chunk, the
-    // handle a few KiB into it.
-    for k in 1..=16u64 {
-        let cut = k * 64 * 1024;
-        let at = cut + 4096;
+        let (at, len) = if run_ends { (cut + 4096, cut + 8192) } else { (cut - ACROSS_CUT, cut + 64) };
         let laid = std::fs::File::create(path)
             .and_then(|f| {
-                f.set_len(at + 4096)?;
-                f.write_all_at(&[b'A'; 64], cut - 64)?;
+                f.set_len(len)?;
+                if run_ends {
+                    f.write_all_at(&[b'A'; 64], cut - 64)?;
+                }
                 f.write_all_at(handle, at)
             })
             .is_ok();
@@ -5449,19 +5424,26 @@ fn across_chunks(c: &mut Ctx<'_>, name: &str, path: &std::path::Path, handle: &[
         if t == want {
             continue;
         }
+        let (place, rule) = if run_ends {
+            (
+                format!("4 KiB after offset {cut} ({k} × 64 KiB), where a run of 64 base64url bytes ends and a zero byte follows"),
+                "go on past a chunk that starts by ending a run",
+            )
+        } else {
+            (format!("across offset {cut} ({k} × 64 KiB)"), "find a handle cut by a chunk boundary")
+        };
         if data(&r).is_some() {
             return Outcome::with(
                 t,
                 vec![format!(
-                    "a window of {name} holding another grant's handle 4 KiB after offset {cut} ({k} × 64 KiB), where \
-                     a run of 64 base64url bytes ends and a zero byte follows, was read out: a content scan must go on \
-                     past a chunk that starts by ending a run (capability_in_content)"
+                    "a window of {name} holding another grant's handle {place} was read out: a content scan must {rule} \
+                     (capability_in_content)"
                 )],
             );
         }
         return Outcome::Error(format!(
-            "inconclusive: the read of {name} with the handle 4 KiB after a run ending at offset {cut} answered \
-             `{t}`, not the capability_in_content it provokes, so nothing was judged"
+            "inconclusive: the read of {name} with the handle {place} answered `{t}`, not the capability_in_content it \
+             provokes, so nothing was judged"
         ));
     }
     Outcome::token(want)
